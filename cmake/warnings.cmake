@@ -1,0 +1,10 @@
+# Warnings: -Wall -Wextra (and friends); -Werror behind PLDR_FATAL_WARNINGS.
+function(pldr_set_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
+  if(PLDR_FATAL_WARNINGS)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(PLDR_NATIVE)
+    target_compile_options(${target} PRIVATE -march=native)
+  endif()
+endfunction()

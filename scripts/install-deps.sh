@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs every build and runtime dependency of pldr from Debian 12 packages (nothing else).
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+PKGS=(
+  build-essential cmake pkg-config
+  libopenblas-openmp-dev     # BLAS with the OpenMP threading model (does not fight our OpenMP pool)
+  libsentencepiece-dev sentencepiece
+  nlohmann-json3-dev libcli11-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libpng-dev zlib1g-dev
+  clang-format
+)
+if [ "${PLDR_WITH_BROWSER:-0}" = "1" ]; then PKGS+=(chromium); fi
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+echo "install-deps: all ${#PKGS[@]} packages present"

@@ -1,0 +1,49 @@
+// Error handling: pldr::Error for recoverable problems (bad input, files, configs);
+// the CLI turns it into one line on stderr and exit code 1. PLDR_CHECK guards invariants.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace pldr {
+
+struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+inline void concat_into(std::ostringstream&) {}
+template <typename A, typename... R>
+void concat_into(std::ostringstream& os, const A& a, const R&... r) {
+    os << a;
+    concat_into(os, r...);
+}
+}  // namespace detail
+
+// Builds a message from any streamable parts: fail("bad id ", id, " >= ", vocab).
+template <typename... A>
+std::string cat(const A&... a) {
+    std::ostringstream os;
+    detail::concat_into(os, a...);
+    return os.str();
+}
+
+template <typename... A>
+[[noreturn]] void fail(const A&... a) {
+    throw Error(cat(a...));
+}
+
+}  // namespace pldr
+
+// Input validation that reports to the user (throws pldr::Error).
+#define PLDR_REQUIRE(cond, ...)                    \
+    do {                                           \
+        if (!(cond)) ::pldr::fail(__VA_ARGS__);    \
+    } while (0)
+
+// Internal invariant (a bug if it fires): throws with file and line.
+#define PLDR_CHECK(cond)                                                                    \
+    do {                                                                                    \
+        if (!(cond))                                                                        \
+            ::pldr::fail("internal check failed: ", #cond, " at ", __FILE__, ":", __LINE__); \
+    } while (0)
