@@ -1,0 +1,88 @@
+// safetensors reading (memory-mapped, validated) and writing (atomic).
+// Layout: u64 LE header length N, N bytes of JSON, then the raw little-endian data.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace pldr {
+
+enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
+
+const char* dtype_name(DType t);
+size_t dtype_size(DType t);
+bool dtype_from_name(const std::string& s, DType* out);
+
+struct TensorInfo {
+    std::string name;
+    DType dtype = DType::F32;
+    Shape shape;
+    size_t begin = 0, end = 0;  // data offsets, relative to the start of the data section
+};
+
+// A read-only, memory-mapped safetensors file. Every header entry is validated at open time:
+// known dtype, offsets inside the file, byte size = numel * dtype size, no overlaps.
+class SafetensorsFile {
+public:
+    explicit SafetensorsFile(const std::string& path);
+    ~SafetensorsFile();
+    SafetensorsFile(const SafetensorsFile&) = delete;
+    SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+    const std::string& path() const { return path_; }
+    const std::vector<TensorInfo>& tensors() const { return tensors_; }
+    const std::map<std::string, std::string>& metadata() const { return metadata_; }
+    const TensorInfo* find(const std::string& name) const;
+    const TensorInfo& at(const std::string& name) const;  // throws if missing
+    bool has(const std::string& name) const { return find(name) != nullptr; }
+    const uint8_t* raw(const TensorInfo& t) const { return data_ + t.begin; }
+
+    // Converts any numeric dtype to T (float types widen/narrow; ints and bools cast).
+    template <typename T>
+    Tensor<T> read(const std::string& name) const;
+    std::vector<int64_t> read_i64(const std::string& name) const;
+
+private:
+    std::string path_;
+    void* map_ = nullptr;
+    size_t map_size_ = 0;
+    const uint8_t* data_ = nullptr;
+    std::vector<TensorInfo> tensors_;
+    std::map<std::string, size_t> index_;
+    std::map<std::string, std::string> metadata_;
+};
+
+// Converts n elements of dtype `src` at `p` into T.
+template <typename T>
+void convert_to(DType src, const uint8_t* p, int64_t n, T* out);
+
+// Collects tensors and writes them atomically (temp file + rename), sorted by name.
+class SafetensorsWriter {
+public:
+    void add_raw(const std::string& name, DType dtype, const Shape& shape, const void* data);
+    template <typename T>
+    void add(const std::string& name, const Tensor<T>& t) {
+        add_raw(name, std::is_same_v<T, double> ? DType::F64 : DType::F32, t.shape, t.ptr());
+    }
+    template <typename T>
+    void add_as(const std::string& name, DType dtype, const Shape& shape, const T* data);
+    void add_i64(const std::string& name, const Shape& shape, const int64_t* data) {
+        add_raw(name, DType::I64, shape, data);
+    }
+    void set_metadata(const std::string& k, const std::string& v) { metadata_[k] = v; }
+    void write(const std::string& path) const;
+
+private:
+    struct Entry {
+        DType dtype;
+        Shape shape;
+        std::vector<uint8_t> bytes;
+    };
+    std::map<std::string, Entry> entries_;
+    std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace pldr
