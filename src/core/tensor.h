@@ -20,8 +20,12 @@ inline int64_t shape_numel(const Shape& s) {
 
 inline std::string shape_str(const Shape& s) {
     std::string r = "[";
-    for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-    return r + "]";
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (i) r += ',';
+        r += std::to_string(s[i]);
+    }
+    r += ']';
+    return r;
 }
 
 template <typename T>
