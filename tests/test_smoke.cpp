@@ -2,4 +2,6 @@
 
 #include "core/tensor.h"
 
-TEST(Tensor, Numel) { EXPECT_EQ(pldr::Tensor<float>({2, 3}).numel(), 6); }
+TEST(Tensor, Numel) {
+    EXPECT_EQ(pldr::Tensor<float>({2, 3}).numel(), 6);
+}

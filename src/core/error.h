@@ -36,14 +36,14 @@ template <typename... A>
 }  // namespace pldr
 
 // Input validation that reports to the user (throws pldr::Error).
-#define PLDR_REQUIRE(cond, ...)                    \
-    do {                                           \
-        if (!(cond)) ::pldr::fail(__VA_ARGS__);    \
+#define PLDR_REQUIRE(cond, ...)                 \
+    do {                                        \
+        if (!(cond)) ::pldr::fail(__VA_ARGS__); \
     } while (0)
 
 // Internal invariant (a bug if it fires): throws with file and line.
-#define PLDR_CHECK(cond)                                                                    \
-    do {                                                                                    \
-        if (!(cond))                                                                        \
+#define PLDR_CHECK(cond)                                                                     \
+    do {                                                                                     \
+        if (!(cond))                                                                         \
             ::pldr::fail("internal check failed: ", #cond, " at ", __FILE__, ":", __LINE__); \
     } while (0)

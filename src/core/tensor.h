@@ -56,8 +56,12 @@ struct Tensor {
 template <typename T>
 constexpr const char* type_name();
 template <>
-constexpr const char* type_name<float>() { return "f32"; }
+constexpr const char* type_name<float>() {
+    return "f32";
+}
 template <>
-constexpr const char* type_name<double>() { return "f64"; }
+constexpr const char* type_name<double>() {
+    return "f64";
+}
 
 }  // namespace pldr

@@ -23,9 +23,9 @@ struct DTypeRow {
     size_t size;
 };
 constexpr DTypeRow kDTypes[] = {
-    {DType::F64, "F64", 8}, {DType::F32, "F32", 4}, {DType::F16, "F16", 2},
+    {DType::F64, "F64", 8},   {DType::F32, "F32", 4}, {DType::F16, "F16", 2},
     {DType::BF16, "BF16", 2}, {DType::I64, "I64", 8}, {DType::I32, "I32", 4},
-    {DType::I16, "I16", 2}, {DType::I8, "I8", 1}, {DType::U8, "U8", 1},
+    {DType::I16, "I16", 2},   {DType::I8, "I8", 1},   {DType::U8, "U8", 1},
     {DType::BOOL, "BOOL", 1},
 };
 
@@ -171,14 +171,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
             if (name == "__metadata__") {
                 if (!v.is_object()) fail(path, ": __metadata__ is not an object");
                 for (auto m = v.begin(); m != v.end(); ++m)
-                    metadata_[m.key()] = m.value().is_string() ? m.value().get<std::string>()
-                                                               : m.value().dump();
+                    metadata_[m.key()] =
+                        m.value().is_string() ? m.value().get<std::string>() : m.value().dump();
                 continue;
             }
             if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-                !v.contains("data_offsets") || !v["dtype"].is_string() ||
-                !v["shape"].is_array() || !v["data_offsets"].is_array() ||
-                v["data_offsets"].size() != 2)
+                !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
+                !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
                 fail(path, ": malformed header entry for tensor '", name, "'");
             TensorInfo t;
             t.name = name;
@@ -204,7 +203,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                      ") are outside the data section (", data_size, " bytes); truncated file?");
             if (t.end - t.begin != size_t(numel) * dtype_size(t.dtype))
                 fail(path, ": tensor '", name, "' has ", t.end - t.begin, " bytes but shape ",
-                     shape_str(t.shape), " of ", dt, " needs ", size_t(numel) * dtype_size(t.dtype));
+                     shape_str(t.shape), " of ", dt, " needs ",
+                     size_t(numel) * dtype_size(t.dtype));
             index_[name] = tensors_.size();
             tensors_.push_back(std::move(t));
         }

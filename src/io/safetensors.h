@@ -26,7 +26,7 @@ struct TensorInfo {
 // A read-only, memory-mapped safetensors file. Every header entry is validated at open time:
 // known dtype, offsets inside the file, byte size = numel * dtype size, no overlaps.
 class SafetensorsFile {
-public:
+  public:
     explicit SafetensorsFile(const std::string& path);
     ~SafetensorsFile();
     SafetensorsFile(const SafetensorsFile&) = delete;
@@ -45,7 +45,7 @@ public:
     Tensor<T> read(const std::string& name) const;
     std::vector<int64_t> read_i64(const std::string& name) const;
 
-private:
+  private:
     std::string path_;
     void* map_ = nullptr;
     size_t map_size_ = 0;
@@ -61,7 +61,7 @@ void convert_to(DType src, const uint8_t* p, int64_t n, T* out);
 
 // Collects tensors and writes them atomically (temp file + rename), sorted by name.
 class SafetensorsWriter {
-public:
+  public:
     void add_raw(const std::string& name, DType dtype, const Shape& shape, const void* data);
     template <typename T>
     void add(const std::string& name, const Tensor<T>& t) {
@@ -75,7 +75,7 @@ public:
     void set_metadata(const std::string& k, const std::string& v) { metadata_[k] = v; }
     void write(const std::string& path) const;
 
-private:
+  private:
     struct Entry {
         DType dtype;
         Shape shape;

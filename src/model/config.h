@@ -10,21 +10,21 @@ enum class GType { LEARNED, IDENTITY, RANDOM, EXTERNAL };  // custom_G_type null
 
 struct Config {
     int64_t vocab_size = 32000;
-    int64_t hidden_size = 896;        // d = num_heads * head_dim
-    int64_t intermediate_size = 2389; // dff
-    int64_t num_layers = 5;           // num_hidden_layers
-    int64_t num_heads = 14;           // H
-    int64_t head_dim = 64;            // dk
-    int64_t max_position = 1024;      // max_position_embeddings
+    int64_t hidden_size = 896;         // d = num_heads * head_dim
+    int64_t intermediate_size = 2389;  // dff
+    int64_t num_layers = 5;            // num_hidden_layers
+    int64_t num_heads = 14;            // H
+    int64_t head_dim = 64;             // dk
+    int64_t max_position = 1024;       // max_position_embeddings
     double layer_norm_eps = 1e-6;
     double rope_theta = 10000.0;
-    bool reference_rope = true;       // interleaved pairs (true) or halves (false)
+    bool reference_rope = true;  // interleaved pairs (true) or halves (false)
     bool attention_bias = true;
     bool glu_bias = true;
     bool final_bias = true;
     bool tie_word_embeddings = false;
-    int64_t num_reslayerA = 8;        // R
-    int64_t num_denseA = 2;           // N
+    int64_t num_reslayerA = 8;  // R
+    int64_t num_denseA = 2;     // N
     int64_t A_dff = 170;
     GType g_type = GType::LEARNED;
     bool cache_first_G = false;
@@ -32,7 +32,7 @@ struct Config {
     int64_t bos_token_id = 2;
     int64_t eos_token_id = 3;
     std::string hidden_act = "silu";
-    std::string dtype = "float32";    // storage dtype recorded in config.json
+    std::string dtype = "float32";  // storage dtype recorded in config.json
 
     int64_t d() const { return hidden_size; }
     bool learned_g() const { return g_type == GType::LEARNED; }
@@ -40,10 +40,14 @@ struct Config {
 
 inline const char* g_type_name(GType g) {
     switch (g) {
-        case GType::LEARNED: return "null";
-        case GType::IDENTITY: return "identity";
-        case GType::RANDOM: return "random";
-        case GType::EXTERNAL: return "external";
+        case GType::LEARNED:
+            return "null";
+        case GType::IDENTITY:
+            return "identity";
+        case GType::RANDOM:
+            return "random";
+        case GType::EXTERNAL:
+            return "external";
     }
     return "?";
 }

@@ -1,0 +1,155 @@
+// PLDR-LLM forward pass (spec §1): embedding·√d → LN → L × post-LN PLGA decoder layers → head.
+#include "model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/blas.h"
+#include "model/plga_layer.h"
+
+namespace pldr {
+
+template <typename T>
+void check_inputs(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S) {
+    PLDR_REQUIRE(B > 0 && S > 0, "empty input: batch ", B, " x length ", S);
+    PLDR_REQUIRE(S <= m.cfg.max_position, "sequence of ", S,
+                 " tokens is longer than max_position_embeddings (", m.cfg.max_position, ")");
+    for (int64_t i = 0; i < B * S; ++i)
+        PLDR_REQUIRE(ids[i] >= 0 && ids[i] < m.cfg.vocab_size, "token id ", ids[i],
+                     " is outside the vocabulary [0, ", m.cfg.vocab_size, ")");
+}
+
+template <typename T>
+void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activations<T>& a) {
+    check_inputs(m, ids, B, S);
+    const Config& c = m.cfg;
+    const int64_t d = c.hidden_size, V = c.vocab_size, N = B * S;
+    a.B = B;
+    a.S = S;
+    a.ids.assign(ids, ids + N);
+    a.pos.resize(static_cast<size_t>(N));
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < S; ++s) a.pos[size_t(b * S + s)] = s;
+
+    // Embedding · sqrt(d), then the input LayerNorm.
+    a.x0.resize({B, S, d});
+    const T scale = m.embed_scale();
+    for (int64_t n = 0; n < N; ++n) {
+        const T* e = m.w.emb + ids[n] * d;
+        T* o = a.x0.ptr() + n * d;
+        for (int64_t j = 0; j < d; ++j) o[j] = e[j] * scale;
+    }
+    a.embed_ln.resize({B, S, d});
+    a.ln_mean.resize({N});
+    a.ln_rstd.resize({N});
+    layernorm_forward(a.embed_ln.ptr(), a.ln_mean.ptr(), a.ln_rstd.ptr(), a.x0.ptr(), m.w.ln_in_g,
+                      m.w.ln_in_b, N, d, c.layer_norm_eps);
+
+    a.layers.resize(static_cast<size_t>(c.num_layers));
+    const Tensor<T>* x = &a.embed_ln;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        LayerActs<T>& la = a.layers[size_t(l)];
+        la.x_in = *x;
+        AttnInput<T> in;
+        in.key_ids = ids;
+        in.pos = a.pos.data();
+        decoder_layer_forward(m, l, B, S, in, la);
+        x = &la.hidden;
+    }
+    a.logits.resize({B, S, V});
+    linear_forward(a.logits.ptr(), x->ptr(), m.w.head_w, m.w.head_b, N, d, V);
+}
+
+template <typename T>
+Tensor<T> sdpa_reference_forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S) {
+    // Deliberately naive and independent of the PLGA code: no G, no caches, plain loops.
+    check_inputs(m, ids, B, S);
+    const Config& c = m.cfg;
+    const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, F = c.intermediate_size;
+    const int64_t N = B * S;
+    const double eps = c.layer_norm_eps;
+    auto ln = [&](std::vector<T>& x, const T* g, const T* bb) {
+        for (int64_t n = 0; n < N; ++n) {
+            T* r = x.data() + n * d;
+            T mu = 0, var = 0;
+            for (int64_t j = 0; j < d; ++j) mu += r[j];
+            mu /= T(d);
+            for (int64_t j = 0; j < d; ++j) var += (r[j] - mu) * (r[j] - mu);
+            var /= T(d);
+            T rs = T(1) / std::sqrt(var + T(eps));
+            for (int64_t j = 0; j < d; ++j) r[j] = (r[j] - mu) * rs * g[j] + bb[j];
+        }
+    };
+    auto lin = [&](const std::vector<T>& x, const T* W, const T* bb, int64_t I, int64_t O) {
+        std::vector<T> y(static_cast<size_t>(N * O));
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t o = 0; o < O; ++o) {
+                T s = 0;
+                for (int64_t i = 0; i < I; ++i) s += x[size_t(n * I + i)] * W[o * I + i];
+                y[size_t(n * O + o)] = s + (bb ? bb[o] : T(0));
+            }
+        return y;
+    };
+    std::vector<T> x(static_cast<size_t>(N * d));
+    const T es = m.embed_scale();
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < d; ++j) x[size_t(n * d + j)] = m.w.emb[ids[n] * d + j] * es;
+    ln(x, m.w.ln_in_g, m.w.ln_in_b);
+    std::vector<int64_t> pos(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) pos[size_t(n)] = n % S;
+    const T sc = m.score_scale();
+    for (const auto& L : m.w.layers) {
+        std::vector<T> q = lin(x, L.wq, L.bq, d, d), k = lin(x, L.wk, L.bk, d, d),
+                       v = lin(x, L.wv, L.bv, d, d);
+        rope_forward(q.data(), pos.data(), N, H, D, m.rope, c.reference_rope, m.round_f32());
+        rope_forward(k.data(), pos.data(), N, H, D, m.rope, c.reference_rope, m.round_f32());
+        std::vector<T> o(static_cast<size_t>(N * d), T(0)), p(static_cast<size_t>(S));
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t i = 0; i < S; ++i) {
+                    T mx = -INFINITY;
+                    for (int64_t j = 0; j < S; ++j) {
+                        T s = 0;
+                        for (int64_t t = 0; t < D; ++t)
+                            s += q[size_t(((b * S + i) * H + h) * D + t)] *
+                                 k[size_t(((b * S + j) * H + h) * D + t)];
+                        s /= sc;
+                        if (j > i || ids[b * S + j] == c.pad_token_id) s += T(-1e9);
+                        p[size_t(j)] = s;
+                        mx = std::max(mx, s);
+                    }
+                    T z = 0;
+                    for (int64_t j = 0; j < S; ++j)
+                        z += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+                    for (int64_t j = 0; j < S; ++j)
+                        for (int64_t t = 0; t < D; ++t)
+                            o[size_t(((b * S + i) * H + h) * D + t)] +=
+                                p[size_t(j)] / z * v[size_t(((b * S + j) * H + h) * D + t)];
+                }
+        std::vector<T> att = lin(o, L.wo, L.bo, d, d);
+        for (size_t i = 0; i < x.size(); ++i) x[i] += att[i];
+        ln(x, L.ln1_g, L.ln1_b);
+        std::vector<T> h1 = lin(x, L.ffn.w1, L.ffn.b1, d, F), h2 = lin(x, L.ffn.w2, L.ffn.b2, d, F);
+        for (size_t i = 0; i < h1.size(); ++i) h1[i] = silu(h1[i]) * h2[i];
+        std::vector<T> f = lin(h1, L.ffn.w3, L.ffn.b3, F, d);
+        for (size_t i = 0; i < x.size(); ++i) x[i] += f[i];
+        ln(x, L.ln2_g, L.ln2_b);
+    }
+    Tensor<T> logits({B, S, c.vocab_size});
+    std::vector<T> lg = lin(x, m.w.head_w, m.w.head_b, d, c.vocab_size);
+    std::copy(lg.begin(), lg.end(), logits.data.begin());
+    return logits;
+}
+
+template void check_inputs<float>(const Model<float>&, const int64_t*, int64_t, int64_t);
+template void check_inputs<double>(const Model<double>&, const int64_t*, int64_t, int64_t);
+template void forward<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
+                             Activations<float>&);
+template void forward<double>(const Model<double>&, const int64_t*, int64_t, int64_t,
+                              Activations<double>&);
+template Tensor<float> sdpa_reference_forward<float>(const Model<float>&, const int64_t*, int64_t,
+                                                     int64_t);
+template Tensor<double> sdpa_reference_forward<double>(const Model<double>&, const int64_t*,
+                                                       int64_t, int64_t);
+
+}  // namespace pldr

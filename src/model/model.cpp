@@ -1,0 +1,40 @@
+// Model<T> setup (see model.h).
+#include "model/model.h"
+
+#include <cmath>
+
+namespace pldr {
+
+template <typename T>
+void Model<T>::init(const Config& c) {
+    cfg = c;
+    layout = make_layout(c);
+    params.assign(static_cast<size_t>(layout.total), T(0));
+    w = bind_view(layout, cfg, params.data());
+    G_fixed.clear();
+    if (!c.learned_g()) {
+        const int64_t D = c.head_dim;
+        G_fixed.assign(static_cast<size_t>(c.num_layers * c.num_heads * D * D), T(0));
+        for (int64_t lh = 0; lh < c.num_layers * c.num_heads; ++lh)
+            for (int64_t i = 0; i < D; ++i) G_fixed[size_t((lh * D + i) * D + i)] = T(1);
+    }
+    rope.build(c.max_position, c.head_dim, c.rope_theta);
+}
+
+template <typename T>
+T Model<T>::embed_scale() const {
+    if (sizeof(T) == sizeof(float) || reference_numerics)
+        return T(std::sqrt(float(cfg.hidden_size)));
+    return T(std::sqrt(double(cfg.hidden_size)));
+}
+
+template <typename T>
+T Model<T>::score_scale() const {
+    if (sizeof(T) == sizeof(float) || reference_numerics) return T(std::sqrt(float(cfg.head_dim)));
+    return T(std::sqrt(double(cfg.head_dim)));
+}
+
+template struct Model<float>;
+template struct Model<double>;
+
+}  // namespace pldr

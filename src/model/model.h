@@ -1,0 +1,50 @@
+// Model<T>: config + parameter arena + fixed G (fixed-G_LM variant) + RoPE table.
+// T is the compute precision (float or double), independent of the storage dtype on disk.
+#pragma once
+#include <vector>
+
+#include "model/config.h"
+#include "model/layout.h"
+#include "ops/ops.h"
+
+namespace pldr {
+
+template <typename T>
+struct Model {
+    Config cfg;
+    Layout layout;
+    std::vector<T> params;   // layout.total elements
+    ModelView<T> w;          // typed pointers into params
+    std::vector<T> G_fixed;  // [L,H,dk,dk]: the constant G_LM of fixed-G models (empty if learned)
+    RopeTable rope;
+    // Emulate the reference's float32 islands inside float64 (q, k rounded to float32 before
+    // RoPE, float32 cos/sin, sqrt(float32(dk)) and sqrt(float32(d))). On by default: it is what
+    // golden parity needs. Off gives a pure-float64 audit. No effect when T = float.
+    bool reference_numerics = true;
+
+    Model() = default;
+    explicit Model(const Config& c) { init(c); }
+    Model(const Model& o) { *this = o; }
+    Model& operator=(const Model& o) {
+        cfg = o.cfg;
+        layout = o.layout;
+        params = o.params;
+        G_fixed = o.G_fixed;
+        rope = o.rope;
+        reference_numerics = o.reference_numerics;
+        w = bind_view(layout, cfg, params.data());
+        return *this;
+    }
+
+    // Allocates zeroed parameters for `c`; fixed-G models get G = I (custom_G_type identity).
+    void init(const Config& c);
+    bool round_f32() const { return reference_numerics && sizeof(T) == sizeof(double); }
+    T embed_scale() const;  // sqrt(d)
+    T score_scale() const;  // sqrt(dk)
+    const T* G_fixed_layer(int64_t l) const {
+        return G_fixed.data() + l * cfg.num_heads * cfg.head_dim * cfg.head_dim;
+    }
+    int64_t num_params() const { return layout.total; }
+};
+
+}  // namespace pldr

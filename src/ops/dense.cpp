@@ -1,0 +1,157 @@
+// Linear, LayerNorm, GLU and softmax kernels (forward and backward). See ops.h.
+#include <algorithm>
+#include <cmath>
+
+#include "core/blas.h"
+#include "ops/ops.h"
+
+namespace pldr {
+
+template <typename T>
+void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int64_t I, int64_t O) {
+    if (b) {
+        for (int64_t n = 0; n < N; ++n) std::copy(b, b + O, out + n * O);
+    }
+    gemm(false, true, N, O, I, T(1), in, I, W, I, b ? T(1) : T(0), out, O);
+}
+
+template <typename T>
+void linear_backward(T* din, T* dW, T* db, const T* dout, const T* in, const T* W, int64_t N,
+                     int64_t I, int64_t O) {
+    if (din) gemm(false, false, N, I, O, T(1), dout, O, W, I, T(1), din, I);
+    if (dW) gemm(true, false, O, I, N, T(1), dout, O, in, I, T(1), dW, I);
+    if (db) {
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t o = 0; o < O; ++o) db[o] += dout[n * O + o];
+    }
+}
+
+template <typename T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* x, const T* g, const T* b, int64_t N,
+                       int64_t C, double eps) {
+#pragma omp parallel for if (N * C > 32768)
+    for (int64_t n = 0; n < N; ++n) {
+        const T* xr = x + n * C;
+        T m = 0;
+        for (int64_t c = 0; c < C; ++c) m += xr[c];
+        m /= T(C);
+        T v = 0;
+        for (int64_t c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
+        v /= T(C);
+        T r = T(1) / std::sqrt(v + T(eps));
+        T* o = out + n * C;
+        for (int64_t c = 0; c < C; ++c) o[c] = (xr[c] - m) * r * g[c] + (b ? b[c] : T(0));
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = r;
+    }
+}
+
+template <typename T>
+void layernorm_backward(T* dx, T* dg, T* db, const T* dout, const T* x, const T* mean,
+                        const T* rstd, const T* g, int64_t N, int64_t C) {
+    for (int64_t n = 0; n < N; ++n) {
+        const T* xr = x + n * C;
+        const T* dy = dout + n * C;
+        T m = mean[n], r = rstd[n];
+        // dxhat = dy ⊙ g; dx = r · (dxhat − mean(dxhat) − xhat · mean(dxhat ⊙ xhat))
+        T s1 = 0, s2 = 0;
+        for (int64_t c = 0; c < C; ++c) {
+            T xh = (xr[c] - m) * r;
+            T dxh = dy[c] * g[c];
+            s1 += dxh;
+            s2 += dxh * xh;
+            if (dg) dg[c] += dy[c] * xh;
+            if (db) db[c] += dy[c];
+        }
+        s1 /= T(C);
+        s2 /= T(C);
+        if (dx) {
+            T* d = dx + n * C;
+            for (int64_t c = 0; c < C; ++c) {
+                T xh = (xr[c] - m) * r;
+                d[c] += r * (dy[c] * g[c] - s1 - xh * s2);
+            }
+        }
+    }
+}
+
+template <typename T>
+void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluParams<T>& p, int64_t N,
+                 int64_t I, int64_t F, int64_t O) {
+    linear_forward(h1, x, p.w1, p.b1, N, I, F);
+    linear_forward(h2, x, p.w2, p.b2, N, I, F);
+    const int64_t NF = N * F;
+#pragma omp parallel for if (NF > 65536)
+    for (int64_t i = 0; i < NF; ++i) gated[i] = silu(h1[i]) * h2[i];
+    linear_forward(out, gated, p.w3, p.b3, N, F, O);
+}
+
+template <typename T>
+void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const T* h1, const T* h2,
+                  const T* gated, const GluParams<T>& p, int64_t N, int64_t I, int64_t F, int64_t O,
+                  T* scratch) {
+    const int64_t NF = N * F;
+    T* dgated = scratch;  // [N,F], becomes dh1 in place
+    T* dh2 = scratch + NF;
+    std::fill(dgated, dgated + NF, T(0));
+    linear_backward(dgated, g.w3, g.b3, dout, gated, p.w3, N, F, O);
+#pragma omp parallel for if (NF > 65536)
+    for (int64_t i = 0; i < NF; ++i) {
+        T dgi = dgated[i];
+        dh2[i] = dgi * silu(h1[i]);
+        dgated[i] = dgi * h2[i] * silu_grad(h1[i]);  // dh1
+    }
+    linear_backward(dx, g.w1, g.b1, dgated, x, p.w1, N, I, F);
+    linear_backward(dx, g.w2, g.b2, dh2, x, p.w2, N, I, F);
+}
+
+template <typename T>
+void softmax_forward(T* y, const T* x, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C > 65536)
+    for (int64_t n = 0; n < N; ++n) {
+        const T* xr = x + n * C;
+        T* yr = y + n * C;
+        T mx = xr[0];
+        for (int64_t c = 1; c < C; ++c) mx = std::max(mx, xr[c]);
+        T s = 0;
+        for (int64_t c = 0; c < C; ++c) {
+            yr[c] = std::exp(xr[c] - mx);
+            s += yr[c];
+        }
+        for (int64_t c = 0; c < C; ++c) yr[c] /= s;
+    }
+}
+
+template <typename T>
+void softmax_backward(T* dx, const T* dy, const T* y, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C > 65536)
+    for (int64_t n = 0; n < N; ++n) {
+        const T* yr = y + n * C;
+        const T* dr = dy + n * C;
+        T dot = 0;
+        for (int64_t c = 0; c < C; ++c) dot += yr[c] * dr[c];
+        T* o = dx + n * C;
+        for (int64_t c = 0; c < C; ++c) o[c] += yr[c] * (dr[c] - dot);
+    }
+}
+
+#define PLDR_INSTANTIATE(T)                                                                        \
+    template void linear_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);  \
+    template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,   \
+                                     int64_t);                                                     \
+    template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
+                                       double);                                                    \
+    template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,        \
+                                        const T*, int64_t, int64_t);                               \
+    template void glu_forward<T>(T*, T*, T*, T*, const T*, const GluParams<T>&, int64_t, int64_t,  \
+                                 int64_t, int64_t);                                                \
+    template void glu_backward<T>(T*, const GluGrads<T>&, const T*, const T*, const T*, const T*,  \
+                                  const T*, const GluParams<T>&, int64_t, int64_t, int64_t,        \
+                                  int64_t, T*);                                                    \
+    template void softmax_forward<T>(T*, const T*, int64_t, int64_t);                              \
+    template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t);
+PLDR_INSTANTIATE(float)
+PLDR_INSTANTIATE(double)
+#undef PLDR_INSTANTIATE
+
+}  // namespace pldr
