@@ -43,10 +43,10 @@ double max_rel(const pldr::Tensor<double>& a, const pldr::Tensor<double>& b) {
 
 TEST(SdpaIdentity, FixedGAtIdentityEqualsPlainSdpa) {
     const Shape6 shapes[] = {
-        {2, 2, 8, 50, 2, 12},  // H·dk = 16
-        {1, 3, 10, 37, 1, 1},  // S = 1, H·dk = 30
-        {3, 4, 16, 211, 2, 9}, // H·dk = 64
-        {2, 5, 6, 64, 3, 17},  // H·dk = 30, odd S
+        {2, 2, 8, 50, 2, 12},   // H·dk = 16
+        {1, 3, 10, 37, 1, 1},   // S = 1, H·dk = 30
+        {3, 4, 16, 211, 2, 9},  // H·dk = 64
+        {2, 5, 6, 64, 3, 17},   // H·dk = 30, odd S
     };
     for (const auto& s : shapes) {
         for (bool ref_numerics : {true, false}) {

@@ -30,7 +30,8 @@ void init_weights(Model<T>& m, uint64_t seed, InitLaw law) {
         auto fill_normal = [&](double stdv) {
             for (int64_t i = 0; i < e.numel; ++i) p[i] = T(stdv * rng.normal());
         };
-        const bool plga_wpa = ends_with(n, ".Wlst") || ends_with(n, ".pwlst") || ends_with(n, ".alst");
+        const bool plga_wpa =
+            ends_with(n, ".Wlst") || ends_with(n, ".pwlst") || ends_with(n, ".alst");
         if (n == "decoder.embedding.weight") {
             fill_normal(1.0);
         } else if (plga_wpa) {

@@ -82,11 +82,15 @@ void rope_backward(T* dx, const int64_t* pos, int64_t N, int64_t H, int64_t D, c
                 const int64_t i1 = interleaved ? 2 * m + 1 : m + half;
                 const T d0 = v[i0], d1 = v[i1];
                 const T c = T(cs[m]), s = T(sn[m]);
-                T g0 = d0 * c + d1 * s;
-                T g1 = d1 * c - d0 * s;
+                T g0, g1;
                 if (round_grad_f32) {
-                    g0 = round_f32(g0);
-                    g1 = round_f32(g1);
+                    // The reference's autograd: each product's gradient is cast back to the
+                    // float32 input, and the two contributions are summed in float32.
+                    g0 = T(float(d0 * c) + float(d1 * s));
+                    g1 = T(float(d1 * c) - float(d0 * s));
+                } else {
+                    g0 = d0 * c + d1 * s;
+                    g1 = d1 * c - d0 * s;
                 }
                 v[i0] = g0;
                 v[i1] = g1;

@@ -1,0 +1,24 @@
+// The backward pass of PLDR-LLM (v510 and fixed-G), layer by layer in reverse, beside the
+// forward in plga_layer.cpp. Gradients accumulate into a flat buffer with the model's layout.
+#pragma once
+#include <vector>
+
+#include "model/forward.h"
+
+namespace pldr {
+
+// Extra gradients reaching the deductive outputs from other losses (the DAG regularizer),
+// per layer, each [B,H,D,D] or empty.
+template <typename T>
+struct DeductiveGrads {
+    Tensor<T> dA_LM, dA_P, dG;
+};
+
+// Accumulates d(loss)/d(params) into grads (layout.total elements), given dlogits [B,S,V] and
+// optional per-layer extra gradients (null or one entry per layer). The fixed G of fixed-G
+// models is a constant and receives no gradient.
+template <typename T>
+void backward(const Model<T>& m, const Activations<T>& a, const Tensor<T>& dlogits,
+              const std::vector<DeductiveGrads<T>>* extra, T* grads);
+
+}  // namespace pldr

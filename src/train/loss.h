@@ -1,0 +1,32 @@
+// The training objective (spec §5.1, §3.2): masked cross-entropy over tokens[:,1:] given
+// tokens[:,:-1], plus the optional DAG regularizer, with its gradient.
+#pragma once
+#include <cstdint>
+
+#include "model/backward.h"
+
+namespace pldr {
+
+struct DagCoeffs {
+    double A = 0, Ap = 0, G = 0;  // c_A, c_Ap, c_G (each ≥ 0)
+    bool any() const { return A > 0 || Ap > 0 || G > 0; }
+};
+
+struct LossResult {
+    double value = 0;                      // ce + Σ c·dag
+    double ce = 0;                         // masked mean cross-entropy
+    double accuracy = 0;                   // masked top-1 accuracy
+    double dagA = 0, dagAp = 0, dagG = 0;  // unweighted DAG metrics (learned-G models)
+    int64_t scored = 0, correct = 0;
+};
+
+// tokens [B, S1]: input tokens[:, :-1], targets tokens[:, 1:] (pad id 0 never scored).
+// Runs the forward into `acts`; when grads != null also runs the backward and ACCUMULATES
+// d value / d params · grad_scale into grads. The DAG metrics are computed whenever the model
+// has a learned G, and enter the loss only for positive coefficients.
+template <typename T>
+LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
+                          const DagCoeffs& dag, Activations<T>& acts, T* grads,
+                          double grad_scale = 1.0);
+
+}  // namespace pldr
