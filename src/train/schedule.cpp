@@ -27,7 +27,8 @@ double LrSchedule::lambda(int64_t step) const {
     const double s = std::min(double(step), total_d);
     // warmup = 0: no warmup phase, the cosine starts at s = 0 (the reference divides by zero).
     if (warmup > 0 && s <= warmup_d) return (1.0 / warmup_d) * s;
-    // Here s > warmup, hence warmup < total and decay_rate > 0 (warmup == total never gets here).
+    // Here s > warmup (or warmup = 0): either way warmup < total, so decay_rate > 0; with
+    // warmup == total every s ≤ total = warmup took the branch above.
     const double decay_step = s - warmup_d;
     const double decay_rate = total_d - warmup_d;
     return (1.0 - alpha) * 0.5 * (1.0 + std::cos(std::numbers::pi * (decay_step / decay_rate))) +
