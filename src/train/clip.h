@@ -1,0 +1,27 @@
+// Gradient clipping and finiteness checks over a flat gradient buffer (spec §5.2: the
+// reference clips by value, each element clamped to [−1, 1]; HF fine-tuning clips by norm).
+#pragma once
+#include <cstdint>
+
+namespace pldr {
+
+// Clamps every element to [−limit, limit] (torch `clip_grad_value_` / `clamp_`) and returns
+// the number of elements with |g| > limit, counted before clipping (the reference's
+// `grad_elements_clipped`). NaN elements stay NaN and are not counted. limit must be finite
+// and ≥ 0.
+template <class T>
+int64_t clip_by_value(T* g, int64_t n, T limit);
+
+// torch `clip_grad_norm_` (norm type 2) over one flat buffer: the total 2-norm is accumulated
+// in double; if max_norm / (norm + 1e-6) < 1, every element is multiplied by that factor
+// (rounded once to T). Returns the norm before clipping. A non-finite norm (inf/NaN in the
+// gradients) leaves g untouched and is returned as is, so the caller can skip the step
+// (torch would scale by 0 or NaN instead). max_norm must be finite and > 0.
+template <class T>
+double clip_by_global_norm(T* g, int64_t n, double max_norm);
+
+// True when no element is inf or NaN.
+template <class T>
+bool all_finite(const T* g, int64_t n);
+
+}  // namespace pldr
