@@ -97,7 +97,9 @@ TEST(DagExpm, Diagonal) {
             want[i * n + i] = std::exp(scale * d[i]);
         }
         EXPECT_LT(rel_err(run_expm<double>(A, n), want), 1e-14) << "scale " << scale;
-        EXPECT_LT(rel_err(run_expm<float>(A, n), want), 2e-6) << "scale " << scale;
+        // float: 5 squarings at scale 50 amplify rounding ~2^5-fold.
+        EXPECT_LT(rel_err(run_expm<float>(A, n), want), scale > 5 ? 1e-5 : 2e-6)
+            << "scale " << scale;
     }
 }
 
@@ -398,9 +400,11 @@ TEST(DagReference, AgreesWithExactOnModerateMatrices) {
                 for (size_t e = 0; e < X.size(); ++e) X[e] = double(float(X0[e]));
                 const double ve = pldr::dag_term(X.data(), n, DagMode::EXACT);
                 const double vr = pldr::dag_term(X.data(), n, DagMode::REFERENCE_F32);
-                const double rv = std::fabs(vr - ve) / ve;
+                // float32 tr/dk near 1 has an absolute rounding of ~1.2e-7 that log passes
+                // through unchanged, so small dag values get an absolute floor.
+                const double rv = std::fabs(vr - ve) / (ve + 0.25);
                 worst_v = std::max(worst_v, rv);
-                EXPECT_LT(rv, 2e-6) << "n " << n;
+                EXPECT_LT(rv, 1e-6) << "n " << n << " dag " << ve;
                 const double rg = rel_err(analytic_grad(X, n, DagMode::REFERENCE_F32),
                                           analytic_grad(X, n, DagMode::EXACT));
                 worst_g = std::max(worst_g, rg);
@@ -408,8 +412,9 @@ TEST(DagReference, AgreesWithExactOnModerateMatrices) {
             }
         }
     }
-    std::printf("[dag] REFERENCE_F32 vs EXACT: worst value rel %.3g, worst grad rel %.3g\n",
-                worst_v, worst_g);
+    std::printf(
+        "[dag] REFERENCE_F32 vs EXACT: worst value |d|/(dag+0.25) %.3g, worst grad rel %.3g\n",
+        worst_v, worst_g);
 }
 
 TEST(DagReference, GradientMatchesFiniteDifferenceOfReferenceValue) {

@@ -29,15 +29,30 @@ void matmul(const S* A, const S* B, S* C, int64_t n) {
     }
 }
 
+// Same with fused multiply-adds, as the reference's BLAS kernels and its AVX2-compiled
+// elementwise kernels do (this brings the float32 golden dag values to within 0–1 ulp).
+template <typename S>
+void matmul_fma(const S* A, const S* B, S* C, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        S* c = C + i * n;
+        std::fill(c, c + n, S(0));
+        for (int64_t k = 0; k < n; ++k) {
+            const S a = A[i * n + k];
+            const S* b = B + k * n;
+            for (int64_t j = 0; j < n; ++j) c[j] = std::fma(a, b[j], c[j]);
+        }
+    }
+}
+
 // out = Σ_j coef[j]·in[j] (elementwise), accumulated from zero in the order j = 0, 1, ...
-// (the order torch's _compute_linear_combination uses).
+// (the order torch's _compute_linear_combination uses), with fused multiply-adds.
 template <typename S>
 void lincomb(const std::vector<const S*>& in, const S* coef, int64_t nn, S* out) {
     std::fill(out, out + nn, S(0));
     for (size_t j = 0; j < in.size(); ++j) {
         const S cj = coef[j];
         const S* x = in[j];
-        for (int64_t e = 0; e < nn; ++e) out[e] += x[e] * cj;
+        for (int64_t e = 0; e < nn; ++e) out[e] = std::fma(x[e], cj, out[e]);
     }
 }
 
@@ -87,13 +102,20 @@ constexpr double kB18[5][5] = {
     {0., 0., -9.23364619367118555360e-02, -1.69364939002081722752e-02,
      -1.40086798182036094347e-05}};
 
+// Which degree-8 polynomial to use. BBC's construction needs x7 = (89 − √177)/(5040·x3²);
+// torch up to at least 2.x (so the 1.13 reference) has x3 instead of x3² there, which makes its
+// "T8" agree with the Taylor polynomial only through degree 4 (coefficient errors of 10–33% on
+// A⁵..A⁸; used for float32 1-norms in (0.0512, 0.580]). REFERENCE_F32 reproduces that; the
+// public expm uses the corrected coefficient.
+enum class T8Flavor { CORRECT, TORCH_1_13 };
+
 // Degree-8 coefficients. They are evaluated with the operand types of the reference (a mix of
 // S-typed and double intermediates, each assignment rounding to S), so the float32 values are
 // the ones torch uses.
 template <typename S>
 struct T8Coefs {
     S x1, x2, x3, x4, x5, x6, x7, y2;
-    T8Coefs() {
+    explicit T8Coefs(T8Flavor flavor) {
         const S r177 = S(0.1330413469565007072504e+2);  // sqrt(177)
         x3 = S(2. / 3.);
         x1 = S(x3 * ((1. + r177) / 88.));
@@ -101,7 +123,8 @@ struct T8Coefs {
         x4 = S((-271. + 29. * r177) / (315. * x3));
         x5 = S((-11. + 11. * r177) / (1260. * x3));
         x6 = S((-99. + 11. * r177) / (5040. * x3));
-        x7 = S((89. - r177) / (5040. * x3));
+        x7 = flavor == T8Flavor::TORCH_1_13 ? S((89. - r177) / (5040. * x3))
+                                            : S((89. - r177) / (5040. * x3 * x3));
         y2 = S((857. - 58. * r177) / 630.);
     }
 };
@@ -129,7 +152,7 @@ void bbc_T2(const S* A, int64_t n, S* out, BbcWork<S>& w) {
     S* I = w.m(0);
     S* A2 = w.m(1);
     set_identity(I, n);
-    matmul(A, A, A2, n);
+    matmul_fma(A, A, A2, n);
     for (int64_t e = 0; e < nn; ++e) A2[e] = A2[e] / S(2);
     for (int64_t e = 0; e < nn; ++e) out[e] = (I[e] + A[e]) + A2[e];
 }
@@ -142,17 +165,18 @@ void bbc_T4(const S* A, int64_t n, S* out, BbcWork<S>& w) {
     S* L = w.m(2);
     S* P = w.m(3);
     set_identity(I, n);
-    matmul(A, A, A2, n);
+    matmul_fma(A, A, A2, n);
     const S c3[3] = {S(1 / 2.0), S(1 / 6.0), S(1 / 24.0)};
     lincomb<S>({I, A, A2}, c3, nn, L);
-    matmul(A2, L, P, n);  // A²·(I/2 + A/6 + A²/24)
+    matmul_fma(A2, L, P, n);  // A²·(I/2 + A/6 + A²/24)
     const S c4[4] = {S(1), S(1), S(0), S(1)};
     lincomb<S>({I, A, A2, P}, c4, nn, out);
 }
 
 template <typename S>
-void bbc_T8(const S* A, int64_t n, S* out, BbcWork<S>& w) {
-    static const T8Coefs<S> k;
+void bbc_T8(const S* A, int64_t n, S* out, BbcWork<S>& w, T8Flavor flavor) {
+    static const T8Coefs<S> k_correct(T8Flavor::CORRECT), k_torch(T8Flavor::TORCH_1_13);
+    const T8Coefs<S>& k = flavor == T8Flavor::TORCH_1_13 ? k_torch : k_correct;
     const int64_t nn = n * n;
     S* I = w.m(0);
     S* A2 = w.m(1);
@@ -161,15 +185,15 @@ void bbc_T8(const S* A, int64_t n, S* out, BbcWork<S>& w) {
     S* L1 = w.m(4);
     S* L2 = w.m(5);
     set_identity(I, n);
-    matmul(A, A, A2, n);
+    matmul_fma(A, A, A2, n);
     const S ca[2] = {k.x1, k.x2};
     lincomb<S>({A, A2}, ca, nn, L1);
-    matmul(A2, L1, A4, n);  // A4 = A²·(x1·A + x2·A²)
+    matmul_fma(A2, L1, A4, n);  // A4 = A²·(x1·A + x2·A²)
     const S cb[2] = {k.x3, S(1)};
     lincomb<S>({A2, A4}, cb, nn, L1);
     const S cc[4] = {k.x4, k.x5, k.x6, k.x7};
     lincomb<S>({I, A, A2, A4}, cc, nn, L2);
-    matmul(L1, L2, A8, n);  // A8 = (x3·A² + A4)·(x4·I + x5·A + x6·A² + x7·A4)
+    matmul_fma(L1, L2, A8, n);  // A8 = (x3·A² + A4)·(x4·I + x5·A + x6·A² + x7·A4)
     const S cd[5] = {S(1), S(1), k.y2, S(0), S(1)};
     lincomb<S>({I, A, A2, A4, A8}, cd, nn, out);
 }
@@ -183,17 +207,17 @@ void bbc_T12(const S* A, int64_t n, S* out, BbcWork<S>& w) {
     S* B[4] = {w.m(3), w.m(4), w.m(5), w.m(6)};
     S* tmp = w.m(7);
     set_identity(I, n);
-    matmul(A, A, A2, n);
-    matmul(A, A2, A3, n);
+    matmul_fma(A, A, A2, n);
+    matmul_fma(A, A2, A3, n);
     for (int i = 0; i < 4; ++i) {
         S c[4];
         for (int j = 0; j < 4; ++j) c[j] = S(kB12[i][j]);
         lincomb<S>({I, A, A2, A3}, c, nn, B[i]);
     }
-    matmul(B[3], B[3], tmp, n);
+    matmul_fma(B[3], B[3], tmp, n);
     for (int64_t e = 0; e < nn; ++e) B[2][e] += tmp[e];  // A6 = B2 + B3²
     for (int64_t e = 0; e < nn; ++e) B[1][e] += B[2][e];
-    matmul(B[1], B[2], tmp, n);  // (B1 + A6)·A6
+    matmul_fma(B[1], B[2], tmp, n);  // (B1 + A6)·A6
     for (int64_t e = 0; e < nn; ++e) out[e] = B[0][e] + tmp[e];
 }
 
@@ -207,18 +231,18 @@ void bbc_T18(const S* A, int64_t n, S* out, BbcWork<S>& w) {
     S* B[5] = {w.m(4), w.m(5), w.m(6), w.m(7), w.m(8)};
     S* tmp = w.m(9);
     set_identity(I, n);
-    matmul(A, A, A2, n);
-    matmul(A, A2, A3, n);
-    matmul(A3, A3, A6, n);
+    matmul_fma(A, A, A2, n);
+    matmul_fma(A, A2, A3, n);
+    matmul_fma(A3, A3, A6, n);
     for (int i = 0; i < 5; ++i) {
         S c[5];
         for (int j = 0; j < 5; ++j) c[j] = S(kB18[i][j]);
         lincomb<S>({I, A, A2, A3, A6}, c, nn, B[i]);
     }
-    matmul(B[0], B[4], tmp, n);
+    matmul_fma(B[0], B[4], tmp, n);
     for (int64_t e = 0; e < nn; ++e) B[3][e] += tmp[e];  // A9 = B3 + B0·B4
     for (int64_t e = 0; e < nn; ++e) B[2][e] += B[3][e];
-    matmul(B[2], B[3], tmp, n);  // (B2 + A9)·A9
+    matmul_fma(B[2], B[3], tmp, n);  // (B2 + A9)·A9
     for (int64_t e = 0; e < nn; ++e) out[e] = B[1][e] + tmp[e];
 }
 
@@ -237,7 +261,7 @@ S norm1(const S* A, int64_t n) {
 }
 
 template <typename S>
-void bbc_expm(const S* A, int64_t n, S* out) {
+void bbc_expm(const S* A, int64_t n, S* out, T8Flavor flavor) {
     PLDR_CHECK(n >= 1);
     const int64_t nn = n * n;
     if (n == 1) {
@@ -254,7 +278,7 @@ void bbc_expm(const S* A, int64_t n, S* out) {
     if (norm <= th[0]) return bbc_T1(A, n, out);
     if (norm <= th[1]) return bbc_T2(A, n, out, w);
     if (norm <= th[2]) return bbc_T4(A, n, out, w);
-    if (norm <= th[3]) return bbc_T8(A, n, out, w);
+    if (norm <= th[3]) return bbc_T8(A, n, out, w, flavor);
     if (norm < th[4]) return bbc_T12(A, n, out, w);
     // T18 with scaling and squaring: s = max(0, ceil(log2(norm / theta18))), evaluated in S.
     S ls = std::ceil(std::log2(norm / th[5]));
@@ -269,7 +293,7 @@ void bbc_expm(const S* A, int64_t n, S* out) {
     bbc_T18(As.data(), n, out, w);
     std::vector<S> tmp(static_cast<size_t>(nn));
     for (int p = 0; p < s; ++p) {
-        matmul(out, out, tmp.data(), n);
+        matmul_fma(out, out, tmp.data(), n);
         std::copy(tmp.begin(), tmp.end(), out);
     }
 }
@@ -332,7 +356,8 @@ double log_mean_trace_expm_nonneg(const double* M, int64_t n, double* P) {
     double inv_fact[4 * kTaylorBlocks + 1];
     inv_fact[0] = 1;
     for (int j = 1; j <= 4 * kTaylorBlocks; ++j) inv_fact[j] = inv_fact[j - 1] / j;
-    std::vector<double> Phi(static_cast<size_t>(nn), 0.0), Bi(static_cast<size_t>(nn)), tmp(static_cast<size_t>(nn));
+    std::vector<double> Phi(static_cast<size_t>(nn), 0.0), Bi(static_cast<size_t>(nn)),
+        tmp(static_cast<size_t>(nn));
     for (int b = kTaylorBlocks - 1; b >= 0; --b) {
         std::fill(Bi.begin(), Bi.end(), 0.0);
         for (int r = 1; r <= 4; ++r) {
@@ -427,19 +452,31 @@ double dag_exact_one(const T* X, int64_t n, T* dX, double scale) {
     return std::fabs(v);
 }
 
+// Float32 sum of `size` values `stride` apart in the order of torch's CPU reduction for small
+// sizes: four interleaved partial sums (elements k, k+4, k+8, ... summed in order), any remainder
+// added to the first, then ((p0 + p1) + p2) + p3.
+float torch_sum_f32(const float* x, int64_t size, int64_t stride) {
+    float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int64_t rows = size / 4;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int k = 0; k < 4; ++k) p[k] += x[(4 * r + k) * stride];
+    for (int64_t i = 4 * rows; i < size; ++i) p[0] += x[i * stride];
+    return ((p[0] + p[1]) + p[2]) + p[3];
+}
+
 // torch: abs(log(einsum('ii', matrix_exp(X*X)) / dk)) in float32, and its autograd backward with
 // the incoming gradient `seed` (float32).
 template <typename T>
 float dag_ref_one(const T* X, int64_t n, T* dX, float seed) {
     const int64_t nn = n * n;
-    std::vector<float> Xf(static_cast<size_t>(nn)), Mf(static_cast<size_t>(nn)), E(static_cast<size_t>(nn));
+    std::vector<float> Xf(static_cast<size_t>(nn)), Mf(static_cast<size_t>(nn)),
+        E(static_cast<size_t>(nn));
     for (int64_t e = 0; e < nn; ++e) {
         Xf[e] = float(X[e]);
         Mf[e] = Xf[e] * Xf[e];
     }
-    bbc_expm<float>(Mf.data(), n, E.data());
-    float tr = 0.0f;
-    for (int64_t i = 0; i < n; ++i) tr += E[i * n + i];
+    bbc_expm<float>(Mf.data(), n, E.data(), T8Flavor::TORCH_1_13);
+    const float tr = torch_sum_f32(E.data(), n, n + 1);
     const float dk = float(n);
     const float y = tr / dk;
     const float v = std::log(y);
@@ -461,7 +498,7 @@ float dag_ref_one(const T* X, int64_t n, T* dX, float seed) {
         }
         Bk[i * m + (n + i)] = g3;
     }
-    bbc_expm<float>(Bk.data(), m, EB.data());
+    bbc_expm<float>(Bk.data(), m, EB.data(), T8Flavor::TORCH_1_13);
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < n; ++j) {
             const float gM = EB[i * m + (n + j)];
@@ -500,16 +537,15 @@ double dag_mean(const T* X, int64_t count, int64_t n, DagMode mode, T* dX, doubl
 #pragma omp parallel for schedule(dynamic, 1) if (count > 1)
     for (int64_t c = 0; c < count; ++c)
         vals[c] = double(dag_ref_one(X + c * nn, n, dX ? dX + c * nn : nullptr, seed));
-    float sum = 0.0f;
-    for (int64_t c = 0; c < count; ++c) sum += float(vals[c]);
-    return double(sum / float(count));
+    std::vector<float> fv(vals.begin(), vals.end());
+    return double(torch_sum_f32(fv.data(), count, 1) / float(count));
 }
 
 template <typename T>
 void expm(const T* A, int64_t n, T* out) {
     PLDR_REQUIRE(n >= 1, "expm: matrix size must be >= 1, got ", n);
     PLDR_REQUIRE(A != out, "expm: out must not alias A");
-    bbc_expm<T>(A, n, out);
+    bbc_expm<T>(A, n, out, T8Flavor::CORRECT);
 }
 
 template double dag_term<float>(const float*, int64_t, DagMode, float*, double);
