@@ -302,7 +302,7 @@ void bbc_expm(const S* A, int64_t n, S* out, T8Flavor flavor) {
 // EXACT mode core: log(tr expm(M)/n) for nonnegative M, plus expm(M)ᵀ/tr expm(M).
 
 constexpr double kTaylorTheta = 1.0;  // ‖A‖₁ bound after scaling; tail ≤ θ²¹/21!·e^θ ≈ 1e-19
-constexpr int kTaylorBlocks = 5;  // degree 4·5 = 20, Paterson–Stockmeyer in A⁴
+constexpr int kTaylorBlocks = 5;  // at most degree 4·5 = 20, Paterson–Stockmeyer in A⁴
 constexpr int kRenormExp = 400;   // keep stored entries below 2^400 between squarings
 
 double max_entry(const double* A, int64_t nn) {
@@ -346,8 +346,18 @@ double log_mean_trace_expm_nonneg(const double* M, int64_t n, double* P) {
         for (int64_t i = 0; i < nn; ++i) A[i] = std::ldexp(A[i], -k);
     }
 
-    // Φ = expm(A) − I = Σ_{j=1..20} A^j / j!, Paterson–Stockmeyer with blocks in A⁴:
+    // Φ = expm(A) − I = Σ_{j=1..4b} A^j / j!, Paterson–Stockmeyer with blocks in A⁴:
     // Φ = B0 + A⁴(B1 + A⁴(B2 + A⁴(B3 + A⁴ B4))), B_i = Σ_{r=1..4} A^r / (4i + r)!.
+    // The number of blocks b is the smallest whose relative truncation bound
+    // ν^{4b}·e/(4b+1)! (ν = ‖A‖₁ ≤ 1; Φ ≥ A entrywise) is below 2^-56. Besides saving work for
+    // small ν, this keeps the high powers of tiny matrices (entries ~1e-18) out of the
+    // subnormal range, where arithmetic is very slow.
+    const double nu = std::ldexp(norm, -k);
+    int blocks = 1;
+    for (double fact = 120.0; blocks < kTaylorBlocks; ++blocks) {
+        if (std::pow(nu, 4.0 * blocks) * std::exp(1.0) / fact <= std::ldexp(1.0, -56)) break;
+        for (int j = 4 * blocks + 2; j <= 4 * blocks + 5; ++j) fact *= j;
+    }
     std::vector<double> pw(size_t(4 * nn));
     double* Pw[4] = {A.data(), pw.data() + nn, pw.data() + 2 * nn, pw.data() + 3 * nn};
     matmul(Pw[0], Pw[0], Pw[1], n);
@@ -358,14 +368,14 @@ double log_mean_trace_expm_nonneg(const double* M, int64_t n, double* P) {
     for (int j = 1; j <= 4 * kTaylorBlocks; ++j) inv_fact[j] = inv_fact[j - 1] / j;
     std::vector<double> Phi(static_cast<size_t>(nn), 0.0), Bi(static_cast<size_t>(nn)),
         tmp(static_cast<size_t>(nn));
-    for (int b = kTaylorBlocks - 1; b >= 0; --b) {
+    for (int b = blocks - 1; b >= 0; --b) {
         std::fill(Bi.begin(), Bi.end(), 0.0);
         for (int r = 1; r <= 4; ++r) {
             const double c = inv_fact[4 * b + r];
             const double* Ar = Pw[r - 1];
             for (int64_t e = 0; e < nn; ++e) Bi[e] += c * Ar[e];
         }
-        if (b == kTaylorBlocks - 1) {
+        if (b == blocks - 1) {
             Phi = Bi;
         } else {
             matmul(Pw[3], Phi.data(), tmp.data(), n);
