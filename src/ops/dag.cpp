@@ -322,6 +322,7 @@ double log_mean_trace_expm_nonneg(const double* M, int64_t n, double* P) {
             if (P) std::fill(P, P + nn, nan);
             return nan;
         }
+        PLDR_REQUIRE(M[e] >= 0.0, "log_mean_trace_expm_nonneg: negative entry ", M[e], " at ", e);
     }
     // Shift by the smallest diagonal entry: M − sI stays nonnegative, so every term below is a
     // sum of nonnegative numbers (no cancellation), and log tr expm(M) = s + log tr expm(M − sI).
