@@ -455,10 +455,10 @@ TEST(DagReference, TinyAndSignConventions) {
 // Golden: loss.dagA / dagAp / dagG of e_tiny_v510_dag (mean over layer, batch, head).
 
 TEST(DagGolden, TinyDagLossValues) {
-    const char* dir = std::getenv("PLDR_GOLDEN_DIR");
-    if (!dir || !*dir) GTEST_SKIP() << "PLDR_GOLDEN_DIR not set";
+    const char* env = std::getenv("PLDR_GOLDEN_DIR");
+    const std::string dir = (env && *env) ? env : PLDR_SOURCE_DIR "/tests/golden";
     for (const char* dtype : {"f64", "f32"}) {
-        const std::string path = std::string(dir) + "/e_tiny_v510_dag." + dtype + ".safetensors";
+        const std::string path = dir + "/e_tiny_v510_dag." + dtype + ".safetensors";
         if (!std::filesystem::exists(path)) GTEST_SKIP() << "missing " << path;
         pldr::SafetensorsFile f(path);
         const struct {

@@ -1,9 +1,65 @@
 // Training objective (see loss.h).
 #include "train/loss.h"
 
+#include <cmath>
 #include <vector>
 
+#include "ops/dag.h"
+
 namespace pldr {
+
+namespace {
+
+// The DAG regularizer over all layers (spec §3.2): for X ∈ {A_LM, A_P, G_LM}, the mean over
+// (layer, batch, head) of |log(tr(expm(X∘X))/dk)|. Always computed (as metrics); enters the loss
+// and the gradient only for positive coefficients. With reference numerics the float32 algorithm
+// of the reference is used (golden parity); where it overflows, and in pure mode, the exact
+// overflow-safe evaluation (ops/dag.h).
+template <typename T>
+std::vector<DeductiveGrads<T>> dag_terms(const Model<T>& m, const Activations<T>& a,
+                                         const DagCoeffs& dag, double grad_scale, LossResult& r) {
+    const Config& c = m.cfg;
+    const int64_t L = c.num_layers, D = c.head_dim, per = a.B * c.num_heads * D * D;
+    const int64_t count = L * a.B * c.num_heads;
+    const bool want_grad = grad_scale != 0.0 && dag.any();
+    std::vector<DeductiveGrads<T>> extra(want_grad ? size_t(L) : 0);
+    const DagMode mode = m.reference_numerics ? DagMode::REFERENCE_F32 : DagMode::EXACT;
+    auto term = [&](Tensor<T> LayerActs<T>::*field, Tensor<T> DeductiveGrads<T>::*gfield,
+                    double coeff, double* metric) {
+        std::vector<T> X(static_cast<size_t>(L * per));
+        for (int64_t l = 0; l < L; ++l) {
+            const Tensor<T>& t = a.layers[size_t(l)].*field;
+            std::copy(t.data.begin(), t.data.end(), X.begin() + l * per);
+        }
+        const bool g = want_grad && coeff > 0;
+        std::vector<T> dX(g ? X.size() : 0, T(0));
+        DagMode md = mode;
+        double v = dag_mean(X.data(), count, D, md, g ? dX.data() : nullptr, coeff * grad_scale);
+        if (!std::isfinite(v) && md == DagMode::REFERENCE_F32) {  // reference overflow
+            md = DagMode::EXACT;
+            std::fill(dX.begin(), dX.end(), T(0));
+            v = dag_mean(X.data(), count, D, md, g ? dX.data() : nullptr, coeff * grad_scale);
+        }
+        *metric = v;
+        if (coeff > 0) {
+            // The reference adds float32(coeff · dag) (a float32 tensor times a Python float).
+            r.dag_loss +=
+                md == DagMode::REFERENCE_F32 ? double(float(coeff) * float(v)) : coeff * v;
+        }
+        if (g)
+            for (int64_t l = 0; l < L; ++l) {
+                Tensor<T>& dst = extra[size_t(l)].*gfield;
+                dst = Tensor<T>({a.B, c.num_heads, D, D},
+                                std::vector<T>(dX.begin() + l * per, dX.begin() + (l + 1) * per));
+            }
+    };
+    term(&LayerActs<T>::A_LM, &DeductiveGrads<T>::dA_LM, dag.A, &r.dagA);
+    term(&LayerActs<T>::A_P, &DeductiveGrads<T>::dA_P, dag.Ap, &r.dagAp);
+    term(&LayerActs<T>::G, &DeductiveGrads<T>::dG, dag.G, &r.dagG);
+    return extra;
+}
+
+}  // namespace
 
 template <typename T>
 LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
@@ -27,11 +83,16 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     r.ce = total / double(r.scored);
     r.accuracy = double(r.correct) / double(r.scored);
     r.value = r.ce;
+    std::vector<DeductiveGrads<T>> extra;
+    if (m.cfg.learned_g()) {
+        extra = dag_terms(m, acts, dag, grads ? grad_scale : 0.0, r);
+        r.value += r.dag_loss;
+    }
     if (!grads) return r;
     Tensor<T> dlogits({B, S, V});
     cross_entropy_backward(dlogits.ptr(), acts.logits.ptr(), tgt.data(), N, V, m.cfg.pad_token_id,
                            T(grad_scale / double(r.scored)));
-    backward<T>(m, acts, dlogits, nullptr, grads);
+    backward<T>(m, acts, dlogits, extra.empty() ? nullptr : &extra, grads);
     return r;
 }
 

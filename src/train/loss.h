@@ -17,6 +17,7 @@ struct LossResult {
     double ce = 0;                         // masked mean cross-entropy
     double accuracy = 0;                   // masked top-1 accuracy
     double dagA = 0, dagAp = 0, dagG = 0;  // unweighted DAG metrics (learned-G models)
+    double dag_loss = 0;                   // Σ c·dag as added to the loss
     int64_t scored = 0, correct = 0;
 };
 
