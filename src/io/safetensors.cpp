@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/fs.h"
+#include "io/json_util.h"
 
 namespace pldr {
 
@@ -137,41 +138,6 @@ template void convert_to<float>(DType, const uint8_t*, int64_t, float*);
 template void convert_to<double>(DType, const uint8_t*, int64_t, double*);
 template void convert_to<int64_t>(DType, const uint8_t*, int64_t, int64_t*);
 
-namespace {
-
-// Parses JSON text, rejecting duplicate object keys at any depth (nlohmann keeps the last one
-// silently). Throws pldr::Error prefixed with `what`.
-nlohmann::ordered_json parse_json_strict(const char* begin, const char* end,
-                                         const std::string& what) {
-    std::vector<std::vector<std::string>> keys;  // one key list per open object
-    std::string dup;
-    auto cb = [&](int /*depth*/, nlohmann::ordered_json::parse_event_t ev,
-                  nlohmann::ordered_json& parsed) {
-        using E = nlohmann::ordered_json::parse_event_t;
-        if (ev == E::object_start) {
-            keys.emplace_back();
-        } else if (ev == E::object_end) {
-            if (!keys.empty()) keys.pop_back();
-        } else if (ev == E::key && !keys.empty()) {
-            const std::string& k = parsed.get_ref<const std::string&>();
-            auto& ks = keys.back();
-            if (dup.empty() && std::find(ks.begin(), ks.end(), k) != ks.end()) dup = k;
-            ks.push_back(k);
-        }
-        return true;
-    };
-    nlohmann::ordered_json h;
-    try {
-        h = nlohmann::ordered_json::parse(begin, end, cb);
-    } catch (const std::exception& e) {
-        fail(what, ": malformed JSON: ", e.what());
-    }
-    if (!dup.empty()) fail(what, ": duplicate key '", dup, "'");
-    return h;
-}
-
-}  // namespace
-
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) fail("cannot open ", path, ": ", std::strerror(errno));
@@ -205,7 +171,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         data_ = base + 8 + n;
         size_t data_size = map_size_ - 8 - n;
         const char* hb = reinterpret_cast<const char*>(base + 8);
-        nlohmann::ordered_json h = parse_json_strict(hb, hb + n, path + ": safetensors header");
+        nlohmann::ordered_json h =
+            parse_json_strict(std::string_view(hb, n), path + ": safetensors header");
         if (!h.is_object())
             fail(path, ": malformed safetensors header: a JSON ", h.type_name(), ", not an object");
         for (auto it = h.begin(); it != h.end(); ++it) {
