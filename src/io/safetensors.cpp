@@ -339,6 +339,22 @@ template void SafetensorsWriter::add_as<float>(const std::string&, DType, const 
 template void SafetensorsWriter::add_as<double>(const std::string&, DType, const Shape&,
                                                 const double*);
 
+std::vector<TensorInfo> SafetensorsWriter::infos() const {
+    std::vector<TensorInfo> out;
+    size_t off = 0;
+    for (const auto& [name, e] : entries_) {
+        TensorInfo t;
+        t.name = name;
+        t.dtype = e.dtype;
+        t.shape = e.shape;
+        t.begin = off;
+        t.end = off + e.bytes.size();
+        off = t.end;
+        out.push_back(std::move(t));
+    }
+    return out;
+}
+
 std::string SafetensorsWriter::serialize(
     const std::map<std::string, std::string>& extra_metadata) const {
     std::map<std::string, std::string> meta = extra_metadata;

@@ -101,6 +101,8 @@ class SafetensorsWriter {
     bool empty() const { return entries_.empty(); }
     size_t size() const { return entries_.size(); }
     bool has(const std::string& name) const { return entries_.count(name) != 0; }
+    // Name, dtype, shape and data offsets of every entry, in file (name) order.
+    std::vector<TensorInfo> infos() const;
     // The whole file as bytes; `extra_metadata` is merged into `__metadata__` (the writer's own
     // entries win on a clash).
     std::string serialize(const std::map<std::string, std::string>& extra_metadata = {}) const;
