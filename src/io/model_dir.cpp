@@ -156,8 +156,8 @@ void save_model_dir(const std::string& dir, const Config& cfg, const Safetensors
         }
     }
     make_dirs(dir);
-    // Weights first: a crash in between leaves an old config.json that still names the old
-    // weights' shapes only if the shapes changed, which the loader then reports.
+    // Each file is replaced atomically; the weights go first so that a config.json never
+    // appears in a new directory before its model.safetensors.
     weights.write(st_path, {{"format", "pt"}});
     write_file_atomic(cfg_path, config_to_json(cfg));
 }
