@@ -287,6 +287,7 @@ Tensor<T> SafetensorsFile::read(const std::string& name) const {
 }
 template Tensor<float> SafetensorsFile::read<float>(const std::string&) const;
 template Tensor<double> SafetensorsFile::read<double>(const std::string&) const;
+template Tensor<int64_t> SafetensorsFile::read<int64_t>(const std::string&) const;
 
 std::vector<int64_t> SafetensorsFile::read_i64(const std::string& name) const {
     const TensorInfo& t = at(name);

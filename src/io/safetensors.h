@@ -53,7 +53,8 @@ class SafetensorsFile {
     bool has(const std::string& name) const { return find(name) != nullptr; }
     const uint8_t* raw(const TensorInfo& t) const { return data_ + t.begin; }
 
-    // Converts any numeric dtype to T (float types widen/narrow; ints and bools cast).
+    // Converts any numeric dtype to T = float, double or int64_t (float types widen/narrow;
+    // ints and bools cast).
     template <typename T>
     Tensor<T> read(const std::string& name) const;
     std::vector<int64_t> read_i64(const std::string& name) const;
