@@ -8,10 +8,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/fs.h"
+#include "io/json_util.h"
 
 namespace pldr {
 
@@ -83,6 +86,10 @@ size_t dtype_size(DType t) {
     return 0;
 }
 
+bool dtype_is_float(DType t) {
+    return t == DType::F64 || t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
 bool dtype_from_name(const std::string& s, DType* out) {
     for (const auto& r : kDTypes)
         if (s == r.name) {
@@ -132,17 +139,21 @@ template void convert_to<double>(DType, const uint8_t*, int64_t, double*);
 template void convert_to<int64_t>(DType, const uint8_t*, int64_t, int64_t*);
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) fail("cannot open ", path, ": ", std::strerror(errno));
+    if (S_ISDIR(st.st_mode)) fail("cannot open ", path, ": is a directory, not a safetensors file");
+    if (!S_ISREG(st.st_mode)) fail("cannot open ", path, ": not a regular file");
     int fd = ::open(path.c_str(), O_RDONLY);
     if (fd < 0) fail("cannot open ", path, ": ", std::strerror(errno));
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
         fail("cannot open ", path, ": not a regular file");
     }
     map_size_ = size_t(st.st_size);
     if (map_size_ < 8) {
         ::close(fd);
-        fail(path, ": truncated safetensors file (", map_size_, " bytes, no header length)");
+        fail(path, ": truncated safetensors file (", map_size_,
+             " bytes, less than the 8-byte header length)");
     }
     map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
     ::close(fd);
@@ -155,30 +166,43 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         uint64_t n = load<uint64_t>(base);
         if (n > map_size_ - 8)
             fail(path, ": header length ", n, " runs past the end of the file (", map_size_,
-                 " bytes)");
+                 " bytes); truncated or not a safetensors file?");
+        if (n == 0) fail(path, ": malformed safetensors header: empty");
         data_ = base + 8 + n;
         size_t data_size = map_size_ - 8 - n;
-        nlohmann::ordered_json h;
-        try {
-            h = nlohmann::ordered_json::parse(base + 8, base + 8 + n);
-        } catch (const std::exception& e) {
-            fail(path, ": malformed safetensors header: ", e.what());
-        }
-        if (!h.is_object()) fail(path, ": malformed safetensors header: not a JSON object");
+        const char* hb = reinterpret_cast<const char*>(base + 8);
+        nlohmann::ordered_json h =
+            parse_json_strict(std::string_view(hb, n), path + ": safetensors header");
+        if (!h.is_object())
+            fail(path, ": malformed safetensors header: a JSON ", h.type_name(), ", not an object");
         for (auto it = h.begin(); it != h.end(); ++it) {
             const std::string& name = it.key();
             const auto& v = it.value();
             if (name == "__metadata__") {
                 if (!v.is_object()) fail(path, ": __metadata__ is not an object");
-                for (auto m = v.begin(); m != v.end(); ++m)
-                    metadata_[m.key()] =
-                        m.value().is_string() ? m.value().get<std::string>() : m.value().dump();
+                for (auto m = v.begin(); m != v.end(); ++m) {
+                    if (!m.value().is_string())
+                        fail(path, ": __metadata__ value for '", m.key(), "' is a ",
+                             m.value().type_name(), ", not a string");
+                    metadata_[m.key()] = m.value().get<std::string>();
+                }
                 continue;
             }
-            if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-                !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
-                !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
-                fail(path, ": malformed header entry for tensor '", name, "'");
+            if (name.empty()) fail(path, ": tensor with an empty name");
+            if (!v.is_object())
+                fail(path, ": malformed header entry for tensor '", name, "': not an object");
+            for (const char* key : {"dtype", "shape", "data_offsets"})
+                if (!v.contains(key))
+                    fail(path, ": malformed header entry for tensor '", name, "': no '", key, "'");
+            if (!v["dtype"].is_string())
+                fail(path, ": malformed header entry for tensor '", name,
+                     "': dtype is not a string");
+            if (!v["shape"].is_array())
+                fail(path, ": malformed header entry for tensor '", name,
+                     "': shape is not an array");
+            if (!v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+                fail(path, ": malformed header entry for tensor '", name,
+                     "': data_offsets is not an array of two integers");
             TensorInfo t;
             t.name = name;
             std::string dt = v["dtype"].get<std::string>();
@@ -186,36 +210,52 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                 fail(path, ": tensor '", name, "' has unknown dtype '", dt, "'");
             int64_t numel = 1;
             for (const auto& d : v["shape"]) {
-                if (!d.is_number_integer() || d.get<int64_t>() < 0)
-                    fail(path, ": tensor '", name, "' has an invalid shape");
+                if (!d.is_number_integer() ||
+                    (d.is_number_unsigned() && d.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+                    d.get<int64_t>() < 0)
+                    fail(path, ": tensor '", name, "' has an invalid shape ", d.dump(), " in ",
+                         v["shape"].dump(), " (dimensions are non-negative integers)");
                 t.shape.push_back(d.get<int64_t>());
                 if (t.shape.back() != 0 && numel > (int64_t(1) << 48) / t.shape.back())
-                    fail(path, ": tensor '", name, "' is too large");
+                    fail(path, ": tensor '", name, "' is too large (shape ", v["shape"].dump(),
+                         ")");
                 numel *= t.shape.back();
             }
             const auto& off = v["data_offsets"];
             if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-                fail(path, ": tensor '", name, "' has invalid data offsets");
-            t.begin = off[0].get<uint64_t>();
-            t.end = off[1].get<uint64_t>();
-            if (t.begin > t.end || t.end > data_size)
-                fail(path, ": tensor '", name, "' data offsets [", t.begin, ",", t.end,
+                fail(path, ": tensor '", name, "' has invalid data offsets ", off.dump(),
+                     " (expected two non-negative integers)");
+            uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+            if (b > e || e > data_size)
+                fail(path, ": tensor '", name, "' data offsets [", b, ",", e,
                      ") are outside the data section (", data_size, " bytes); truncated file?");
-            if (t.end - t.begin != size_t(numel) * dtype_size(t.dtype))
+            t.begin = size_t(b);
+            t.end = size_t(e);
+            size_t need = size_t(numel) * dtype_size(t.dtype);
+            if (t.end - t.begin != need)
                 fail(path, ": tensor '", name, "' has ", t.end - t.begin, " bytes but shape ",
-                     shape_str(t.shape), " of ", dt, " needs ",
-                     size_t(numel) * dtype_size(t.dtype));
+                     shape_str(t.shape), " of ", dt, " needs ", need);
             index_[name] = tensors_.size();
             tensors_.push_back(std::move(t));
         }
         std::vector<const TensorInfo*> order;
         for (const auto& t : tensors_) order.push_back(&t);
-        std::sort(order.begin(), order.end(),
-                  [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
-        for (size_t i = 1; i < order.size(); ++i)
-            if (order[i]->begin < order[i - 1]->end)
+        std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
+            return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+        });
+        size_t covered = 0;
+        for (size_t i = 0; i < order.size(); ++i) {
+            if (i > 0 && order[i]->begin < order[i - 1]->end)
                 fail(path, ": tensors '", order[i - 1]->name, "' and '", order[i]->name,
                      "' have overlapping data offsets");
+            if (order[i]->begin > covered)
+                fail(path, ": data section has a hole of ", order[i]->begin - covered,
+                     " bytes before tensor '", order[i]->name, "'");
+            covered = std::max(covered, order[i]->end);
+        }
+        if (covered != data_size)
+            fail(path, ": data section has ", data_size - covered,
+                 " trailing bytes not covered by any tensor");
     } catch (...) {
         ::munmap(map_, map_size_);
         map_ = nullptr;
@@ -247,6 +287,7 @@ Tensor<T> SafetensorsFile::read(const std::string& name) const {
 }
 template Tensor<float> SafetensorsFile::read<float>(const std::string&) const;
 template Tensor<double> SafetensorsFile::read<double>(const std::string&) const;
+template Tensor<int64_t> SafetensorsFile::read<int64_t>(const std::string&) const;
 
 std::vector<int64_t> SafetensorsFile::read_i64(const std::string& name) const {
     const TensorInfo& t = at(name);
@@ -257,11 +298,26 @@ std::vector<int64_t> SafetensorsFile::read_i64(const std::string& name) const {
 
 void SafetensorsWriter::add_raw(const std::string& name, DType dtype, const Shape& shape,
                                 const void* data) {
+    PLDR_REQUIRE(!name.empty(), "safetensors writer: empty tensor name");
+    PLDR_REQUIRE(name != "__metadata__", "safetensors writer: '__metadata__' is reserved");
+    for (int64_t d : shape)
+        PLDR_REQUIRE(d >= 0, "safetensors writer: tensor '", name, "' has a negative dimension in ",
+                     shape_str(shape));
     Entry e{dtype, shape, {}};
     size_t n = size_t(shape_numel(shape)) * dtype_size(dtype);
+    PLDR_REQUIRE(n == 0 || data != nullptr, "safetensors writer: tensor '", name, "' has no data");
     e.bytes.resize(n);
     if (n) std::memcpy(e.bytes.data(), data, n);
     entries_[name] = std::move(e);
+}
+
+void SafetensorsWriter::add_bool(const std::string& name, const Shape& shape,
+                                 const std::vector<bool>& values) {
+    PLDR_REQUIRE(int64_t(values.size()) == shape_numel(shape), "safetensors writer: tensor '", name,
+                 "' has ", values.size(), " values but shape ", shape_str(shape));
+    std::vector<uint8_t> b(values.size());
+    for (size_t i = 0; i < values.size(); ++i) b[i] = values[i] ? 1 : 0;
+    add_raw(name, DType::BOOL, shape, b.data());
 }
 
 template <typename T>
@@ -284,11 +340,30 @@ template void SafetensorsWriter::add_as<float>(const std::string&, DType, const 
 template void SafetensorsWriter::add_as<double>(const std::string&, DType, const Shape&,
                                                 const double*);
 
-void SafetensorsWriter::write(const std::string& path) const {
+std::vector<TensorInfo> SafetensorsWriter::infos() const {
+    std::vector<TensorInfo> out;
+    size_t off = 0;
+    for (const auto& [name, e] : entries_) {
+        TensorInfo t;
+        t.name = name;
+        t.dtype = e.dtype;
+        t.shape = e.shape;
+        t.begin = off;
+        t.end = off + e.bytes.size();
+        off = t.end;
+        out.push_back(std::move(t));
+    }
+    return out;
+}
+
+std::string SafetensorsWriter::serialize(
+    const std::map<std::string, std::string>& extra_metadata) const {
+    std::map<std::string, std::string> meta = extra_metadata;
+    for (const auto& [k, v] : metadata_) meta[k] = v;
     nlohmann::ordered_json h = nlohmann::ordered_json::object();
-    if (!metadata_.empty()) {
+    if (!meta.empty()) {
         nlohmann::ordered_json m = nlohmann::ordered_json::object();
-        for (const auto& [k, v] : metadata_) m[k] = v;
+        for (const auto& [k, v] : meta) m[k] = v;
         h["__metadata__"] = m;
     }
     size_t off = 0;
@@ -303,11 +378,18 @@ void SafetensorsWriter::write(const std::string& path) const {
     std::string out;
     out.reserve(8 + header.size() + off);
     uint64_t n = header.size();
-    out.append(reinterpret_cast<const char*>(&n), 8);
+    char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = char((n >> (8 * i)) & 0xff);  // little-endian
+    out.append(len, 8);
     out += header;
     for (const auto& [name, e] : entries_)
         out.append(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size());
-    write_file_atomic(path, out);
+    return out;
+}
+
+void SafetensorsWriter::write(const std::string& path,
+                              const std::map<std::string, std::string>& extra_metadata) const {
+    write_file_atomic(path, serialize(extra_metadata));
 }
 
 }  // namespace pldr

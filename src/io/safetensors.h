@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/tensor.h"
@@ -21,10 +22,22 @@ struct TensorInfo {
     DType dtype = DType::F32;
     Shape shape;
     size_t begin = 0, end = 0;  // data offsets, relative to the start of the data section
+
+    int64_t numel() const { return shape_numel(shape); }
+    size_t nbytes() const { return end - begin; }
 };
 
-// A read-only, memory-mapped safetensors file. Every header entry is validated at open time:
-// known dtype, offsets inside the file, byte size = numel * dtype size, no overlaps.
+// True for F64, F32, F16 and BF16.
+bool dtype_is_float(DType t);
+
+// A read-only, memory-mapped safetensors file. Everything is validated at open time, and every
+// error is one line that starts with the path:
+// - the file: a regular file of at least 8 bytes; the header length fits in the file;
+// - the header: a JSON object without duplicate keys; `__metadata__` maps strings to strings;
+// - each tensor: a known dtype, a shape of non-negative integers, two unsigned offsets inside the
+//   data section, byte size = numel * dtype size;
+// - the data section: tensors neither overlap nor leave holes, and they cover it to the end (as
+//   the reference safetensors library requires).
 class SafetensorsFile {
   public:
     explicit SafetensorsFile(const std::string& path);
@@ -40,7 +53,8 @@ class SafetensorsFile {
     bool has(const std::string& name) const { return find(name) != nullptr; }
     const uint8_t* raw(const TensorInfo& t) const { return data_ + t.begin; }
 
-    // Converts any numeric dtype to T (float types widen/narrow; ints and bools cast).
+    // Converts any numeric dtype to T = float, double or int64_t (float types widen/narrow;
+    // ints and bools cast).
     template <typename T>
     Tensor<T> read(const std::string& name) const;
     std::vector<int64_t> read_i64(const std::string& name) const;
@@ -63,17 +77,38 @@ void convert_to(DType src, const uint8_t* p, int64_t n, T* out);
 class SafetensorsWriter {
   public:
     void add_raw(const std::string& name, DType dtype, const Shape& shape, const void* data);
+    // Stores a tensor in its own type: float → F32, double → F64, int64_t → I64.
     template <typename T>
     void add(const std::string& name, const Tensor<T>& t) {
-        add_raw(name, std::is_same_v<T, double> ? DType::F64 : DType::F32, t.shape, t.ptr());
+        static_assert(
+            std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int64_t>,
+            "SafetensorsWriter::add: float, double or int64_t");
+        DType dt = std::is_same_v<T, double>    ? DType::F64
+                   : std::is_same_v<T, int64_t> ? DType::I64
+                                                : DType::F32;
+        PLDR_REQUIRE(int64_t(t.data.size()) == shape_numel(t.shape), "safetensors writer: tensor '",
+                     name, "' has ", t.data.size(), " values but shape ", shape_str(t.shape));
+        add_raw(name, dt, t.shape, t.ptr());
     }
+    // Converts float/double data to F32 or F64 (other dtypes are an error).
     template <typename T>
     void add_as(const std::string& name, DType dtype, const Shape& shape, const T* data);
+    // Stores bools as BOOL bytes (0/1), e.g. decoder.past_G_values_status.
+    void add_bool(const std::string& name, const Shape& shape, const std::vector<bool>& values);
     void add_i64(const std::string& name, const Shape& shape, const int64_t* data) {
         add_raw(name, DType::I64, shape, data);
     }
     void set_metadata(const std::string& k, const std::string& v) { metadata_[k] = v; }
-    void write(const std::string& path) const;
+    bool empty() const { return entries_.empty(); }
+    size_t size() const { return entries_.size(); }
+    bool has(const std::string& name) const { return entries_.count(name) != 0; }
+    // Name, dtype, shape and data offsets of every entry, in file (name) order.
+    std::vector<TensorInfo> infos() const;
+    // The whole file as bytes; `extra_metadata` is merged into `__metadata__` (the writer's own
+    // entries win on a clash).
+    std::string serialize(const std::map<std::string, std::string>& extra_metadata = {}) const;
+    void write(const std::string& path,
+               const std::map<std::string, std::string>& extra_metadata = {}) const;
 
   private:
     struct Entry {

@@ -1,0 +1,340 @@
+// Model directories: single-file and sharded checkpoints, tokenizer discovery, errors, writing.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "io/config_json.h"
+#include "io/model_dir.h"
+#include "io/param_names.h"
+
+using namespace pldr;
+
+namespace {
+
+template <typename F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "<no error>";
+}
+
+#define EXPECT_ERROR_HAS(stmt, sub)                                              \
+    do {                                                                         \
+        std::string msg_ = error_of([&] { stmt; });                              \
+        EXPECT_NE(msg_.find(sub), std::string::npos) << "message: " << msg_;     \
+        EXPECT_EQ(msg_.find('\n'), std::string::npos) << "multi-line: " << msg_; \
+    } while (0)
+
+// The a_tiny_v510 shape, smaller vocabulary.
+Config tiny_config(GType g = GType::LEARNED) {
+    Config c;
+    c.vocab_size = 11;
+    c.hidden_size = 8;
+    c.intermediate_size = 10;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.head_dim = 4;
+    c.max_position = 16;
+    c.num_reslayerA = 2;
+    c.num_denseA = 1;
+    c.A_dff = 6;
+    c.g_type = g;
+    return c;
+}
+
+// Deterministic value of element k of the i-th expected tensor.
+float value_of(size_t i, int64_t k) {
+    return float(i) * 0.25f + float(k) * 0.001f - 1.0f;
+}
+
+// A tensor per expected_params(c), valued by value_of (past_G_values_status: BOOL true).
+void fill(const Config& c, SafetensorsWriter* w, const std::vector<std::string>& only = {}) {
+    auto specs = expected_params(c);
+    for (size_t i = 0; i < specs.size(); ++i) {
+        const ParamSpec& p = specs[i];
+        if (!only.empty() && std::find(only.begin(), only.end(), p.name) == only.end()) continue;
+        if (p.name == "decoder.past_G_values_status") {
+            w->add_bool(p.name, p.shape, std::vector<bool>(size_t(shape_numel(p.shape)), true));
+            continue;
+        }
+        Tensor<float> t(p.shape);
+        for (int64_t k = 0; k < t.numel(); ++k) t[k] = value_of(i, k);
+        w->add(p.name, t);
+    }
+}
+
+size_t index_of(const Config& c, const std::string& name) {
+    auto specs = expected_params(c);
+    for (size_t i = 0; i < specs.size(); ++i)
+        if (specs[i].name == name) return i;
+    return size_t(-1);
+}
+
+class ModelDirTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        std::string base = testing::TempDir();
+        if (base.empty() || base.back() != '/') base += '/';
+        std::string templ = base + "pldr_io_md_XXXXXX";
+        ASSERT_NE(::mkdtemp(templ.data()), nullptr);
+        root = templ;
+    }
+    void TearDown() override {
+        std::error_code ec;
+        std::filesystem::remove_all(root, ec);
+    }
+    std::string p(const std::string& rel) const { return root + "/" + rel; }
+
+    // Writes a 2-shard checkpoint of `c` in `dir`: shard 1 holds the embedding and layer 0,
+    // shard 2 everything else.
+    void write_sharded(const std::string& dir, const Config& c) {
+        std::filesystem::create_directories(dir);
+        save_config(c, dir + "/config.json");
+        SafetensorsWriter s1, s2;
+        nlohmann::ordered_json wm = nlohmann::ordered_json::object();
+        std::vector<std::string> n1, n2;
+        for (const auto& spec : expected_params(c)) {
+            bool first = spec.name == "decoder.embedding.weight" ||
+                         spec.name.rfind("decoder.dec_layers.0.", 0) == 0;
+            (first ? n1 : n2).push_back(spec.name);
+            wm[spec.name] =
+                first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+        }
+        fill(c, &s1, n1);
+        fill(c, &s2, n2);
+        s1.write(dir + "/model-00001-of-00002.safetensors", {{"format", "pt"}});
+        s2.write(dir + "/model-00002-of-00002.safetensors", {{"format", "pt"}});
+        nlohmann::ordered_json idx = {{"metadata", {{"total_size", 1234}}}, {"weight_map", wm}};
+        write_file_atomic(dir + "/model.safetensors.index.json", idx.dump(2));
+    }
+    std::string root;
+};
+
+}  // namespace
+
+TEST_F(ModelDirTest, SingleFileRoundTrip) {
+    Config c = tiny_config();
+    SafetensorsWriter w;
+    fill(c, &w);
+    save_model_dir(p("a/b/model"), c, w);  // creates the parents
+    ModelFiles mf(p("a/b/model"));
+    EXPECT_EQ(mf.dir(), p("a/b/model"));
+    EXPECT_FALSE(mf.sharded());
+    EXPECT_EQ(mf.weights_path(), p("a/b/model/model.safetensors"));
+    EXPECT_EQ(mf.tokenizer_path(), "");
+    EXPECT_EQ(mf.config().vocab_size, 11);
+    EXPECT_EQ(mf.config().A_dff, 6);
+    EXPECT_EQ(mf.names().size(), expected_params(c).size());
+    const std::vector<std::string> names = mf.names();
+    EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+
+    const std::string n = "decoder.dec_layers.1.ffn.gluw3.weight";
+    ASSERT_TRUE(mf.has(n));
+    EXPECT_EQ(mf.info(n).shape, (Shape{8, 10}));
+    EXPECT_EQ(mf.info(n).dtype, DType::F32);
+    EXPECT_EQ(mf.file_of(n), p("a/b/model/model.safetensors"));
+    const size_t i = index_of(c, n);
+    Tensor<float> t = mf.read<float>(n);
+    ASSERT_EQ(t.numel(), 80);
+    for (int64_t k = 0; k < 80; ++k) EXPECT_EQ(t[k], value_of(i, k)) << k;
+    Tensor<double> td = mf.read<double>(n);
+    EXPECT_EQ(td[79], double(value_of(i, 79)));
+    check_params_against_file(mf);
+    EXPECT_TRUE(param_problems(mf).empty());
+
+    SafetensorsFile raw(p("a/b/model/model.safetensors"));
+    EXPECT_EQ(raw.metadata().at("format"), "pt");
+    EXPECT_EQ(read_file(p("a/b/model/config.json")), config_to_json(c));
+
+    // A tokenizer.model next to it is found.
+    write_file_atomic(p("a/b/model/tokenizer.model"), "not really sentencepiece");
+    EXPECT_EQ(ModelFiles(p("a/b/model")).tokenizer_path(), p("a/b/model/tokenizer.model"));
+}
+
+TEST_F(ModelDirTest, FixedGDirectoryWithBuffers) {
+    Config c = tiny_config(GType::EXTERNAL);
+    SafetensorsWriter w;
+    fill(c, &w);
+    save_model_dir(p("g"), c, w);
+    ModelFiles mf(p("g"));
+    EXPECT_EQ(mf.config().g_type, GType::EXTERNAL);
+    EXPECT_EQ(mf.info("decoder.past_G_values").shape, (Shape{2, 3, 1, 2, 4, 4}));
+    EXPECT_EQ(mf.info("decoder.past_G_values_status").dtype, DType::BOOL);
+    Tensor<int64_t> st = mf.read<int64_t>("decoder.past_G_values_status");
+    EXPECT_EQ(st.data, (std::vector<int64_t>{1, 1}));
+    EXPECT_FALSE(mf.has("decoder.dec_layers.0.mha1.plgatt_layer.Wlst"));
+    check_params_against_file(mf);
+}
+
+TEST_F(ModelDirTest, ShardedIndex) {
+    Config c = tiny_config();
+    write_sharded(p("sh"), c);
+    ModelFiles mf(p("sh"));
+    EXPECT_TRUE(mf.sharded());
+    EXPECT_EQ(mf.weights_path(), p("sh/model.safetensors.index.json"));
+    EXPECT_EQ(mf.names().size(), expected_params(c).size());
+    EXPECT_EQ(mf.file_of("decoder.embedding.weight"), p("sh/model-00001-of-00002.safetensors"));
+    EXPECT_EQ(mf.file_of("decoder.dec_layers.0.mha1.wq.bias"),
+              p("sh/model-00001-of-00002.safetensors"));
+    EXPECT_EQ(mf.file_of("final_layer.weight"), p("sh/model-00002-of-00002.safetensors"));
+    for (const std::string n : {"decoder.embedding.weight", "final_layer.bias",
+                                "decoder.dec_layers.1.mha1.reslayerAs.1.denseAs.0.gluw2.weight"}) {
+        Tensor<float> t = mf.read<float>(n);
+        const size_t i = index_of(c, n);
+        for (int64_t k = 0; k < t.numel(); ++k) ASSERT_EQ(t[k], value_of(i, k)) << n << " " << k;
+    }
+    check_params_against_file(mf);
+
+    // model.safetensors, when also present, wins.
+    SafetensorsWriter w;
+    fill(c, &w);
+    w.write(p("sh/model.safetensors"));
+    ModelFiles both(p("sh"));
+    EXPECT_FALSE(both.sharded());
+    EXPECT_EQ(both.file_of("final_layer.weight"), p("sh/model.safetensors"));
+}
+
+TEST_F(ModelDirTest, HalfPrecisionWeightsReadAsFloat) {
+    Config c = tiny_config();
+    SafetensorsWriter w;
+    fill(c, &w);
+    // Replace the final bias (11 values) by F16 values 1.0, -2.5, ...
+    std::vector<uint16_t> h(11, 0x3C00);
+    h[1] = 0xC100;
+    w.add_raw("final_layer.bias", DType::F16, {11}, h.data());
+    save_model_dir(p("h"), c, w);
+    ModelFiles mf(p("h"));
+    EXPECT_EQ(mf.info("final_layer.bias").dtype, DType::F16);
+    Tensor<float> b = mf.read<float>("final_layer.bias");
+    EXPECT_EQ(b[0], 1.0f);
+    EXPECT_EQ(b[1], -2.5f);
+    EXPECT_EQ(mf.read<double>("final_layer.bias")[1], -2.5);
+}
+
+TEST_F(ModelDirTest, OpenErrors) {
+    EXPECT_ERROR_HAS(ModelFiles(p("nowhere")),
+                     "model directory " + p("nowhere") + " does not exist");
+    write_file_atomic(p("afile"), "x");
+    EXPECT_ERROR_HAS(ModelFiles(p("afile")), p("afile") + " is not a directory");
+    std::filesystem::create_directories(p("empty"));
+    EXPECT_ERROR_HAS(ModelFiles(p("empty")), p("empty") + ": no config.json");
+    save_config(tiny_config(), p("empty/config.json"));
+    EXPECT_ERROR_HAS(ModelFiles(p("empty")),
+                     p("empty") + ": no model.safetensors or model.safetensors.index.json");
+    write_file_atomic(p("empty/config.json"), R"({"vocab_size": "many"})");
+    EXPECT_ERROR_HAS(ModelFiles(p("empty")), p("empty/config.json") + ": key 'vocab_size'");
+    // A broken model.safetensors is reported with its path.
+    save_config(tiny_config(), p("empty/config.json"));
+    write_file_atomic(p("empty/model.safetensors"), "abc");
+    EXPECT_ERROR_HAS(ModelFiles(p("empty")), p("empty/model.safetensors") + ": truncated");
+}
+
+TEST_F(ModelDirTest, MissingTensorNamesTensorAndDir) {
+    Config c = tiny_config();
+    SafetensorsWriter w;
+    fill(c, &w);
+    save_model_dir(p("m"), c, w);
+    ModelFiles mf(p("m"));
+    EXPECT_FALSE(mf.has("decoder.nope"));
+    EXPECT_ERROR_HAS(mf.info("decoder.nope"), p("m") + ": missing tensor 'decoder.nope'");
+    EXPECT_ERROR_HAS(mf.read<float>("decoder.nope"), "missing tensor 'decoder.nope'");
+    EXPECT_ERROR_HAS(mf.file_of("decoder.nope"), "missing tensor 'decoder.nope'");
+}
+
+TEST_F(ModelDirTest, ShardErrors) {
+    Config c = tiny_config();
+    write_sharded(p("s1"), c);
+    std::filesystem::remove(p("s1/model-00002-of-00002.safetensors"));
+    EXPECT_ERROR_HAS(ModelFiles(p("s1")), p("s1/model.safetensors.index.json") +
+                                              ": shard 'model-00002-of-00002.safetensors'");
+    EXPECT_ERROR_HAS(ModelFiles(p("s1")), "is missing from " + p("s1"));
+
+    write_sharded(p("s2"), c);
+    // Point a tensor of shard 2 at shard 1, which lacks it.
+    nlohmann::ordered_json idx =
+        nlohmann::ordered_json::parse(read_file(p("s2/model.safetensors.index.json")));
+    idx["weight_map"]["final_layer.weight"] = "model-00001-of-00002.safetensors";
+    write_file_atomic(p("s2/model.safetensors.index.json"), idx.dump());
+    EXPECT_ERROR_HAS(ModelFiles(p("s2")),
+                     "tensor 'final_layer.weight' is mapped to shard "
+                     "'model-00001-of-00002.safetensors', which does not contain it");
+
+    idx["weight_map"]["final_layer.weight"] = "../evil.safetensors";
+    write_file_atomic(p("s2/model.safetensors.index.json"), idx.dump());
+    EXPECT_ERROR_HAS(ModelFiles(p("s2")), "not a relative path inside the directory");
+    idx["weight_map"]["final_layer.weight"] = 3;
+    write_file_atomic(p("s2/model.safetensors.index.json"), idx.dump());
+    EXPECT_ERROR_HAS(ModelFiles(p("s2")),
+                     "weight_map entry for tensor 'final_layer.weight' is not a file name");
+    write_file_atomic(p("s2/model.safetensors.index.json"), R"({"metadata": {}})");
+    EXPECT_ERROR_HAS(ModelFiles(p("s2")),
+                     p("s2/model.safetensors.index.json") + ": no 'weight_map' object");
+    write_file_atomic(p("s2/model.safetensors.index.json"), R"({"weight_map": {}})");
+    EXPECT_ERROR_HAS(ModelFiles(p("s2")), "'weight_map' is empty");
+    write_file_atomic(p("s2/model.safetensors.index.json"), R"({"weight_map": )");
+    EXPECT_ERROR_HAS(ModelFiles(p("s2")),
+                     p("s2/model.safetensors.index.json") + ": malformed JSON");
+}
+
+TEST_F(ModelDirTest, SaveRejectsWrongTensors) {
+    Config c = tiny_config();
+    SafetensorsWriter w;
+    fill(c, &w);
+    w.add("decoder.dec_layers.0.mha1.wq.weight", Tensor<float>({8, 4}));
+    EXPECT_ERROR_HAS(save_model_dir(p("bad"), c, w),
+                     p("bad/model.safetensors") +
+                         ": tensor 'decoder.dec_layers.0.mha1.wq.weight' has shape [8,4] but "
+                         "config.json implies [8,8]");
+    EXPECT_FALSE(std::filesystem::exists(p("bad")));  // nothing written
+    save_model_dir(p("bad"), c, w, /*check_params=*/false);
+    ModelFiles mf(p("bad"));
+    EXPECT_ERROR_HAS(check_params_against_file(mf),
+                     "tensor 'decoder.dec_layers.0.mha1.wq.weight' has shape [8,4]");
+
+    Config bad = c;
+    bad.hidden_act = "gelu";
+    EXPECT_ERROR_HAS(save_model_dir(p("bad2"), bad, w, false),
+                     p("bad2/config.json") + ": key 'hidden_act' is 'gelu'");
+}
+
+TEST_F(ModelDirTest, MakeDirs) {
+    make_dirs(p("x/y/z/"));
+    EXPECT_TRUE(std::filesystem::is_directory(p("x/y/z")));
+    make_dirs(p("x/y/z"));  // exists already: fine
+    write_file_atomic(p("x/f"), "");
+    EXPECT_ERROR_HAS(make_dirs(p("x/f/g")),
+                     "cannot create directory " + p("x/f") + ": a file is in the way");
+}
+
+// The golden model directories, where this machine has them (skipped in CI).
+TEST(ModelDirGolden, EveryGoldenDirectoryChecksOut) {
+    namespace fs = std::filesystem;
+    std::vector<std::string> dirs;
+    for (const char* r : {"/work/shared/golden/models", "/work/shared/golden/eval/models",
+                          "/work/shared/golden/trajectory/models"}) {
+        std::error_code ec;
+        if (!fs::is_directory(r, ec)) continue;
+        for (const auto& d : fs::directory_iterator(r))
+            if (fs::exists(d.path() / "config.json")) dirs.push_back(d.path());
+    }
+    if (dirs.empty()) GTEST_SKIP() << "no golden models on this machine";
+    for (const auto& d : dirs) {
+        ModelFiles mf(d);
+        EXPECT_NO_THROW(check_params_against_file(mf)) << d;
+        int64_t n = 0;
+        for (const auto& name : mf.names())
+            if (name.rfind("decoder.past_G_values", 0) != 0) n += mf.info(name).numel();
+        EXPECT_EQ(n, count_params(mf.config())) << d;
+        Tensor<double> e = mf.read<double>("decoder.embedding.weight");
+        EXPECT_EQ(e.shape, (Shape{mf.config().vocab_size, mf.config().hidden_size})) << d;
+    }
+}
