@@ -6,60 +6,22 @@
 
 #include "core/error.h"
 #include "io/model_dir.h"
+#include "model/layout.h"
 
 namespace pldr {
 
 std::vector<ParamSpec> expected_params(const Config& c) {
+    // The trained tensors are the model layout (model/layout.cpp, the single source of the
+    // parameter list); a fixed G adds its two persistent buffers after the embedding.
+    const Layout layout = make_layout(c);
     std::vector<ParamSpec> out;
-    auto add = [&](const std::string& name, Shape s) {
-        out.push_back({name, std::move(s), false});
-    };
-    auto linear = [&](const std::string& name, int64_t in, int64_t outd, bool bias) {
-        add(name + ".weight", {outd, in});
-        if (bias) add(name + ".bias", {outd});
-    };
-    auto layernorm = [&](const std::string& name, int64_t n) {
-        add(name + ".weight", {n});
-        add(name + ".bias", {n});
-    };
-    auto glu = [&](const std::string& name, int64_t io, int64_t hidden) {
-        linear(name + ".gluw1", io, hidden, c.glu_bias);
-        linear(name + ".gluw2", io, hidden, c.glu_bias);
-        linear(name + ".gluw3", hidden, io, c.glu_bias);
-    };
-    const int64_t d = c.hidden_size, H = c.num_heads, dk = c.head_dim, V = c.vocab_size;
-    const int64_t L = c.num_layers;
-
-    add("decoder.embedding.weight", {V, d});
-    if (!c.learned_g()) {
-        out.push_back({"decoder.past_G_values", {L, 3, 1, H, dk, dk}, true});
-        out.push_back({"decoder.past_G_values_status", {L}, true});
-    }
-    for (int64_t i = 0; i < L; ++i) {
-        const std::string p = "decoder.dec_layers." + std::to_string(i) + ".";
-        linear(p + "mha1.wq", d, d, c.attention_bias);
-        linear(p + "mha1.wk", d, d, c.attention_bias);
-        linear(p + "mha1.wv", d, d, c.attention_bias);
-        if (c.learned_g())
-            for (const char* w : {"Wlst", "blst", "pwlst", "alst", "balst"})
-                add(p + "mha1.plgatt_layer." + w, {H, dk, dk});
-        linear(p + "mha1.dense", d, d, c.attention_bias);
-        if (c.learned_g()) {
-            for (int64_t j = 0; j < c.num_reslayerA; ++j) {
-                const std::string r = p + "mha1.reslayerAs." + std::to_string(j) + ".";
-                for (int64_t n = 0; n < c.num_denseA; ++n)
-                    glu(r + "denseAs." + std::to_string(n), dk, c.A_dff);
-                layernorm(r + "layernormA", dk);
-            }
-            layernorm(p + "mha1.layernorm1", dk);
+    for (const ParamEntry& e : layout.entries) {
+        out.push_back({e.name, e.shape, false});
+        if (e.name == "decoder.embedding.weight" && !c.learned_g()) {
+            out.push_back({"decoder.past_G_values", past_g_shape(c), true});
+            out.push_back({"decoder.past_G_values_status", {c.num_layers}, true});
         }
-        glu(p + "ffn", d, c.intermediate_size);
-        layernorm(p + "layernorm1", d);
-        layernorm(p + "layernorm2", d);
     }
-    layernorm("decoder.layernorm1", d);
-    if (!c.tie_word_embeddings) add("final_layer.weight", {V, d});
-    if (c.final_bias) add("final_layer.bias", {V});
     return out;
 }
 
@@ -142,6 +104,22 @@ void check_params_against_file(const ModelFiles& mf) {
     if (p.empty()) return;
     if (p.size() == 1) throw Error(p[0]);
     fail(p[0], " (and ", p.size() - 1, " more problem", p.size() > 2 ? "s" : "", ")");
+}
+
+}  // namespace pldr
+
+namespace pldr {
+
+std::string param_group(const std::string& n) {
+    auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+    if (has("past_G_values")) return "buffer";
+    if (n == "decoder.embedding.weight") return "embedding";
+    if (n.rfind("final_layer.", 0) == 0) return "head";
+    if (has(".plgatt_layer.")) return "plga operator";
+    if (has(".reslayerAs.") || has(".mha1.layernorm1.")) return "metric learner";
+    if (has(".mha1.")) return "attention";
+    if (has(".ffn.")) return "ffn";
+    return "layernorm";
 }
 
 }  // namespace pldr

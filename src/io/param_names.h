@@ -52,3 +52,12 @@ std::vector<std::string> param_problems(const ModelFiles& mf);
 void check_params_against_file(const ModelFiles& mf);
 
 }  // namespace pldr
+
+namespace pldr {
+
+// The group a parameter belongs to, for summaries: "embedding", "attention" (q/k/v/dense),
+// "plga operator" (W, b, P, a, b_a), "metric learner" (residual GLUs and their LayerNorms, and
+// the LayerNorm on A), "ffn", "layernorm", "head", or "buffer".
+std::string param_group(const std::string& name);
+
+}  // namespace pldr

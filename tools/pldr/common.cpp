@@ -1,0 +1,57 @@
+// Shared helpers of the pldr subcommands (see common.h).
+#include "common.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace pldr::cli {
+
+std::vector<int64_t> parse_ids(const std::string& s, const std::string& what) {
+    std::vector<int64_t> out;
+    size_t i = 0;
+    while (i <= s.size()) {
+        size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        std::string tok = s.substr(i, j - i);
+        while (!tok.empty() && tok.front() == ' ') tok.erase(tok.begin());
+        while (!tok.empty() && tok.back() == ' ') tok.pop_back();
+        PLDR_REQUIRE(!tok.empty(), what, ": empty token id in '", s, "'");
+        char* end = nullptr;
+        errno = 0;
+        long long v = std::strtoll(tok.c_str(), &end, 10);
+        PLDR_REQUIRE(end && *end == '\0' && errno == 0, what, ": '", tok,
+                     "' is not an integer token id");
+        PLDR_REQUIRE(v >= 0, what, ": token id ", v, " is negative");
+        out.push_back(int64_t(v));
+        i = j + 1;
+    }
+    return out;
+}
+
+std::vector<int64_t> rows_to_batch(const std::vector<std::string>& rows, int64_t* B, int64_t* S) {
+    PLDR_REQUIRE(!rows.empty(), "--tokens is required");
+    std::vector<int64_t> out;
+    *S = -1;
+    for (const auto& r : rows) {
+        auto ids = parse_ids(r, "--tokens");
+        if (*S < 0) *S = int64_t(ids.size());
+        PLDR_REQUIRE(int64_t(ids.size()) == *S, "--tokens rows must have equal lengths (", *S,
+                     " vs ", ids.size(), ")");
+        out.insert(out.end(), ids.begin(), ids.end());
+    }
+    *B = int64_t(rows.size());
+    return out;
+}
+
+void ModelOptions::add_to(CLI::App* app) {
+    app->add_option("--dtype", dtype, "compute precision: f32 or f64")
+        ->check(CLI::IsMember({"f32", "f64"}))
+        ->capture_default_str();
+    app->add_option("--numerics", numerics,
+                    "reference: emulate the reference's float32 RoPE/sqrt islands inside float64 "
+                    "(golden parity); exact: pure float64")
+        ->check(CLI::IsMember({"reference", "exact"}))
+        ->capture_default_str();
+}
+
+}  // namespace pldr::cli

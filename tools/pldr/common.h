@@ -1,0 +1,43 @@
+// Shared helpers of the pldr subcommands: option parsing and compute-dtype dispatch.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/model_load.h"
+
+namespace pldr::cli {
+
+// "5,17,3" → {5, 17, 3}; a clear error on anything else.
+std::vector<int64_t> parse_ids(const std::string& s, const std::string& what);
+// Several --tokens rows of equal length → a [B,S] row-major batch.
+std::vector<int64_t> rows_to_batch(const std::vector<std::string>& rows, int64_t* B, int64_t* S);
+
+// Options every model-running subcommand takes.
+struct ModelOptions {
+    std::string dtype = "f32";           // compute precision
+    std::string numerics = "reference";  // reference | exact (float64 only)
+    void add_to(CLI::App* app);
+    template <typename T>
+    Model<T> load(const std::string& dir) const {
+        Model<T> m = load_model<T>(dir);
+        m.reference_numerics = numerics == "reference";
+        return m;
+    }
+};
+
+// Calls f.template operator()<float>() or <double>() by dtype name.
+template <typename F>
+int with_dtype(const std::string& dtype, F&& f) {
+    if (dtype == "f32") return f.template operator()<float>();
+    if (dtype == "f64") return f.template operator()<double>();
+    fail("--dtype must be f32 or f64 (got '", dtype, "')");
+}
+
+void add_inspect(CLI::App& app);
+void add_dump(CLI::App& app);
+void add_grad(CLI::App& app);
+
+}  // namespace pldr::cli
