@@ -65,3 +65,26 @@ TEST(GoldenForward, AllFixturesFloat32) {
 }
 
 }  // namespace
+
+namespace {
+
+// The golden model directories (HF layout) load to exactly the fixture's parameters.
+TEST(GoldenForward, ModelDirectoriesMatchFixtureParams) {
+    auto fx = golden::fixtures();
+    if (fx.empty()) GTEST_SKIP() << "no fixtures in " << golden::dir();
+    int n = 0;
+    for (const auto& f : fx)
+        for (const char* dtype : {"f32", "f64"}) {
+            const std::string dir = golden::dir() + "/models/" + f.name + "." + dtype;
+            if (!std::filesystem::is_directory(dir)) continue;
+            pldr::SafetensorsFile sf(f.path(dtype));
+            auto ref = golden::model_of<double>(f, sf);
+            auto m = pldr::load_model<double>(dir);
+            EXPECT_EQ(m.params, ref.params) << dir;
+            EXPECT_EQ(m.G_fixed, ref.G_fixed) << dir;
+            ++n;
+        }
+    EXPECT_GT(n, 0);
+}
+
+}  // namespace

@@ -1,0 +1,59 @@
+// Helpers for tests that run the built `pldr` binary: capture exit code, stdout and stderr.
+#pragma once
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace cli_test {
+
+struct Result {
+    int code = -1;  // exit code (-1 if killed by a signal)
+    bool signaled = false;
+    std::string out, err;
+};
+
+inline std::string tmp_dir(const std::string& name) {
+    auto p = std::filesystem::temp_directory_path() /
+             ("pldr_test_" + name + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(p);
+    std::filesystem::create_directories(p);
+    return p.string();
+}
+
+inline std::string slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// Runs `pldr <args>` (args already shell-quoted as needed).
+inline Result run(const std::string& args) {
+    static int counter = 0;
+    const std::string base = tmp_dir("cli") + "/run" + std::to_string(counter++);
+    const std::string cmd =
+        std::string(PLDR_BINARY_DIR) + "/pldr " + args + " >" + base + ".out 2>" + base + ".err";
+    const int st = std::system(cmd.c_str());
+    Result r;
+    if (WIFEXITED(st)) {
+        r.code = WEXITSTATUS(st);
+    } else {
+        r.signaled = true;
+    }
+    r.out = slurp(base + ".out");
+    r.err = slurp(base + ".err");
+    return r;
+}
+
+inline int count_lines(const std::string& s) {
+    int n = 0;
+    for (char c : s) n += c == '\n';
+    return n;
+}
+
+}  // namespace cli_test
