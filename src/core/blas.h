@@ -19,3 +19,9 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
 }
 
 }  // namespace pldr
+
+namespace pldr {
+// Work (in multiply-adds) below which a loop over heads stays on one thread: forking an OpenMP
+// team costs microseconds, and on a loaded machine its spinning threads cost far more.
+constexpr int64_t kParallelWork = 1 << 18;
+}  // namespace pldr

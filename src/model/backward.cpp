@@ -47,7 +47,7 @@ void layer_backward(const Model<T>& m, int64_t l, const Activations<T>& a,
     // Attention per (b,h): O = E·V; E = softmax(Ep + mask); Ep = (Q·G)·Kᵀ / scale.
     Tensor<T> dq({B, S, d}), dk({B, S, d}), dv({B, S, d}), dG({B, H, D, D});
     const T scale = m.score_scale();
-#pragma omp parallel for collapse(2) if (B * H > 1)
+#pragma omp parallel for collapse(2) if (B * H * S * Tk * D > kParallelWork)
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
             const int64_t bh = b * H + h;
@@ -81,7 +81,7 @@ void layer_backward(const Model<T>& m, int64_t l, const Activations<T>& a,
         Tensor<T> dA({B, H, D, D});
         const T* xA_LM = (extra && extra->dA_LM.numel()) ? extra->dA_LM.ptr() : nullptr;
         const T* xA_P = (extra && extra->dA_P.numel()) ? extra->dA_P.ptr() : nullptr;
-#pragma omp parallel for if (H > 1)
+#pragma omp parallel for if (B * H * D * D * D > kParallelWork)
         for (int64_t h = 0; h < H; ++h) {
             std::vector<T> sc(static_cast<size_t>(2 * DD));
             const int64_t p = h * DD;
@@ -122,7 +122,7 @@ void layer_backward(const Model<T>& m, int64_t l, const Activations<T>& a,
         layernorm_backward(dA0.ptr(), gw.lnA_g, gw.lnA_b, dA.ptr(), la.A0.ptr(), la.lnA_mean.ptr(),
                            la.lnA_rstd.ptr(), w.lnA_g, rows, D);
         // A0 = qᵀq ⇒ dq += q·(dA0 + dA0ᵀ)
-#pragma omp parallel for collapse(2) if (B * H > 1)
+#pragma omp parallel for collapse(2) if (B * H * S * D * D > kParallelWork)
         for (int64_t b = 0; b < B; ++b)
             for (int64_t h = 0; h < H; ++h) {
                 const T* g0 = dA0.ptr() + (b * H + h) * DD;

@@ -19,7 +19,7 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size;
     const int64_t rows = B * H * D;
     la.A0.resize({B, H, D, D});
-#pragma omp parallel for collapse(2) if (B * H > 1)
+#pragma omp parallel for collapse(2) if (B * H * S * D * D > kParallelWork)
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
             const T* q = la.q.ptr() + b * S * d + h * D;  // [S,D] with row stride d
@@ -111,7 +111,7 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
         la.Z.resize({B, H, D, D});
         la.A_LM.resize({B, H, D, D});
         la.A_P.resize({B, H, D, D});
-#pragma omp parallel for collapse(2) if (B * H > 1)
+#pragma omp parallel for collapse(2) if (B * H * D * D * D > kParallelWork)
         for (int64_t b = 0; b < B; ++b)
             for (int64_t h = 0; h < H; ++h) {
                 const int64_t o = (b * H + h) * DD, p = h * DD;
@@ -148,7 +148,7 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     la.E.resize({B, H, S, Tk});
     la.O.resize({B, S, d});
     const T scale = m.score_scale();
-#pragma omp parallel for collapse(2) if (B * H > 1)
+#pragma omp parallel for collapse(2) if (B * H * S * Tk * D > kParallelWork)
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
             const T* q = la.q.ptr() + b * S * d + h * D;
