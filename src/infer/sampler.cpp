@@ -1,0 +1,253 @@
+// Token sampler (see sampler.h for the order of transforms and the exact rules).
+#include "infer/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace pldr {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+template <typename T>
+double checked(const T* logits, int64_t i) {
+    const double x = static_cast<double>(logits[i]);
+    if (std::isnan(x) || x == kInf) fail("non-finite logits (", x, " at id ", i, ")");
+    return x;
+}
+
+void require_vocab(const void* logits, int64_t V) {
+    PLDR_REQUIRE(V > 0 && V <= std::numeric_limits<int32_t>::max(),
+                 "sampler: vocabulary size must be in [1, 2^31) (got ", V, ")");
+    PLDR_REQUIRE(logits != nullptr, "sampler: null logits");
+}
+
+}  // namespace
+
+void SamplerConfig::validate() const {
+    PLDR_REQUIRE(temperature >= 0, "--temp must be >= 0 (got ", temperature, ")");
+    PLDR_REQUIRE(std::isfinite(temperature), "--temp must be finite (got ", temperature, ")");
+    PLDR_REQUIRE(top_k >= 0, "--top-k must be >= 0 (got ", top_k, ")");
+    PLDR_REQUIRE(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1] (got ", top_p, ")");
+    PLDR_REQUIRE(min_p >= 0 && min_p < 1, "--min-p must be in [0, 1) (got ", min_p, ")");
+    PLDR_REQUIRE(repeat_penalty > 0, "--repeat-penalty must be > 0 (got ", repeat_penalty, ")");
+    PLDR_REQUIRE(std::isfinite(repeat_penalty), "--repeat-penalty must be finite (got ",
+                 repeat_penalty, ")");
+    PLDR_REQUIRE(repeat_last_n >= -1, "--repeat-last-n must be >= -1 (got ", repeat_last_n, ")");
+}
+
+Sampler::Sampler(const SamplerConfig& config) : cfg_(config), rng_(config.seed) {
+    cfg_.validate();
+}
+
+template <typename T>
+int64_t Sampler::sample(const T* logits, int64_t V, const std::vector<int64_t>& history) {
+    require_vocab(logits, V);
+    w_.resize(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) w_[static_cast<size_t>(i)] = checked(logits, i);
+    filter(V, history);
+    if (cfg_.is_greedy()) return kept_[0];
+    return draw();
+}
+
+template <typename T>
+std::vector<double> Sampler::distribution(const T* logits, int64_t V,
+                                          const std::vector<int64_t>& history) {
+    require_vocab(logits, V);
+    w_.resize(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) w_[static_cast<size_t>(i)] = checked(logits, i);
+    filter(V, history);
+    std::vector<double> out(static_cast<size_t>(V), 0.0);
+    for (size_t j = 0; j < kept_.size(); ++j)
+        out[static_cast<size_t>(kept_[j])] = kept_e_[j] / total_;
+    return out;
+}
+
+void Sampler::apply_repeat_penalty(int64_t V, const std::vector<int64_t>& history) {
+    const double r = cfg_.repeat_penalty;
+    if (r == 1.0 || cfg_.repeat_last_n == 0 || history.empty()) return;
+    const int64_t H = static_cast<int64_t>(history.size());
+    const int64_t start = cfg_.repeat_last_n < 0 ? 0 : std::max<int64_t>(0, H - cfg_.repeat_last_n);
+    seen_.assign(history.begin() + start, history.end());
+    std::sort(seen_.begin(), seen_.end());
+    seen_.erase(std::unique(seen_.begin(), seen_.end()), seen_.end());
+    for (const int64_t id : seen_) {
+        PLDR_REQUIRE(id >= 0 && id < V, "sampler: history id ", id, " out of range [0, ", V, ")");
+        double& x = w_[static_cast<size_t>(id)];
+        x = x > 0 ? x / r : x * r;
+    }
+}
+
+void Sampler::filter(int64_t V, const std::vector<int64_t>& history) {
+    apply_repeat_penalty(V, history);
+    const size_t n = static_cast<size_t>(V);
+
+    // Max and argmax (lowest index on ties).
+    size_t arg = 0;
+    for (size_t i = 1; i < n; ++i)
+        if (w_[i] > w_[arg]) arg = i;
+    if (w_[arg] == -kInf) fail("non-finite logits: all logits are -inf");
+    kept_.clear();
+    kept_e_.clear();
+    if (cfg_.is_greedy()) {
+        kept_.push_back(static_cast<int32_t>(arg));
+        kept_e_.push_back(1.0);
+        total_ = 1.0;
+        return;
+    }
+
+    // Temperature (see header: the reference only divides for T < 1).
+    const double T = cfg_.temperature;
+    if (T != 1.0) {
+        for (double& x : w_) x /= T;
+        if (!std::isfinite(w_[arg]))
+            fail("--temp ", T, " is too small: the scaled logits overflow");
+    }
+    const double m = w_[arg];
+
+    // Finite-logit candidates.
+    idx_.clear();
+    for (size_t i = 0; i < n; ++i)
+        if (w_[i] != -kInf) idx_.push_back(static_cast<int32_t>(i));
+    const size_t F = idx_.size();
+
+    // Descending order, ties by lower index (the tie order never changes a result: tied
+    // tokens share a threshold and an exp value).
+    const auto desc = [this](int32_t a, int32_t b) {
+        const double wa = w_[static_cast<size_t>(a)], wb = w_[static_cast<size_t>(b)];
+        return wa > wb || (wa == wb && a < b);
+    };
+    const bool use_k = cfg_.top_k > 0 && static_cast<size_t>(cfg_.top_k) < F;
+    const bool use_p = cfg_.top_p < 1.0 && F > 1;
+    const size_t k = use_k ? static_cast<size_t>(cfg_.top_k) : F;
+    double thr = -kInf;
+
+    if (use_p) {
+        e_.resize(n);
+        double Z = 0;
+        for (size_t i = 0; i < n; ++i) {
+            e_[i] = std::exp(w_[i] - m);
+            Z += e_[i];
+        }
+        // Scan the sorted prefix, growing it geometrically (nth_element + sort of each new
+        // block), never past k: when all of the top k satisfy the rule, the top-p threshold
+        // lies at or below the k-th largest and top-k decides.
+        const double p = cfg_.top_p;
+        const bool ref = cfg_.top_p_mode == TopPMode::REFERENCE;
+        size_t done = 0, L = std::min<size_t>(k, 64), cnt = 0;
+        double c = 0;
+        bool crossed = false;
+        for (;;) {
+            if (L < F)
+                std::nth_element(idx_.begin() + static_cast<ptrdiff_t>(done),
+                                 idx_.begin() + static_cast<ptrdiff_t>(L), idx_.end(), desc);
+            std::sort(idx_.begin() + static_cast<ptrdiff_t>(done),
+                      idx_.begin() + static_cast<ptrdiff_t>(L), desc);
+            for (size_t j = done; j < L; ++j) {
+                c += e_[static_cast<size_t>(idx_[j])] / Z;  // cumsum(softmax(sorted))
+                if (ref ? !(c <= p) : !(c < p)) {
+                    crossed = true;
+                    break;
+                }
+                ++cnt;
+            }
+            if (crossed || L == k) break;
+            done = L;
+            L = std::min(k, 2 * L);
+        }
+        if (crossed) {
+            // REFERENCE: n = max(cnt − 1, 0); HF: n = cnt (the crossing token, < F).
+            const size_t nth = ref ? (cnt > 0 ? cnt - 1 : 0) : cnt;
+            thr = w_[static_cast<size_t>(idx_[nth])];  // nth ≤ k − 1: top-k changes nothing
+        } else if (use_k) {
+            thr = w_[static_cast<size_t>(idx_[k - 1])];  // the sorted prefix reaches k
+        }
+        // else: every finite token satisfies the rule (c ≤ p up to rounding): keep all.
+    } else if (use_k) {
+        std::nth_element(idx_.begin(), idx_.begin() + static_cast<ptrdiff_t>(k - 1), idx_.end(),
+                         desc);
+        thr = w_[static_cast<size_t>(idx_[k - 1])];
+    }
+
+    // Survivors in index order, with min-p.
+    const double min_p = cfg_.min_p;
+    double total = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const double x = w_[i];
+        if (x == -kInf || x < thr) continue;
+        const double e = std::exp(x - m);
+        if (e < min_p) continue;
+        kept_.push_back(static_cast<int32_t>(i));
+        kept_e_.push_back(e);
+        total += e;
+    }
+    PLDR_CHECK(!kept_.empty() && total > 0);
+    total_ = total;
+}
+
+// Inverse CDF over the survivors, in index order, on one uniform draw.
+int64_t Sampler::draw() {
+    const double u = rng_.uniform() * total_;
+    double acc = 0;
+    size_t last = 0;
+    for (size_t j = 0; j < kept_.size(); ++j) {
+        if (kept_e_[j] <= 0) continue;
+        acc += kept_e_[j];
+        last = j;
+        if (acc > u) return kept_[j];
+    }
+    return kept_[last];  // u rounded up to the total: the last token with mass
+}
+
+template <typename T>
+void Sampler::log_softmax(const T* logits, int64_t V, std::vector<double>& out) {
+    require_vocab(logits, V);
+    out.resize(static_cast<size_t>(V));
+    double m = -kInf;
+    for (int64_t i = 0; i < V; ++i) {
+        const double x = checked(logits, i);
+        out[static_cast<size_t>(i)] = x;
+        m = std::max(m, x);
+    }
+    if (m == -kInf) fail("non-finite logits: all logits are -inf");
+    double Z = 0;
+    for (const double x : out) Z += std::exp(x - m);
+    const double lz = std::log(Z);
+    for (double& x : out) x = (x - m) - lz;
+}
+
+std::vector<std::pair<int64_t, double>> Sampler::top_n(const std::vector<double>& logprobs,
+                                                       int64_t n) {
+    PLDR_REQUIRE(n >= 0, "top_n: n must be >= 0 (got ", n, ")");
+    const size_t N = logprobs.size();
+    const size_t take = std::min(N, static_cast<size_t>(n));
+    std::vector<int64_t> ids(N);
+    std::iota(ids.begin(), ids.end(), int64_t{0});
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(take), ids.end(),
+                      [&](int64_t a, int64_t b) {
+                          const double la = logprobs[static_cast<size_t>(a)];
+                          const double lb = logprobs[static_cast<size_t>(b)];
+                          return la > lb || (la == lb && a < b);
+                      });
+    std::vector<std::pair<int64_t, double>> out;
+    out.reserve(take);
+    for (size_t j = 0; j < take; ++j)
+        out.emplace_back(ids[j], logprobs[static_cast<size_t>(ids[j])]);
+    return out;
+}
+
+template int64_t Sampler::sample<float>(const float*, int64_t, const std::vector<int64_t>&);
+template int64_t Sampler::sample<double>(const double*, int64_t, const std::vector<int64_t>&);
+template std::vector<double> Sampler::distribution<float>(const float*, int64_t,
+                                                          const std::vector<int64_t>&);
+template std::vector<double> Sampler::distribution<double>(const double*, int64_t,
+                                                           const std::vector<int64_t>&);
+template void Sampler::log_softmax<float>(const float*, int64_t, std::vector<double>&);
+template void Sampler::log_softmax<double>(const double*, int64_t, std::vector<double>&);
+
+}  // namespace pldr
