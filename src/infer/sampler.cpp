@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -13,6 +14,8 @@ namespace pldr {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Up to this k, top-k keeps a min-heap of the k largest values; above it, nth_element.
+constexpr size_t kHeapTopK = 4096;
 
 template <typename T>
 double checked(const T* logits, int64_t i) {
@@ -101,31 +104,69 @@ void Sampler::filter(int64_t V, const std::vector<int64_t>& history) {
         return;
     }
 
-    // Temperature (see header: the reference only divides for T < 1).
+    // Temperature (see header: the reference only divides for T < 1); count finite logits.
     const double T = cfg_.temperature;
+    size_t F = 0;
     if (T != 1.0) {
-        for (double& x : w_) x /= T;
+        for (double& x : w_) {
+            x /= T;
+            F += x != -kInf;
+        }
         if (!std::isfinite(w_[arg]))
             fail("--temp ", T, " is too small: the scaled logits overflow");
+    } else {
+        for (const double x : w_) F += x != -kInf;
     }
     const double m = w_[arg];
 
-    // Finite-logit candidates.
-    idx_.clear();
-    for (size_t i = 0; i < n; ++i)
-        if (w_[i] != -kInf) idx_.push_back(static_cast<int32_t>(i));
-    const size_t F = idx_.size();
-
-    // Descending order, ties by lower index (the tie order never changes a result: tied
-    // tokens share a threshold and an exp value).
-    const auto desc = [this](int32_t a, int32_t b) {
-        const double wa = w_[static_cast<size_t>(a)], wb = w_[static_cast<size_t>(b)];
-        return wa > wb || (wa == wb && a < b);
-    };
     const bool use_k = cfg_.top_k > 0 && static_cast<size_t>(cfg_.top_k) < F;
     const bool use_p = cfg_.top_p < 1.0 && F > 1;
     const size_t k = use_k ? static_cast<size_t>(cfg_.top_k) : F;
     double thr = -kInf;
+
+    // Candidate values in descending order, sorted lazily: vals_[0, sorted) is sorted and
+    // every value after it is ≤ vals_[sorted − 1]. Thresholds are values and tied tokens share
+    // their exp, so the order among equal values never matters (no indices needed).
+    size_t sorted = 0;
+    const auto sort_to = [&](size_t L) {
+        if (L <= sorted) return;
+        const auto b = vals_.begin();
+        if (L < vals_.size())
+            std::nth_element(b + static_cast<ptrdiff_t>(sorted), b + static_cast<ptrdiff_t>(L),
+                             vals_.end(), std::greater<double>());
+        std::sort(b + static_cast<ptrdiff_t>(sorted), b + static_cast<ptrdiff_t>(L),
+                  std::greater<double>());
+        sorted = L;
+    };
+    if (use_k && k <= kHeapTopK) {
+        // The k largest values with multiplicity, via a min-heap: one compare per logit.
+        vals_.clear();
+        const auto gt = std::greater<double>();
+        for (const double x : w_) {
+            if (x == -kInf) continue;
+            if (vals_.size() < k) {
+                vals_.push_back(x);
+                std::push_heap(vals_.begin(), vals_.end(), gt);
+            } else if (x > vals_.front()) {
+                std::pop_heap(vals_.begin(), vals_.end(), gt);
+                vals_.back() = x;
+                std::push_heap(vals_.begin(), vals_.end(), gt);
+            }
+        }
+        thr = vals_.front();  // the k-th largest
+        if (use_p) {
+            std::sort_heap(vals_.begin(), vals_.end(), gt);  // descending
+            sorted = k;
+        }
+    } else if (use_p || use_k) {
+        vals_.clear();
+        for (const double x : w_)
+            if (x != -kInf) vals_.push_back(x);
+        if (use_k) {
+            sort_to(k);
+            thr = vals_[k - 1];
+        }
+    }
 
     if (use_p) {
         e_.resize(n);
@@ -134,22 +175,18 @@ void Sampler::filter(int64_t V, const std::vector<int64_t>& history) {
             e_[i] = std::exp(w_[i] - m);
             Z += e_[i];
         }
-        // Scan the sorted prefix, growing it geometrically (nth_element + sort of each new
-        // block), never past k: when all of the top k satisfy the rule, the top-p threshold
-        // lies at or below the k-th largest and top-k decides.
+        // Scan the sorted prefix, growing it geometrically, never past k: when all of the top
+        // k satisfy the rule, the top-p threshold lies at or below the k-th largest and top-k
+        // (thr, already set) decides.
         const double p = cfg_.top_p;
         const bool ref = cfg_.top_p_mode == TopPMode::REFERENCE;
         size_t done = 0, L = std::min<size_t>(k, 64), cnt = 0;
         double c = 0;
         bool crossed = false;
         for (;;) {
-            if (L < F)
-                std::nth_element(idx_.begin() + static_cast<ptrdiff_t>(done),
-                                 idx_.begin() + static_cast<ptrdiff_t>(L), idx_.end(), desc);
-            std::sort(idx_.begin() + static_cast<ptrdiff_t>(done),
-                      idx_.begin() + static_cast<ptrdiff_t>(L), desc);
+            sort_to(L);
             for (size_t j = done; j < L; ++j) {
-                c += e_[static_cast<size_t>(idx_[j])] / Z;  // cumsum(softmax(sorted))
+                c += std::exp(vals_[j] - m) / Z;  // cumsum(softmax(sorted))
                 if (ref ? !(c <= p) : !(c < p)) {
                     crossed = true;
                     break;
@@ -160,18 +197,10 @@ void Sampler::filter(int64_t V, const std::vector<int64_t>& history) {
             done = L;
             L = std::min(k, 2 * L);
         }
-        if (crossed) {
-            // REFERENCE: n = max(cnt − 1, 0); HF: n = cnt (the crossing token, < F).
-            const size_t nth = ref ? (cnt > 0 ? cnt - 1 : 0) : cnt;
-            thr = w_[static_cast<size_t>(idx_[nth])];  // nth ≤ k − 1: top-k changes nothing
-        } else if (use_k) {
-            thr = w_[static_cast<size_t>(idx_[k - 1])];  // the sorted prefix reaches k
-        }
-        // else: every finite token satisfies the rule (c ≤ p up to rounding): keep all.
-    } else if (use_k) {
-        std::nth_element(idx_.begin(), idx_.begin() + static_cast<ptrdiff_t>(k - 1), idx_.end(),
-                         desc);
-        thr = w_[static_cast<size_t>(idx_[k - 1])];
+        // REFERENCE: n = max(cnt − 1, 0); HF: n = cnt (the crossing token, < F). Then
+        // n ≤ k − 1, so top-k removes nothing more. If nothing crossed, every finite token
+        // satisfies the rule (keep all) or top-k decides.
+        if (crossed) thr = vals_[ref ? (cnt > 0 ? cnt - 1 : 0) : cnt];
     }
 
     // Survivors in index order, with min-p.
@@ -180,7 +209,7 @@ void Sampler::filter(int64_t V, const std::vector<int64_t>& history) {
     for (size_t i = 0; i < n; ++i) {
         const double x = w_[i];
         if (x == -kInf || x < thr) continue;
-        const double e = std::exp(x - m);
+        const double e = use_p ? e_[i] : std::exp(x - m);
         if (e < min_p) continue;
         kept_.push_back(static_cast<int32_t>(i));
         kept_e_.push_back(e);

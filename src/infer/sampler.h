@@ -98,7 +98,7 @@ class Sampler {
     // Scratch buffers reused across calls (no allocation per token once warm).
     std::vector<double> w_;       // working logits
     std::vector<double> e_;       // exp(w − max), when computed
-    std::vector<int32_t> idx_;    // finite-logit indices, partially sorted
+    std::vector<double> vals_;    // candidate values, partially sorted descending
     std::vector<int64_t> seen_;   // penalty window ids
     std::vector<int32_t> kept_;   // surviving ids, index order
     std::vector<double> kept_e_;  // their exp(w − max)
