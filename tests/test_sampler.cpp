@@ -161,6 +161,34 @@ TEST(SamplerTopP, HfRuleIncludesTheCrossingToken) {
     EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0, 1, 2, 3}));
 }
 
+TEST(SamplerTopP, ExactBoundaryMass) {
+    // p set to exactly the cumsum c_1 the documented arithmetic gives (Z summed in index
+    // order, then c += e/Z over the sorted tokens), so c hits p and the REFERENCE rule
+    // (c ≤ p) and the HF rule (c < p before the crossing) are told apart.
+    const auto logits = log_of({0.45, 0.3, 0.15, 0.1});
+    double z = 0;
+    std::vector<double> e;
+    for (const double l : logits) {
+        e.push_back(std::exp(l - logits[0]));
+        z += e.back();
+    }
+    const double c0 = e[0] / z, c1 = c0 + e[1] / z, c2 = c1 + e[2] / z;
+    SamplerConfig cfg;
+    cfg.top_p = c1;  // Σ[c ≤ c1] = 2 ⇒ n = 1
+    EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0, 1}));
+    cfg.top_p = std::nextafter(c1, 0.0);  // just below: n = 0
+    EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0}));
+    cfg.top_p = c2;
+    EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0, 1, 2}));
+    cfg.top_p_mode = TopPMode::HF;
+    cfg.top_p = c1;  // the prefix {0, 1} has mass exactly p: nothing more
+    EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0, 1}));
+    cfg.top_p = std::nextafter(c1, 1.0);  // just above: the third token is needed
+    EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0, 1, 2}));
+    cfg.top_p = c0;
+    EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0}));
+}
+
 TEST(SamplerTopP, TiesAtTheThresholdAreKept) {
     // sorted: 0.4, 0.15, 0.15, 0.15, 0.1, 0.05; c = 0.4, 0.55, 0.7, 0.85, 0.95, 1.
     const auto logits = log_of({0.15, 0.4, 0.15, 0.1, 0.15, 0.05});
