@@ -205,49 +205,56 @@ TEST(SamplerTopP, TiesAtTheThresholdAreKept) {
 // Brute-force reference for the top-p + top-k rules (full sort), against the sampler's
 // incremental partial sort, on a large random vocabulary.
 TEST(SamplerTopP, MatchesFullSortBruteForceOnLargeVocab) {
-    pldr::Rng rng(123);
-    const int64_t V = 5000;
-    std::vector<double> logits(static_cast<size_t>(V));
-    for (auto& x : logits) x = 2.5 * rng.normal();
-    for (int i = 0; i < 50; ++i) logits[static_cast<size_t>(rng.below(V))] = 1.25;  // ties
-    logits[17] = -kInf;
-    for (const TopPMode mode : {TopPMode::REFERENCE, TopPMode::HF}) {
-        for (const double p : {0.05, 0.3, 0.9, 0.999}) {
-            for (const int64_t k : {int64_t{0}, int64_t{3}, int64_t{40}, int64_t{1000}}) {
-                SamplerConfig cfg;
-                cfg.top_p = p;
-                cfg.top_k = k;
-                cfg.top_p_mode = mode;
-                // brute force
-                const double m = *std::max_element(logits.begin(), logits.end());
-                double z = 0;
-                for (const double x : logits) z += std::exp(x - m);
-                std::vector<double> sorted;
-                for (const double x : logits)
-                    if (x != -kInf) sorted.push_back(x);
-                std::sort(sorted.begin(), sorted.end(), std::greater<>());
-                double c = 0;
-                int64_t cnt_le = 0, cnt_lt = 0;
-                for (const double x : sorted) {
-                    c += std::exp(x - m) / z;
-                    cnt_le += c <= p;
-                    cnt_lt += c < p;
+    // Peaked logits, and nearly flat ones (top-p then needs most of the vocabulary, which
+    // takes the radix-sort path), with ties, signed zeros and a −inf.
+    for (const double scale : {2.5, 0.05}) {
+        pldr::Rng rng(123);
+        const int64_t V = 5000;
+        std::vector<double> logits(static_cast<size_t>(V));
+        for (auto& x : logits) x = scale * rng.normal();
+        for (int i = 0; i < 50; ++i) logits[static_cast<size_t>(rng.below(V))] = scale / 2;  // ties
+        for (int i = 0; i < 20; ++i) logits[static_cast<size_t>(rng.below(V))] = i % 2 ? 0.0 : -0.0;
+        logits[17] = -kInf;
+        for (const TopPMode mode : {TopPMode::REFERENCE, TopPMode::HF}) {
+            for (const double p : {0.05, 0.3, 0.9, 0.999}) {
+                for (const int64_t k : {int64_t{0}, int64_t{3}, int64_t{40}, int64_t{1000}}) {
+                    SamplerConfig cfg;
+                    cfg.top_p = p;
+                    cfg.top_k = k;
+                    cfg.top_p_mode = mode;
+                    // brute force
+                    const double m = *std::max_element(logits.begin(), logits.end());
+                    double z = 0;
+                    for (const double x : logits) z += std::exp(x - m);
+                    std::vector<double> sorted;
+                    for (const double x : logits)
+                        if (x != -kInf) sorted.push_back(x);
+                    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+                    double c = 0;
+                    int64_t cnt_le = 0, cnt_lt = 0;
+                    for (const double x : sorted) {
+                        c += std::exp(x - m) / z;
+                        cnt_le += c <= p;
+                        cnt_lt += c < p;
+                    }
+                    const int64_t F = static_cast<int64_t>(sorted.size());
+                    const int64_t n = mode == TopPMode::REFERENCE
+                                          ? std::max<int64_t>(cnt_le - 1, 0)
+                                          : std::min<int64_t>(cnt_lt, F - 1);
+                    double thr = sorted[static_cast<size_t>(n)];
+                    std::vector<double> after;
+                    for (const double x : sorted)
+                        if (x >= thr) after.push_back(x);
+                    if (k > 0 && k <= static_cast<int64_t>(after.size()))
+                        thr = std::max(thr, after[static_cast<size_t>(k - 1)]);
+                    std::set<int64_t> want;
+                    for (int64_t i = 0; i < V; ++i)
+                        if (logits[static_cast<size_t>(i)] >= thr) want.insert(i);
+                    const auto got = kept(cfg, logits);
+                    EXPECT_EQ(got, want)
+                        << "p=" << p << " k=" << k << " mode=" << int(mode) << " scale=" << scale;
+                    EXPECT_GT(got.size(), 0u);
                 }
-                const int64_t F = static_cast<int64_t>(sorted.size());
-                const int64_t n = mode == TopPMode::REFERENCE ? std::max<int64_t>(cnt_le - 1, 0)
-                                                              : std::min<int64_t>(cnt_lt, F - 1);
-                double thr = sorted[static_cast<size_t>(n)];
-                std::vector<double> after;
-                for (const double x : sorted)
-                    if (x >= thr) after.push_back(x);
-                if (k > 0 && k <= static_cast<int64_t>(after.size()))
-                    thr = std::max(thr, after[static_cast<size_t>(k - 1)]);
-                std::set<int64_t> want;
-                for (int64_t i = 0; i < V; ++i)
-                    if (logits[static_cast<size_t>(i)] >= thr) want.insert(i);
-                const auto got = kept(cfg, logits);
-                EXPECT_EQ(got, want) << "p=" << p << " k=" << k << " mode=" << int(mode);
-                EXPECT_GT(got.size(), 0u);
             }
         }
     }

@@ -2,6 +2,7 @@
 #include "infer/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -14,6 +15,35 @@ namespace pldr {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// sort_to() radix-sorts the whole remainder when at least this many values are left and a
+// quarter of them is needed.
+constexpr size_t kRadixMin = 2048;
+
+// Sorts n finite doubles descending: LSD radix sort (8-bit digits, constant digits skipped)
+// on order-preserving 64-bit keys. Equal values stay equal, so the result is the same
+// multiset order as std::sort with std::greater (−0 and +0 may swap; they are equal).
+void radix_sort_desc(double* v, size_t n, std::vector<uint64_t>& a, std::vector<uint64_t>& b) {
+    constexpr uint64_t kSign = uint64_t{1} << 63;
+    a.resize(n);
+    b.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        const auto u = std::bit_cast<uint64_t>(v[i]);
+        a[i] = ~((u & kSign) ? ~u : (u | kSign));  // ascending key, inverted: descending
+    }
+    for (int shift = 0; shift < 64; shift += 8) {
+        size_t count[257] = {};
+        for (size_t i = 0; i < n; ++i) ++count[((a[i] >> shift) & 0xff) + 1];
+        if (count[((a[0] >> shift) & 0xff) + 1] == n) continue;  // one digit value: skip
+        for (int d = 0; d < 256; ++d) count[d + 1] += count[d];
+        for (size_t i = 0; i < n; ++i) b[count[(a[i] >> shift) & 0xff]++] = a[i];
+        a.swap(b);
+    }
+    for (size_t i = 0; i < n; ++i) {
+        const uint64_t key = ~a[i];
+        v[i] = std::bit_cast<double>((key & kSign) ? (key & ~kSign) : ~key);
+    }
+}
+
 // Up to this k, top-k keeps a min-heap of the k largest values; above it, nth_element.
 constexpr size_t kHeapTopK = 4096;
 
@@ -130,6 +160,13 @@ void Sampler::filter(int64_t V, const std::vector<int64_t>& history) {
     size_t sorted = 0;
     const auto sort_to = [&](size_t L) {
         if (L <= sorted) return;
+        const size_t rest = vals_.size() - sorted;
+        if (rest >= kRadixMin && 4 * (L - sorted) >= rest) {
+            // Most of what is left is needed (flat distributions under top-p): sort it all.
+            radix_sort_desc(vals_.data() + sorted, rest, keys_, keys_tmp_);
+            sorted = vals_.size();
+            return;
+        }
         const auto b = vals_.begin();
         if (L < vals_.size())
             std::nth_element(b + static_cast<ptrdiff_t>(sorted), b + static_cast<ptrdiff_t>(L),
@@ -195,7 +232,7 @@ void Sampler::filter(int64_t V, const std::vector<int64_t>& history) {
             }
             if (crossed || L == k) break;
             done = L;
-            L = std::min(k, 2 * L);
+            L = std::min(k, 4 * L);
         }
         // REFERENCE: n = max(cnt − 1, 0); HF: n = cnt (the crossing token, < F). Then
         // n ≤ k − 1, so top-k removes nothing more. If nothing crossed, every finite token

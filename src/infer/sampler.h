@@ -96,13 +96,14 @@ class Sampler {
     SamplerConfig cfg_;
     Rng rng_;
     // Scratch buffers reused across calls (no allocation per token once warm).
-    std::vector<double> w_;       // working logits
-    std::vector<double> e_;       // exp(w − max), when computed
-    std::vector<double> vals_;    // candidate values, partially sorted descending
-    std::vector<int64_t> seen_;   // penalty window ids
-    std::vector<int32_t> kept_;   // surviving ids, index order
-    std::vector<double> kept_e_;  // their exp(w − max)
-    double total_ = 0;            // Σ kept_e_ in index order
+    std::vector<double> w_;                  // working logits
+    std::vector<double> e_;                  // exp(w − max), when computed
+    std::vector<double> vals_;               // candidate values, partially sorted descending
+    std::vector<uint64_t> keys_, keys_tmp_;  // radix-sort scratch
+    std::vector<int64_t> seen_;              // penalty window ids
+    std::vector<int32_t> kept_;              // surviving ids, index order
+    std::vector<double> kept_e_;             // their exp(w − max)
+    double total_ = 0;                       // Σ kept_e_ in index order
 };
 
 extern template int64_t Sampler::sample<float>(const float*, int64_t, const std::vector<int64_t>&);
