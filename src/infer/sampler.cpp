@@ -231,8 +231,14 @@ void Sampler::filter(int64_t V, const std::vector<int64_t>& history) {
                 ++cnt;
             }
             if (crossed || L == k) break;
+            // Every later token has probability ≤ q (the last one scanned), so at least
+            // (p − c) / q more are needed: jump there (or grow 4×) to avoid many small rounds.
+            const double q = std::exp(vals_[L - 1] - m) / Z;
+            const double need = q > 0 ? (p - c) / q : kInf;
             done = L;
-            L = std::min(k, 4 * L);
+            L = need >= static_cast<double>(k - L)
+                    ? k
+                    : std::min(k, std::max(4 * L, L + static_cast<size_t>(std::ceil(need))));
         }
         // REFERENCE: n = max(cnt − 1, 0); HF: n = cnt (the crossing token, < F). Then
         // n ≤ k − 1, so top-k removes nothing more. If nothing crossed, every finite token
