@@ -27,6 +27,12 @@
 // consumes no randomness. top_k = 1 with a unique maximum gives the same token (ties at the
 // maximum are kept and sampled among, as in the reference).
 // NaN or +inf logits, or all logits −inf, are a pldr::Error ("non-finite logits").
+//
+// Arithmetic: Z = Σ exp(w − max) in index order; c_j accumulates exp(sorted_j − max) / Z in
+// descending order (tie order is irrelevant: tied values add equal terms). Cost per token:
+// a few O(V) passes; top-k ≤ 4096 uses a min-heap (no sort); top-p sorts only the prefix it
+// needs (nth_element + sort, or a radix sort when most of the vocabulary is needed) and never
+// more than k values when top-k is set. A Sampler keeps scratch buffers: one per thread.
 #pragma once
 #include <cstdint>
 #include <utility>
