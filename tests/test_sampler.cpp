@@ -216,8 +216,9 @@ TEST(SamplerTopP, MatchesFullSortBruteForceOnLargeVocab) {
         for (int i = 0; i < 20; ++i) logits[static_cast<size_t>(rng.below(V))] = i % 2 ? 0.0 : -0.0;
         logits[17] = -kInf;
         for (const TopPMode mode : {TopPMode::REFERENCE, TopPMode::HF}) {
-            for (const double p : {0.05, 0.3, 0.9, 0.999}) {
-                for (const int64_t k : {int64_t{0}, int64_t{3}, int64_t{40}, int64_t{1000}}) {
+            for (const double p : {0.05, 0.3, 0.9, 0.999, 1.0}) {
+                for (const int64_t k :
+                     {int64_t{0}, int64_t{3}, int64_t{40}, int64_t{1000}, int64_t{4500}}) {
                     SamplerConfig cfg;
                     cfg.top_p = p;
                     cfg.top_k = k;
@@ -241,7 +242,7 @@ TEST(SamplerTopP, MatchesFullSortBruteForceOnLargeVocab) {
                     const int64_t n = mode == TopPMode::REFERENCE
                                           ? std::max<int64_t>(cnt_le - 1, 0)
                                           : std::min<int64_t>(cnt_lt, F - 1);
-                    double thr = sorted[static_cast<size_t>(n)];
+                    double thr = p < 1 ? sorted[static_cast<size_t>(n)] : -kInf;  // p = 1: off
                     std::vector<double> after;
                     for (const double x : sorted)
                         if (x >= thr) after.push_back(x);
@@ -249,7 +250,9 @@ TEST(SamplerTopP, MatchesFullSortBruteForceOnLargeVocab) {
                         thr = std::max(thr, after[static_cast<size_t>(k - 1)]);
                     std::set<int64_t> want;
                     for (int64_t i = 0; i < V; ++i)
-                        if (logits[static_cast<size_t>(i)] >= thr) want.insert(i);
+                        if (logits[static_cast<size_t>(i)] != -kInf &&
+                            logits[static_cast<size_t>(i)] >= thr)
+                            want.insert(i);
                     const auto got = kept(cfg, logits);
                     EXPECT_EQ(got, want)
                         << "p=" << p << " k=" << k << " mode=" << int(mode) << " scale=" << scale;
