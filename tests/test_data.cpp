@@ -297,6 +297,21 @@ TEST(TokTrain, BpeAndCharModels) {
     EXPECT_EQ(ch.encode("sir").size(), 4u);
 }
 
+TEST(TokTrain, DeterministicForAFixedSeedAndThreadCount) {
+    TempDir t;
+    pldr::TokenizerTrainOptions o;
+    o.input_files = {t.write("input.txt", shakespeare_prefix(60 * 1024))};
+    o.vocab_size = 400;
+    o.num_threads = 2;
+    o.output_prefix = t.file("one");
+    pldr::train_tokenizer(o);
+    o.output_prefix = t.file("two");
+    pldr::train_tokenizer(o);
+    const std::string v1 = pldr::read_file(t.file("one.vocab"));
+    EXPECT_EQ(v1, pldr::read_file(t.file("two.vocab")));
+    EXPECT_EQ(std::count(v1.begin(), v1.end(), '\n'), 400);
+}
+
 TEST(TokTrain, RejectsBadInput) {
     TempDir t;
     pldr::TokenizerTrainOptions o;
@@ -764,6 +779,26 @@ TEST(Prepare, WholeFilesWithValidationFilesAndTrainedTokenizer) {
     EXPECT_EQ(meta["one_doc_per_line"], false);
     EXPECT_EQ(meta["sources"][3]["role"], "valid");
     EXPECT_EQ(meta["tokenizer"]["pieces"]["399"], tok.piece(399));
+}
+
+TEST(Prepare, SotuTokenCountsMatchTheDataReadme) {
+    // data/README.md: the SOTU valid split has 12 documents and 99,222 KVG tokens without
+    // BOS/EOS; prepared with one EOS per document that is 99,234 tokens.
+    TempDir t;
+    pldr::PrepareOptions o;
+    o.tokenizer_path = kKvg;
+    o.input_files = {kData + "/corpus/sotu/valid.txt"};
+    o.ctx = 1024;
+    o.output_dir = t.file("out");
+    const auto st = pldr::prepare_corpus(o);
+    EXPECT_EQ(st.train.documents, 12);
+    EXPECT_EQ(st.train.tokens, 99222 + 12);
+    EXPECT_EQ(st.train.chunks, 99234 / 1024);
+    EXPECT_EQ(st.train.dropped_tokens, 99234 % 1024);
+    pldr::ShardReader r(t.file("out/train.pldrtok"));
+    EXPECT_EQ(r.size(), 96 * 1024);
+    EXPECT_EQ(r[0],
+              pldr::Tokenizer(kKvg).encode(pldr::read_file(o.input_files[0]).substr(0, 200))[0]);
 }
 
 TEST(Prepare, NoValidationSplit) {
