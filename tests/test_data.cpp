@@ -801,6 +801,29 @@ TEST(Prepare, SotuTokenCountsMatchTheDataReadme) {
               pldr::Tokenizer(kKvg).encode(pldr::read_file(o.input_files[0]).substr(0, 200))[0]);
 }
 
+TEST(Prepare, CrlfLineEnds) {
+    TempDir t;
+    const std::string f =
+        t.write("crlf.txt", "Hello world!\r\n\r\nThe quick brown fox.\r\nlast line");
+    pldr::PrepareOptions o;
+    o.tokenizer_path = kKvg;
+    o.input_files = {f};
+    o.ctx = 4;
+    o.output_dir = t.file("out");
+    const auto st = pldr::prepare_corpus(o);
+    EXPECT_EQ(st.train.documents, 3);
+    EXPECT_EQ(st.empty_documents, 1);
+    pldr::Tokenizer tok(kKvg);
+    Ids all;
+    for (const char* d : {"Hello world!", "The quick brown fox.", "last line"}) {
+        const Ids ids = tok.encode_document(d);
+        all.insert(all.end(), ids.begin(), ids.end());
+    }
+    EXPECT_EQ(st.train.tokens, static_cast<int64_t>(all.size()));
+    all.resize(all.size() / 4 * 4);
+    EXPECT_EQ(pldr::ShardReader(t.file("out/train.pldrtok")).read_all(), all);
+}
+
 TEST(Prepare, NoValidationSplit) {
     TempDir t;
     const std::string a = t.write("a.txt", shakespeare_prefix(4 * 1024));
@@ -888,6 +911,8 @@ TEST(Prepare, RejectsBadInput) {
             }));
         },
         {"either a validation fraction or validation files"});
+    expect_error([&] { pldr::prepare_corpus(with([&](auto& x) { x.valid_fraction = 1e-300; })); },
+                 {"is too small"});
     expect_error([&] { pldr::prepare_corpus(with([&](auto& x) { x.valid_fraction = 0.7; })); },
                  {"validation fraction 0.7"});
     const std::string tiny_valid = t.write("tiny_valid.txt", "Hi.\n");

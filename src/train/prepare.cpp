@@ -76,8 +76,10 @@ int64_t for_each_document(const std::string& text, bool one_doc_per_line, F&& fn
     while (pos < text.size()) {
         size_t e = text.find('\n', pos);
         if (e == std::string::npos) e = text.size();
-        if (e > pos)
-            fn(std::string_view(text).substr(pos, e - pos));
+        size_t end = e;
+        if (end > pos && text[end - 1] == '\r') --end;  // CRLF line ends
+        if (end > pos)
+            fn(std::string_view(text).substr(pos, end - pos));
         else
             ++empty;
         pos = e + 1;
@@ -112,6 +114,8 @@ PrepareStats prepare_corpus(const PrepareOptions& o) {
     PLDR_REQUIRE(
         std::isfinite(o.valid_fraction) && o.valid_fraction >= 0.0 && o.valid_fraction <= 0.5, who,
         ": validation fraction ", o.valid_fraction, " must be in [0, 0.5]");
+    PLDR_REQUIRE(o.valid_fraction == 0.0 || o.valid_fraction >= 1e-12, who,
+                 ": validation fraction ", o.valid_fraction, " is too small (use 0 for none)");
     PLDR_REQUIRE(o.valid_fraction == 0.0 || o.valid_files.empty(), who,
                  ": give either a validation fraction or validation files, not both");
     PLDR_REQUIRE(!o.output_dir.empty(), who, ": no output directory");

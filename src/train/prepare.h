@@ -16,7 +16,8 @@ namespace pldr {
 struct PrepareOptions {
     std::string tokenizer_path;            // SentencePiece .model
     std::vector<std::string> input_files;  // UTF-8 text, in order
-    // true: each non-empty line ('\n'-separated) is one document; false: each whole file is.
+    // true: each non-empty line ('\n'-separated, a trailing '\r' removed) is one document;
+    // false: each whole non-empty file is one document.
     bool one_doc_per_line = true;
     int64_t ctx = 1024;         // chunk length (the reference's context_length), ≥ 2
     int64_t block_docs = 1600;  // documents per packing block (reference: 16 × 100)
