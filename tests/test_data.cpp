@@ -704,7 +704,8 @@ TEST(Prepare, EndToEndLinesWithFraction) {
     EXPECT_EQ(meta["tokenizer"]["vocab_size"], 32000);
     EXPECT_EQ(meta["tokenizer"]["eos_id"], 3);
     EXPECT_EQ(meta["tokenizer"]["pieces"]["3"], "[END]");
-    EXPECT_EQ(meta["tokenizer"]["pieces"]["4780"].is_null(), true);
+    EXPECT_FALSE(meta["tokenizer"]["pieces"].contains("4780"));
+    EXPECT_EQ(meta["tokenizer"]["pieces"]["31999"], tok.piece(31999));
     EXPECT_EQ(meta["split"]["mode"], "fraction");
     EXPECT_EQ(meta["split"]["every"], 10);
     EXPECT_EQ(meta["split"]["offset"], 5);
