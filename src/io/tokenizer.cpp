@@ -1,0 +1,307 @@
+// SentencePiece tokenizer wrapper and trainer (see tokenizer.h).
+#include "io/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/fs.h"
+
+// Exported by libsentencepiece 0.1.97 but not declared in its public headers.
+namespace sentencepiece::logging {
+int GetMinLogLevel();
+void SetMinLogLevel(int v);
+}  // namespace sentencepiece::logging
+
+namespace pldr {
+
+namespace {
+
+std::string one_line(std::string s) {
+    for (char& c : s)
+        if (c == '\n' || c == '\r') c = ' ';
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8
+
+int64_t find_invalid_utf8(std::string_view data) {
+    const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+    const size_t n = data.size();
+    size_t i = 0;
+    while (i < n) {
+        const unsigned c = p[i];
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        size_t len;
+        unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;  // no overlong forms
+            if (c == 0xED) hi = 0x9F;  // no surrogates
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;  // no overlong forms
+            if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+        } else {
+            return static_cast<int64_t>(i);
+        }
+        if (i + len > n) return static_cast<int64_t>(i);
+        if (p[i + 1] < lo || p[i + 1] > hi) return static_cast<int64_t>(i);
+        for (size_t k = 2; k < len; ++k)
+            if (p[i + k] < 0x80 || p[i + k] > 0xBF) return static_cast<int64_t>(i);
+        i += len;
+    }
+    return -1;
+}
+
+void require_utf8(std::string_view data, const std::string& name) {
+    const int64_t bad = find_invalid_utf8(data);
+    if (bad >= 0) fail(name, ": invalid UTF-8 at byte offset ", bad);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizer
+
+Tokenizer::Tokenizer(const std::string& model_path)
+    : path_(model_path), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+    struct stat st;
+    if (::stat(model_path.c_str(), &st) != 0) fail("tokenizer ", model_path, ": file not found");
+    if (S_ISDIR(st.st_mode)) fail("tokenizer ", model_path, ": is a directory");
+    // Read the bytes ourselves so that I/O problems and parse problems read differently.
+    const std::string bytes = read_file(model_path);
+    if (bytes.empty()) fail("tokenizer ", model_path, ": empty file, not a SentencePiece model");
+    const auto st2 = sp_->LoadFromSerializedProto(bytes);
+    if (!st2.ok())
+        fail("tokenizer ", model_path, ": not a valid SentencePiece model (",
+             one_line(st2.ToString()), ")");
+    if (sp_->GetPieceSize() <= 0) fail("tokenizer ", model_path, ": the model has no pieces");
+    if (sp_->eos_id() < 0) fail("tokenizer ", model_path, ": the model has no EOS piece");
+}
+
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+std::vector<int64_t> Tokenizer::encode(std::string_view text) const {
+    std::vector<int> ids;
+    const auto st = sp_->Encode(text, &ids);
+    if (!st.ok()) fail("tokenizer ", path_, ": encode failed: ", one_line(st.ToString()));
+    return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+std::vector<int64_t> Tokenizer::encode_document(std::string_view text) const {
+    std::vector<int64_t> ids = encode(text);
+    ids.push_back(eos_id());
+    return ids;
+}
+
+std::vector<int64_t> Tokenizer::encode_prompt(std::string_view text) const {
+    std::vector<int64_t> ids = encode_document(text);
+    if (ids.size() > 1) ids.pop_back();
+    return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
+    const int64_t v = vocab_size();
+    std::vector<int> ii;
+    ii.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= v)
+            fail("tokenizer ", path_, ": cannot decode id ", ids[i], " at position ", i,
+                 ": outside [0, ", v, ")");
+        ii.push_back(static_cast<int>(ids[i]));
+    }
+    std::string out;
+    const auto st = sp_->Decode(ii, &out);
+    if (!st.ok()) fail("tokenizer ", path_, ": decode failed: ", one_line(st.ToString()));
+    return out;
+}
+
+std::string Tokenizer::piece(int64_t id) const {
+    PLDR_REQUIRE(id >= 0 && id < vocab_size(), "tokenizer ", path_, ": id ", id, " outside [0, ",
+                 vocab_size(), ")");
+    return sp_->IdToPiece(static_cast<int>(id));
+}
+
+int64_t Tokenizer::vocab_size() const {
+    return sp_->GetPieceSize();
+}
+int64_t Tokenizer::eos_id() const {
+    return sp_->eos_id();
+}
+int64_t Tokenizer::bos_id() const {
+    return sp_->bos_id();
+}
+int64_t Tokenizer::pad_id() const {
+    return sp_->pad_id();
+}
+int64_t Tokenizer::unk_id() const {
+    return sp_->unk_id();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Training
+
+namespace {
+
+// Feeds the (already validated) lines of the input files to the trainer, one sentence per
+// line, skipping empty lines; avoids sentencepiece's comma-separated `input` list.
+class LineIterator : public sentencepiece::SentenceIterator {
+  public:
+    explicit LineIterator(const std::vector<std::string>* texts) : texts_(texts) { advance(); }
+    bool done() const override { return file_ >= texts_->size(); }
+    void Next() override { advance(); }
+    const std::string& value() const override { return line_; }
+    sentencepiece::util::Status status() const override { return {}; }
+
+  private:
+    void advance() {
+        while (file_ < texts_->size()) {
+            const std::string& t = (*texts_)[file_];
+            if (pos_ >= t.size()) {
+                ++file_;
+                pos_ = 0;
+                continue;
+            }
+            size_t e = t.find('\n', pos_);
+            if (e == std::string::npos) e = t.size();
+            line_.assign(t, pos_, e - pos_);
+            pos_ = e + 1;
+            if (!line_.empty()) return;
+        }
+        line_.clear();
+    }
+
+    const std::vector<std::string>* texts_;
+    size_t file_ = 0, pos_ = 0;
+    std::string line_;
+};
+
+struct LogLevelGuard {
+    int saved;
+    explicit LogLevelGuard(int level) : saved(sentencepiece::logging::GetMinLogLevel()) {
+        sentencepiece::logging::SetMinLogLevel(level);
+    }
+    ~LogLevelGuard() { sentencepiece::logging::SetMinLogLevel(saved); }
+};
+
+}  // namespace
+
+void train_tokenizer(const TokenizerTrainOptions& o) {
+    const std::string who = "train_tokenizer";
+    PLDR_REQUIRE(!o.input_files.empty(), who, ": no input files");
+    PLDR_REQUIRE(!o.output_prefix.empty(), who, ": empty output prefix");
+    const bool bytes = o.model_type == "unigram" || o.model_type == "bpe";
+    PLDR_REQUIRE(bytes || o.model_type == "char" || o.model_type == "word", who,
+                 ": unknown model type '", o.model_type, "' (unigram|bpe|char|word)");
+    // 6 special pieces ([PAD] [UNK] [START] [END] [SEP] [CLS]), 256 byte pieces for
+    // unigram/bpe (byte fallback), and at least one learned piece.
+    const int64_t required = 6 + (bytes ? 256 : 0);
+    PLDR_REQUIRE(o.vocab_size > required && o.vocab_size <= (int64_t{1} << 31) - 1, who,
+                 ": vocab size ", o.vocab_size, " must be at least ", required + 1,
+                 " for model type ", o.model_type, " (", required, " required pieces)");
+    PLDR_REQUIRE(o.character_coverage > 0.0 && o.character_coverage <= 1.0, who,
+                 ": character coverage ", o.character_coverage, " must be in (0, 1]");
+    PLDR_REQUIRE(o.max_sentence_length > 0 && o.max_sentence_length <= (int64_t{1} << 31) - 1, who,
+                 ": max_sentence_length ", o.max_sentence_length, " must be positive");
+    PLDR_REQUIRE(o.input_sentence_size >= 0, who, ": input_sentence_size ", o.input_sentence_size,
+                 " must be >= 0");
+    PLDR_REQUIRE(o.num_threads >= 0 && o.num_threads <= 1024, who, ": num_threads ", o.num_threads,
+                 " must be in [0, 1024]");
+
+    std::vector<std::string> texts;
+    texts.reserve(o.input_files.size());
+    for (const auto& f : o.input_files) {
+        if (!file_exists(f)) fail(who, ": input ", f, ": file not found");
+        std::string t = read_file(f);
+        if (t.empty()) fail(who, ": input ", f, ": empty file");
+        require_utf8(t, who + ": input " + f);
+        if (t.find_first_not_of("\n") == std::string::npos)
+            fail(who, ": input ", f, ": no non-empty line");
+        texts.push_back(std::move(t));
+    }
+
+    const std::filesystem::path prefix(o.output_prefix);
+    const std::filesystem::path dir =
+        prefix.has_parent_path() ? prefix.parent_path() : std::filesystem::path(".");
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+        fail(who, ": output directory ", dir.string(), " does not exist");
+
+    const std::string tmp = o.output_prefix + ".tmp." + std::to_string(::getpid());
+    const int threads = o.num_threads > 0
+                            ? o.num_threads
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::unordered_map<std::string, std::string> kw = {
+        {"model_prefix", tmp},
+        {"vocab_size", std::to_string(o.vocab_size)},
+        {"model_type", o.model_type},
+        {"character_coverage", cat(o.character_coverage)},
+        {"max_sentence_length", std::to_string(o.max_sentence_length)},
+        {"input_sentence_size", std::to_string(o.input_sentence_size)},
+        {"shuffle_input_sentence", o.shuffle_input_sentence ? "true" : "false"},
+        {"hard_vocab_limit", o.hard_vocab_limit ? "true" : "false"},
+        {"num_threads", std::to_string(threads)},
+        {"pad_id", "0"},
+        {"unk_id", "1"},
+        {"bos_id", "2"},
+        {"eos_id", "3"},
+        {"pad_piece", "[PAD]"},
+        {"unk_piece", "[UNK]"},
+        {"bos_piece", "[START]"},
+        {"eos_piece", "[END]"},
+        {"user_defined_symbols", "[SEP],[CLS]"},
+        {"byte_fallback", bytes ? "true" : "false"},
+        {"split_digits", "true"},
+        {"normalization_rule_name", "nmt_nfkc"},
+    };
+
+    const std::string tmp_model = tmp + ".model", tmp_vocab = tmp + ".vocab";
+    auto cleanup = [&] {
+        std::remove(tmp_model.c_str());
+        std::remove(tmp_vocab.c_str());
+    };
+    sentencepiece::util::Status st;
+    {
+        LogLevelGuard quiet(o.verbose ? 0 : 2);
+        sentencepiece::SetRandomGeneratorSeed(o.seed);
+        LineIterator it(&texts);
+        st = sentencepiece::SentencePieceTrainer::Train(kw, &it);
+    }
+    if (!st.ok()) {
+        cleanup();
+        fail(who, ": sentencepiece training failed for ", o.output_prefix, ": ",
+             one_line(st.ToString()));
+    }
+    if (!file_exists(tmp_model) || !file_exists(tmp_vocab)) {
+        cleanup();
+        fail(who, ": sentencepiece wrote no model for ", o.output_prefix);
+    }
+    const std::string out_model = o.output_prefix + ".model";
+    const std::string out_vocab = o.output_prefix + ".vocab";
+    // The vocabulary first: once the .model is in place, its .vocab is too.
+    if (std::rename(tmp_vocab.c_str(), out_vocab.c_str()) != 0 ||
+        std::rename(tmp_model.c_str(), out_model.c_str()) != 0) {
+        cleanup();
+        fail(who, ": cannot write ", out_model);
+    }
+}
+
+}  // namespace pldr
