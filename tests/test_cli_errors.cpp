@@ -170,3 +170,23 @@ TEST(CliErrors, TokenIdOutsideVocabAndTooLong) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CliErrors, GradRejectsBadDagCoefficients) {
+    const std::string m = std::string(PLDR_SOURCE_DIR) + "/tests/golden/models/e_tiny_v510_dag.f32";
+    auto r = cli_test::run("grad " + m + " --tokens 7,11,32,49 --dag -0.1,0,0 --out /dev/null");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(cli_test::count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("must be >= 0"), std::string::npos) << r.err;
+    r = cli_test::run("grad " + m + " --tokens 7,11,32,49 --dag 0.1,0.2 --out /dev/null");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("three coefficients"), std::string::npos) << r.err;
+    const std::string out = cli_test::tmp_dir("gradok") + "/g.safetensors";
+    r = cli_test::run("grad " + m + " --tokens 7,11,32,49 --dag 0.1,0.2,0.3 --dtype f64 --out " +
+                      out);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("dag metrics"), std::string::npos);
+}
+
+}  // namespace

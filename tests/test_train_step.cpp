@@ -1,0 +1,118 @@
+// The training step as a library call: refusal of non-finite steps (parameters, moments and the
+// step count untouched), validation of DAG coefficients and of the schedule, and gradient
+// accumulation (two micro-batches = one batch of both, for equal token counts).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/rng.h"
+#include "model/init.h"
+#include "train/step.h"
+
+namespace {
+
+pldr::Config tiny(bool learned) {
+    pldr::Config c;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.head_dim = 4;
+    c.hidden_size = 8;
+    c.intermediate_size = 21;
+    c.vocab_size = 23;
+    c.max_position = 16;
+    c.A_dff = 6;
+    c.num_reslayerA = 2;
+    c.num_denseA = 2;
+    c.g_type = learned ? pldr::GType::LEARNED : pldr::GType::IDENTITY;
+    return c;
+}
+
+std::vector<int64_t> tokens(int64_t B, int64_t S1, uint64_t seed) {
+    pldr::Rng r(seed);
+    std::vector<int64_t> t(static_cast<size_t>(B * S1));
+    for (auto& x : t) x = 1 + int64_t(r.below(22));
+    return t;
+}
+
+pldr::TrainConfig train_cfg() {
+    pldr::TrainConfig tc;
+    tc.schedule = {1e-3, 2, 10, 0.1};
+    return tc;
+}
+
+TEST(TrainStep, NonFiniteLossIsRefusedAndNothingChanges) {
+    pldr::Model<float> m(tiny(true));
+    pldr::init_weights(m, 1);
+    pldr::Trainer<float> tr(m, train_cfg());
+    auto t = tokens(2, 9, 3);
+    tr.step({t.data(), 2, 9});
+    const auto params = m.params;
+    const auto mom = tr.optimizer().m;
+    const auto vel = tr.optimizer().v;
+    // An inf weight in the head makes the logits, hence the loss, non-finite.
+    m.w.head_w[0] = INFINITY;
+    auto poisoned = m.params;
+    try {
+        tr.step({t.data(), 2, 9});
+        FAIL() << "a non-finite step was accepted";
+    } catch (const pldr::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("step refused"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(m.params, poisoned);  // untouched (bit for bit, the inf included)
+    EXPECT_EQ(tr.optimizer().m, mom);
+    EXPECT_EQ(tr.optimizer().v, vel);
+    EXPECT_EQ(tr.steps_done(), 1);
+    EXPECT_NE(params, poisoned);
+}
+
+TEST(TrainStep, NanWeightIsRefused) {
+    pldr::Model<double> m(tiny(false));
+    pldr::init_weights(m, 2);
+    pldr::Trainer<double> tr(m, train_cfg());
+    auto t = tokens(1, 9, 4);
+    m.w.layers[0].ffn.w1[0] = NAN;  // a NaN weight: NaN activations, loss and gradients
+    const auto before = m.params;
+    EXPECT_THROW(tr.step({t.data(), 1, 9}), pldr::Error);
+    for (size_t i = 0; i < before.size(); ++i)
+        ASSERT_TRUE(m.params[i] == before[i] || (std::isnan(m.params[i]) && std::isnan(before[i])));
+    EXPECT_EQ(tr.steps_done(), 0);
+}
+
+TEST(TrainStep, ValidatesConfig) {
+    pldr::Model<float> m(tiny(true));
+    auto tc = train_cfg();
+    tc.dag = {-0.1, 0, 0};
+    try {
+        pldr::Trainer<float> tr(m, tc);
+        FAIL();
+    } catch (const pldr::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("DAG coefficients must be >= 0"), std::string::npos);
+    }
+    tc = train_cfg();
+    tc.schedule = {1e-3, 20, 10, 0.1};
+    EXPECT_THROW(pldr::Trainer<float>(m, tc), pldr::Error);
+}
+
+TEST(TrainStep, AccumulationEqualsTheCombinedBatch) {
+    // Two micro-batches of one sequence each (no pad: equal token counts) give the same gradient
+    // step as one batch of both sequences.
+    auto t = tokens(2, 9, 5);
+    pldr::Model<double> a(tiny(true));
+    pldr::init_weights(a, 3);
+    pldr::Model<double> b = a;
+    const std::vector<double> init = a.params;
+    pldr::TrainConfig tc = train_cfg();
+    tc.clip = pldr::ClipMode::NONE;
+    pldr::Trainer<double> ta(a, tc), tb(b, tc);
+    for (int k = 0; k < 3; ++k) {
+        ta.step({t.data(), 2, 9});
+        tb.step(std::vector<pldr::TokenBatch>{{t.data(), 1, 9}, {t.data() + 9, 1, 9}});
+    }
+    double md = 0;
+    for (size_t i = 0; i < a.params.size(); ++i)
+        md = std::max(md, std::abs(a.params[i] - b.params[i]));
+    EXPECT_LT(md, 1e-12);
+    EXPECT_NE(a.params, init);  // the steps did move the parameters
+}
+
+}  // namespace
