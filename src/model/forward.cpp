@@ -20,6 +20,24 @@ void check_inputs(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S) {
 }
 
 template <typename T>
+void embed_forward(const Model<T>& m, const int64_t* ids, int64_t N, Tensor<T>& x0,
+                   Tensor<T>& embed_ln, Tensor<T>& mean, Tensor<T>& rstd) {
+    const int64_t d = m.cfg.hidden_size;
+    x0.resize({N, d});
+    const T scale = m.embed_scale();
+    for (int64_t n = 0; n < N; ++n) {
+        const T* e = m.w.emb + ids[n] * d;
+        T* o = x0.ptr() + n * d;
+        for (int64_t j = 0; j < d; ++j) o[j] = e[j] * scale;
+    }
+    embed_ln.resize({N, d});
+    mean.resize({N});
+    rstd.resize({N});
+    layernorm_forward(embed_ln.ptr(), mean.ptr(), rstd.ptr(), x0.ptr(), m.w.ln_in_g, m.w.ln_in_b,
+                      N, d, m.cfg.layer_norm_eps);
+}
+
+template <typename T>
 void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activations<T>& a) {
     check_inputs(m, ids, B, S);
     const Config& c = m.cfg;
@@ -31,19 +49,8 @@ void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activa
     for (int64_t b = 0; b < B; ++b)
         for (int64_t s = 0; s < S; ++s) a.pos[size_t(b * S + s)] = s;
 
-    // Embedding · sqrt(d), then the input LayerNorm.
-    a.x0.resize({B, S, d});
-    const T scale = m.embed_scale();
-    for (int64_t n = 0; n < N; ++n) {
-        const T* e = m.w.emb + ids[n] * d;
-        T* o = a.x0.ptr() + n * d;
-        for (int64_t j = 0; j < d; ++j) o[j] = e[j] * scale;
-    }
-    a.embed_ln.resize({B, S, d});
-    a.ln_mean.resize({N});
-    a.ln_rstd.resize({N});
-    layernorm_forward(a.embed_ln.ptr(), a.ln_mean.ptr(), a.ln_rstd.ptr(), a.x0.ptr(), m.w.ln_in_g,
-                      m.w.ln_in_b, N, d, c.layer_norm_eps);
+    embed_forward(m, ids, N, a.x0, a.embed_ln, a.ln_mean, a.ln_rstd);
+    a.x0.shape = a.embed_ln.shape = {B, S, d};
 
     a.layers.resize(static_cast<size_t>(c.num_layers));
     const Tensor<T>* x = &a.embed_ln;
@@ -143,6 +150,11 @@ Tensor<T> sdpa_reference_forward(const Model<T>& m, const int64_t* ids, int64_t 
 
 template void check_inputs<float>(const Model<float>&, const int64_t*, int64_t, int64_t);
 template void check_inputs<double>(const Model<double>&, const int64_t*, int64_t, int64_t);
+template void embed_forward<float>(const Model<float>&, const int64_t*, int64_t, Tensor<float>&,
+                                   Tensor<float>&, Tensor<float>&, Tensor<float>&);
+template void embed_forward<double>(const Model<double>&, const int64_t*, int64_t,
+                                    Tensor<double>&, Tensor<double>&, Tensor<double>&,
+                                    Tensor<double>&);
 template void forward<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
                              Activations<float>&);
 template void forward<double>(const Model<double>&, const int64_t*, int64_t, int64_t,

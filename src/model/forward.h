@@ -57,6 +57,11 @@ struct Activations {
 template <typename T>
 void check_inputs(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S);
 
+// Embedding · sqrt(d), then the input LayerNorm, for N tokens (x0, embed_ln [N,d]; stats [N]).
+template <typename T>
+void embed_forward(const Model<T>& m, const int64_t* ids, int64_t N, Tensor<T>& x0,
+                   Tensor<T>& embed_ln, Tensor<T>& mean, Tensor<T>& rstd);
+
 // Full forward pass without caches: causal + padding mask (key id == pad), positions 0..S-1,
 // A summed over all S positions (non-causal, as the reference). Fills `acts`.
 template <typename T>

@@ -122,24 +122,16 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
 
     // Keys and values: the past (KV-cache) followed by this chunk.
     const int64_t Tp = in.T_past, Tk = Tp + S;
-    std::vector<T> Kcat, Vcat;
     const T* K = la.k.ptr();
     const T* Vv = la.v.ptr();
-    if (Tp > 0) {
-        Kcat.resize(static_cast<size_t>(B * Tk * d));
-        Vcat.resize(static_cast<size_t>(B * Tk * d));
-        for (int64_t b = 0; b < B; ++b) {
-            std::copy(in.K_past + b * Tp * d, in.K_past + (b + 1) * Tp * d,
-                      Kcat.data() + b * Tk * d);
-            std::copy(la.k.ptr() + b * S * d, la.k.ptr() + (b + 1) * S * d,
-                      Kcat.data() + (b * Tk + Tp) * d);
-            std::copy(in.V_past + b * Tp * d, in.V_past + (b + 1) * Tp * d,
-                      Vcat.data() + b * Tk * d);
-            std::copy(la.v.ptr() + b * S * d, la.v.ptr() + (b + 1) * S * d,
-                      Vcat.data() + (b * Tk + Tp) * d);
-        }
-        K = Kcat.data();
-        Vv = Vcat.data();
+    if (in.K_cache) {
+        PLDR_CHECK(B == 1 && in.V_cache);
+        std::copy(la.k.data.begin(), la.k.data.end(), in.K_cache + Tp * d);
+        std::copy(la.v.data.begin(), la.v.data.end(), in.V_cache + Tp * d);
+        K = in.K_cache;
+        Vv = in.V_cache;
+    } else {
+        PLDR_CHECK(Tp == 0);
     }
 
     // 7. Scores Ep = (Q·G)·Kᵀ / sqrt(dk); E = softmax(Ep + mask·(−1e9)); O = E·V.

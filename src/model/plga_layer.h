@@ -10,9 +10,11 @@ struct AttnInput {
     const int64_t* pos = nullptr;      // [B,S] query positions (RoPE)
     bool mask = true;                  // causal + padding mask; false = decode step (mask None)
     const int64_t* key_ids = nullptr;  // [B,T] key ids for the padding mask (null: no pad mask)
-    // KV-cache: past rotated keys and values [B,T_past,H,D]; null when there is no past.
-    const T* K_past = nullptr;
-    const T* V_past = nullptr;
+    // KV-cache (batch 1): buffers of rotated keys and values [T_max,H,D] holding T_past rows.
+    // The layer writes this chunk's S rows at T_past and attends over all T_past + S rows.
+    // Null: no cache, the keys are this chunk's.
+    T* K_cache = nullptr;
+    T* V_cache = nullptr;
     int64_t T_past = 0;
     // Frozen operator (the caches of spec §4.1), each [B,H,D,D] or null:
     // A_frozen skips the metric learner; G_frozen (with A_LM/A_P) skips the PLGA operator too.
