@@ -33,15 +33,16 @@ void embed_forward(const Model<T>& m, const int64_t* ids, int64_t N, Tensor<T>& 
     embed_ln.resize({N, d});
     mean.resize({N});
     rstd.resize({N});
-    layernorm_forward(embed_ln.ptr(), mean.ptr(), rstd.ptr(), x0.ptr(), m.w.ln_in_g, m.w.ln_in_b,
-                      N, d, m.cfg.layer_norm_eps);
+    layernorm_forward(embed_ln.ptr(), mean.ptr(), rstd.ptr(), x0.ptr(), m.w.ln_in_g, m.w.ln_in_b, N,
+                      d, m.cfg.layer_norm_eps);
 }
 
 template <typename T>
-void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activations<T>& a) {
+void forward_layers(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S,
+                    Activations<T>& a) {
     check_inputs(m, ids, B, S);
     const Config& c = m.cfg;
-    const int64_t d = c.hidden_size, V = c.vocab_size, N = B * S;
+    const int64_t d = c.hidden_size, N = B * S;
     a.B = B;
     a.S = S;
     a.ids.assign(ids, ids + N);
@@ -63,8 +64,14 @@ void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activa
         decoder_layer_forward(m, l, B, S, in, la);
         x = &la.hidden;
     }
+}
+
+template <typename T>
+void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activations<T>& a) {
+    forward_layers(m, ids, B, S, a);
+    const int64_t d = m.cfg.hidden_size, V = m.cfg.vocab_size;
     a.logits.resize({B, S, V});
-    linear_forward(a.logits.ptr(), x->ptr(), m.w.head_w, m.w.head_b, N, d, V);
+    linear_forward(a.logits.ptr(), a.final_hidden().ptr(), m.w.head_w, m.w.head_b, B * S, d, V);
 }
 
 template <typename T>
@@ -152,9 +159,12 @@ template void check_inputs<float>(const Model<float>&, const int64_t*, int64_t, 
 template void check_inputs<double>(const Model<double>&, const int64_t*, int64_t, int64_t);
 template void embed_forward<float>(const Model<float>&, const int64_t*, int64_t, Tensor<float>&,
                                    Tensor<float>&, Tensor<float>&, Tensor<float>&);
-template void embed_forward<double>(const Model<double>&, const int64_t*, int64_t,
-                                    Tensor<double>&, Tensor<double>&, Tensor<double>&,
-                                    Tensor<double>&);
+template void embed_forward<double>(const Model<double>&, const int64_t*, int64_t, Tensor<double>&,
+                                    Tensor<double>&, Tensor<double>&, Tensor<double>&);
+template void forward_layers<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
+                                    Activations<float>&);
+template void forward_layers<double>(const Model<double>&, const int64_t*, int64_t, int64_t,
+                                     Activations<double>&);
 template void forward<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
                              Activations<float>&);
 template void forward<double>(const Model<double>&, const int64_t*, int64_t, int64_t,

@@ -51,6 +51,10 @@ struct Activations {
     Tensor<T> embed_ln, ln_mean, ln_rstd;
     std::vector<LayerActs<T>> layers;
     Tensor<T> logits;  // [B,S,V]
+    // The last decoder layer's output (the head's input), [B,S,d].
+    const Tensor<T>& final_hidden() const {
+        return layers.empty() ? embed_ln : layers.back().hidden;
+    }
 };
 
 // Checks ids (0 ≤ id < vocab) and the length (S ≤ max_position_embeddings); throws pldr::Error.
@@ -66,6 +70,11 @@ void embed_forward(const Model<T>& m, const int64_t* ids, int64_t N, Tensor<T>& 
 // A summed over all S positions (non-causal, as the reference). Fills `acts`.
 template <typename T>
 void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activations<T>& acts);
+
+// forward() without the LM head (acts.logits untouched): for callers that need only some rows.
+template <typename T>
+void forward_layers(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S,
+                    Activations<T>& acts);
 
 // The plain SDPA decoder (no G at all): a separate, minimal path whose only use is to prove
 // that the fixed-G model at G = I is SDPA. Returns logits [B,S,V].

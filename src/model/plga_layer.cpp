@@ -90,18 +90,17 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
 
     // 4-7. The operator G_LM per (b,h).
     la.G.resize({B, H, D, D});
-    if (!c.learned_g()) {
+    if (in.G_frozen) {  // the G-cache (or a preset operator): skip the learner and operator
+        auto frozen = [&](Tensor<T>& dst, const T* src) {
+            if (src) dst = Tensor<T>({B, H, D, D}, std::vector<T>(src, src + B * H * DD));
+        };
+        frozen(la.A, in.A_frozen);
+        frozen(la.A_LM, in.A_LM_frozen);
+        frozen(la.A_P, in.A_P_frozen);
+        std::copy(in.G_frozen, in.G_frozen + B * H * DD, la.G.ptr());
+    } else if (!c.learned_g()) {
         for (int64_t b = 0; b < B; ++b)
             std::copy(m.G_fixed_layer(l), m.G_fixed_layer(l) + H * DD, la.G.ptr() + b * H * DD);
-    } else if (in.G_frozen) {
-        la.A.data.assign(in.A_frozen, in.A_frozen + B * H * DD);
-        la.A.shape = {B, H, D, D};
-        la.A_LM =
-            Tensor<T>({B, H, D, D}, std::vector<T>(in.A_LM_frozen, in.A_LM_frozen + B * H * DD));
-        if (in.A_P_frozen)
-            la.A_P =
-                Tensor<T>({B, H, D, D}, std::vector<T>(in.A_P_frozen, in.A_P_frozen + B * H * DD));
-        std::copy(in.G_frozen, in.G_frozen + B * H * DD, la.G.ptr());
     } else {
         if (in.A_frozen) {
             la.A = Tensor<T>({B, H, D, D}, std::vector<T>(in.A_frozen, in.A_frozen + B * H * DD));

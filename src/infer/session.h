@@ -1,0 +1,82 @@
+// An inference session (batch 1) that owns the KV-cache and the G-cache (spec §4.1).
+// The prefill runs the prompt through the full PLGA forward (causal + padding mask) and keeps,
+// per layer, the rotated K, V, the metric A and the operator (A_LM, A_P, G_LM). Each decode step
+// feeds one token at position T (the cached length) and reuses them:
+//   kvg  — KV-cache + G-cache: the metric learner and the PLGA operator are skipped;
+//   kv   — KV-cache only: G_LM is recomputed from the frozen A (the same values, for checks);
+//   none — no cache: the whole growing sequence is recomputed every step, A and G included.
+// Fixed-G models use the same session with their constant G. A session can also start from a
+// saved G-cache (GCache): every call, the prefill included, then runs with that fixed operator.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/forward.h"
+
+namespace pldr {
+
+enum class CacheMode { KVG, KV, NONE };
+CacheMode cache_mode_from_name(const std::string& s);  // "kvg" | "kv" | "none"
+const char* cache_mode_name(CacheMode m);
+
+// The operator cache of one layer, batch 1: each [H,D,D]. A_P may be empty.
+template <typename T>
+struct GCacheLayer {
+    Tensor<T> A, A_LM, A_P, G;
+};
+template <typename T>
+using GCache = std::vector<GCacheLayer<T>>;
+
+template <typename T>
+class Session {
+  public:
+    // max_len: capacity of the KV-cache (default and upper bound: max_position_embeddings).
+    Session(const Model<T>& m, CacheMode mode, int64_t max_len = 0);
+
+    // Starts the sequence with `ids` (≥ 1 token) and returns the logits [V] of its last position.
+    const std::vector<T>& prefill(const std::vector<int64_t>& ids);
+    // Appends one token and returns the logits [V] of the new last position.
+    const std::vector<T>& decode(int64_t id);
+    // Forgets the sequence (and the computed caches; a preset G-cache stays).
+    void reset();
+
+    // Runs every later call with this fixed operator (spec §3.4 bypass mode); its shapes must
+    // match the model (throws pldr::Error). Must be called before prefill.
+    void set_g_cache(const GCache<T>& g);
+    // The operator cache after the prefill (or the preset one).
+    const GCache<T>& g_cache() const { return g_; }
+    // Rotated keys and values so far, each [T,H,D] for layer l.
+    Tensor<T> keys(int64_t l) const;
+    Tensor<T> values(int64_t l) const;
+
+    const std::vector<int64_t>& tokens() const { return ids_; }
+    int64_t length() const { return int64_t(ids_.size()); }
+    int64_t capacity() const { return max_len_; }
+    CacheMode mode() const { return mode_; }
+    const Model<T>& model() const { return m_; }
+    // The activations of the last call (its deductive outputs, for audits).
+    const Activations<T>& last() const { return acts_; }
+
+  private:
+    void run(const int64_t* ids, int64_t S, bool first);
+    void run_uncached();
+
+    const Model<T>& m_;
+    CacheMode mode_;
+    int64_t max_len_;
+    bool preset_g_ = false;
+    std::vector<int64_t> ids_;
+    std::vector<std::vector<T>> K_, V_;  // per layer [max_len, H, D]
+    GCache<T> g_;
+    Activations<T> acts_;
+    std::vector<T> logits_;
+};
+
+// G-cache files (safetensors): gcache.layer{i}.{A,A_LM,G_LM[,A_P]} [H,dk,dk], metadata with
+// the model shape; load checks the shapes against the model.
+template <typename T>
+void save_g_cache(const GCache<T>& g, const Config& c, const std::string& path);
+template <typename T>
+GCache<T> load_g_cache(const std::string& path, const Config& c);
+
+}  // namespace pldr
