@@ -39,5 +39,6 @@ int with_dtype(const std::string& dtype, F&& f) {
 void add_inspect(CLI::App& app);
 void add_dump(CLI::App& app);
 void add_grad(CLI::App& app);
+void add_generate(CLI::App& app);
 
 }  // namespace pldr::cli

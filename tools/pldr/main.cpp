@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
     pldr::cli::add_inspect(app);
     pldr::cli::add_dump(app);
     pldr::cli::add_grad(app);
+    pldr::cli::add_generate(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::Success& e) {

@@ -1,0 +1,93 @@
+// Generation loop (see generate.h).
+#include "infer/generate.h"
+
+#include <chrono>
+
+namespace pldr {
+
+namespace {
+
+double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+}  // namespace
+
+template <typename T>
+void check_generation_fits(const Model<T>& m, const std::vector<int64_t>& prompt, int64_t max_new) {
+    PLDR_REQUIRE(!prompt.empty(), "empty prompt: give at least one token");
+    PLDR_REQUIRE(max_new >= 1, "-n must be >= 1 (got ", max_new, ")");
+    check_inputs(m, prompt.data(), 1, int64_t(prompt.size()));
+    PLDR_REQUIRE(int64_t(prompt.size()) + max_new <= m.cfg.max_position, "prompt of ",
+                 prompt.size(), " tokens plus ", max_new,
+                 " new tokens is longer than the context (max_position_embeddings ",
+                 m.cfg.max_position, ")");
+}
+
+template <typename T>
+GenResult generate(const Model<T>& m, const std::vector<int64_t>& prompt,
+                   const GenerateOptions& opt, const GCache<T>* preset,
+                   const std::function<void(const GenResult&)>& on_token) {
+    check_generation_fits(m, prompt, opt.max_new);
+    Session<T> s(m, opt.cache,
+                 std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + opt.max_new));
+    if (preset) s.set_g_cache(*preset);
+    Sampler sampler(opt.sampler);
+    GenResult r;
+    r.prompt_ids = prompt;
+    std::vector<int64_t> history = prompt;
+    std::vector<double> lp;
+    double t0 = now();
+    const std::vector<T>* logits = &s.prefill(prompt);
+    r.prefill_seconds = now() - t0;
+    const int64_t V = m.cfg.vocab_size;
+    t0 = now();
+    for (int64_t k = 0; k < opt.max_new; ++k) {
+        if (k > 0) {
+            logits = &s.decode(r.ids.back());
+            ++r.decode_calls;
+        }
+        const int64_t id = sampler.sample(logits->data(), V, history);
+        Sampler::log_softmax(logits->data(), V, lp);
+        r.steps.push_back({id, lp[size_t(id)], Sampler::top_n(lp, opt.top_report)});
+        r.ids.push_back(id);
+        history.push_back(id);
+        if (on_token) on_token(r);
+        if (opt.stop_at_eos && id == m.cfg.eos_token_id) break;
+    }
+    r.decode_seconds = now() - t0;
+    return r;
+}
+
+template <typename T>
+std::vector<GenResult> generate_batch(const Model<T>& m,
+                                      const std::vector<std::vector<int64_t>>& prompts,
+                                      const GenerateOptions& opt, const GCache<T>* preset) {
+    for (const auto& p : prompts) check_generation_fits(m, p, opt.max_new);
+    std::vector<GenResult> out(prompts.size());
+    const int64_t n = int64_t(prompts.size());
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = generate(m, prompts[size_t(i)], opt, preset);
+    return out;
+}
+
+template void check_generation_fits<float>(const Model<float>&, const std::vector<int64_t>&,
+                                           int64_t);
+template void check_generation_fits<double>(const Model<double>&, const std::vector<int64_t>&,
+                                            int64_t);
+template GenResult generate<float>(const Model<float>&, const std::vector<int64_t>&,
+                                   const GenerateOptions&, const GCache<float>*,
+                                   const std::function<void(const GenResult&)>&);
+template GenResult generate<double>(const Model<double>&, const std::vector<int64_t>&,
+                                    const GenerateOptions&, const GCache<double>*,
+                                    const std::function<void(const GenResult&)>&);
+template std::vector<GenResult> generate_batch<float>(const Model<float>&,
+                                                      const std::vector<std::vector<int64_t>>&,
+                                                      const GenerateOptions&, const GCache<float>*);
+template std::vector<GenResult> generate_batch<double>(const Model<double>&,
+                                                       const std::vector<std::vector<int64_t>>&,
+                                                       const GenerateOptions&,
+                                                       const GCache<double>*);
+
+}  // namespace pldr
