@@ -51,7 +51,13 @@ int run_generate(const GenArgs& a) {
                      tok->vocab_size(), " pieces but the model's vocab_size is ", m.cfg.vocab_size);
     std::vector<std::vector<int64_t>> prompts;
     if (text) {
-        for (const auto& p : a.prompts) prompts.push_back(tok->encode_prompt(p));
+        for (const auto& p : a.prompts) {
+            // The reference runs an empty prompt on the single token EOS; here it is an error
+            // (pass --ids <eos> to get that behaviour explicitly).
+            PLDR_REQUIRE(!p.empty(), "empty prompt (-p \"\"): give some text, or --ids ",
+                         m.cfg.eos_token_id, " to start from EOS");
+            prompts.push_back(tok->encode_prompt(p));
+        }
     } else {
         for (const auto& s : a.ids) prompts.push_back(parse_ids(s, "--ids"));
     }

@@ -40,5 +40,6 @@ void add_inspect(CLI::App& app);
 void add_dump(CLI::App& app);
 void add_grad(CLI::App& app);
 void add_generate(CLI::App& app);
+void add_collapse(CLI::App& app);
 
 }  // namespace pldr::cli

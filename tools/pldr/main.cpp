@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
     pldr::cli::add_dump(app);
     pldr::cli::add_grad(app);
     pldr::cli::add_generate(app);
+    pldr::cli::add_collapse(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::Success& e) {
