@@ -1,0 +1,141 @@
+// Log-likelihood scoring (see score.h).
+#include "infer/score.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "infer/session.h"
+#include "io/tokenizer.h"
+
+namespace pldr {
+
+ScoreMode score_mode_from_name(const std::string& s) {
+    if (s == "block") return ScoreMode::BLOCK;
+    if (s == "sequential") return ScoreMode::SEQUENTIAL;
+    if (s == "cached") return ScoreMode::CACHED;
+    fail("--mode must be block, sequential or cached (got '", s, "')");
+}
+
+const char* score_mode_name(ScoreMode m) {
+    switch (m) {
+        case ScoreMode::BLOCK:
+            return "block";
+        case ScoreMode::SEQUENTIAL:
+            return "sequential";
+        case ScoreMode::CACHED:
+            return "cached";
+    }
+    return "?";
+}
+
+ScoreRequest encode_request(const Tokenizer& tok, const std::string& context,
+                            const std::string& continuation, int64_t eos_id) {
+    ScoreRequest r;
+    if (context.empty()) {
+        r.context = {eos_id};
+        r.continuation = tok.encode(continuation);
+        return r;
+    }
+    size_t keep = context.size();
+    while (keep > 0 && std::isspace(static_cast<unsigned char>(context[keep - 1]))) --keep;
+    const std::string ctx = context.substr(0, keep);
+    const std::string cont = context.substr(keep) + continuation;
+    const std::vector<int64_t> whole = tok.encode(ctx + cont);
+    r.context = tok.encode(ctx);
+    const size_t n = std::min(r.context.size(), whole.size());
+    r.continuation.assign(whole.begin() + int64_t(n), whole.end());
+    return r;
+}
+
+namespace {
+
+// log_softmax(row)[id] and argmax(row), in double.
+template <typename T>
+std::pair<double, int64_t> row_logprob(const T* row, int64_t V, int64_t id) {
+    int64_t am = 0;
+    for (int64_t v = 1; v < V; ++v)
+        if (row[v] > row[am]) am = v;
+    const double mx = double(row[am]);
+    double s = 0;
+    for (int64_t v = 0; v < V; ++v) s += std::exp(double(row[v]) - mx);
+    return {double(row[id]) - mx - std::log(s), am};
+}
+
+}  // namespace
+
+template <typename T>
+ScoreResult score_request(const Model<T>& m, const ScoreRequest& req, ScoreMode mode) {
+    const int64_t L = m.cfg.max_position, V = m.cfg.vocab_size;
+    PLDR_REQUIRE(!req.continuation.empty(), "empty continuation: nothing to score");
+    PLDR_REQUIRE(!req.context.empty(), "empty context: the first continuation token needs one");
+    std::vector<int64_t> inp = req.context;
+    inp.insert(inp.end(), req.continuation.begin(), req.continuation.end());
+    const int64_t whole = int64_t(inp.size());
+    const int64_t cut = std::max<int64_t>(0, whole - L);
+    ScoreResult r;
+    r.ctxlen = int64_t(req.context.size()) - cut;
+    PLDR_REQUIRE(r.ctxlen >= 1, "request does not fit the context: its continuation of ",
+                 req.continuation.size(), " tokens needs at least ", req.continuation.size() + 1,
+                 " positions, max_position_embeddings is ", L);
+    inp.erase(inp.begin(), inp.begin() + cut);
+    const int64_t n = int64_t(inp.size());
+    check_inputs(m, inp.data(), 1, n);
+    auto take = [&](const T* row, int64_t pos) {
+        auto [lp, am] = row_logprob(row, V, inp[size_t(pos)]);
+        r.token_logprobs.push_back(lp);
+        r.argmax_ids.push_back(am);
+    };
+    if (mode == ScoreMode::BLOCK) {
+        Activations<T> a;
+        forward(m, inp.data(), 1, n - 1, a);
+        for (int64_t i = r.ctxlen; i < n; ++i) take(a.logits.ptr() + (i - 1) * V, i);
+    } else if (mode == ScoreMode::SEQUENTIAL) {
+        Session<T> s(m, CacheMode::NONE);
+        for (int64_t i = r.ctxlen; i < n; ++i) {
+            const std::vector<int64_t> prefix(inp.begin(), inp.begin() + i);
+            take(s.prefill(prefix).data(), i);
+        }
+    } else {
+        Session<T> s(m, CacheMode::KVG, n);
+        const std::vector<int64_t> ctx(inp.begin(), inp.begin() + r.ctxlen);
+        const std::vector<T>* lg = &s.prefill(ctx);
+        for (int64_t i = r.ctxlen; i < n; ++i) {
+            take(lg->data(), i);
+            if (i + 1 < n) lg = &s.decode(inp[size_t(i)]);
+        }
+    }
+    r.is_greedy = true;
+    for (size_t k = 0; k < r.token_logprobs.size(); ++k) {
+        r.logprob += r.token_logprobs[k];
+        r.is_greedy = r.is_greedy && r.argmax_ids[k] == inp[size_t(r.ctxlen) + k];
+    }
+    return r;
+}
+
+template <typename T>
+double rolling_loglikelihood(const Model<T>& m, const std::vector<int64_t>& tokens, int64_t eos_id,
+                             int64_t window) {
+    const int64_t L = window > 0 ? std::min(window, m.cfg.max_position) : m.cfg.max_position;
+    const int64_t V = m.cfg.vocab_size, N = int64_t(tokens.size());
+    double total = 0;
+    Activations<T> a;
+    std::vector<int64_t> inp;
+    for (int64_t start = 0; start < N; start += L) {
+        const int64_t len = std::min(L, N - start);  // tokens predicted by this window
+        inp.assign(1, start == 0 ? eos_id : tokens[size_t(start - 1)]);
+        inp.insert(inp.end(), tokens.begin() + start, tokens.begin() + start + len - 1);
+        forward(m, inp.data(), 1, len, a);
+        for (int64_t i = 0; i < len; ++i)
+            total += row_logprob(a.logits.ptr() + i * V, V, tokens[size_t(start + i)]).first;
+    }
+    return total;
+}
+
+template ScoreResult score_request<float>(const Model<float>&, const ScoreRequest&, ScoreMode);
+template ScoreResult score_request<double>(const Model<double>&, const ScoreRequest&, ScoreMode);
+template double rolling_loglikelihood<float>(const Model<float>&, const std::vector<int64_t>&,
+                                             int64_t, int64_t);
+template double rolling_loglikelihood<double>(const Model<double>&, const std::vector<int64_t>&,
+                                              int64_t, int64_t);
+
+}  // namespace pldr

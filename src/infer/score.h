@@ -1,0 +1,52 @@
+// Log-likelihood scoring of (context, continuation) requests (spec §6), in three modes:
+//   block      — one pass over context + continuation[:-1] (the published evaluations, §6.2):
+//                A and G come from the whole pass, the continuation included;
+//   sequential — one uncached pass per proper prefix (§6.3): A and G from the prefix only;
+//   cached     — KV + G cache from the context, then token by token (G frozen at the context).
+// Request encoding follows the lm-eval fork (§6.1, §11.7).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/forward.h"
+
+namespace pldr {
+
+class Tokenizer;
+
+enum class ScoreMode { BLOCK, SEQUENTIAL, CACHED };
+ScoreMode score_mode_from_name(const std::string& s);  // "block" | "sequential" | "cached"
+const char* score_mode_name(ScoreMode m);
+
+struct ScoreRequest {
+    std::vector<int64_t> context, continuation;  // token ids
+};
+
+struct ScoreResult {
+    double logprob = 0;                  // Σ token_logprobs (summed in double, left to right)
+    bool is_greedy = false;              // every continuation token is its position's argmax
+    std::vector<double> token_logprobs;  // one per continuation token
+    std::vector<int64_t> argmax_ids;     // the argmax at each continuation position
+    int64_t ctxlen = 0;                  // context tokens kept after the window cut
+};
+
+// The lm-eval encoding: context "" → [EOS] and the continuation encoded alone; otherwise the
+// context's trailing whitespace moves to the front of the continuation, and the continuation ids
+// are enc(context + continuation)[len(enc(context)):]. No BOS, no EOS.
+ScoreRequest encode_request(const Tokenizer& tok, const std::string& context,
+                            const std::string& continuation, int64_t eos_id);
+
+// Scores one request. The input (context + continuation) is cut on the left to
+// max_position_embeddings tokens, as the harness does; a request whose continuation alone does
+// not fit (no context token left to condition the first continuation token) is an error.
+template <typename T>
+ScoreResult score_request(const Model<T>& m, const ScoreRequest& r, ScoreMode mode);
+
+// Rolling log-likelihood of a token stream (lm-eval loglikelihood_rolling): disjoint windows of
+// max_position tokens, each conditioned on the previous token (EOS before the first).
+// Returns Σ log p over every token of `tokens`.
+template <typename T>
+double rolling_loglikelihood(const Model<T>& m, const std::vector<int64_t>& tokens, int64_t eos_id,
+                             int64_t window = 0);
+
+}  // namespace pldr
