@@ -86,9 +86,14 @@ ScoreResult score_request(const Model<T>& m, const ScoreRequest& req, ScoreMode 
         r.argmax_ids.push_back(am);
     };
     if (mode == ScoreMode::BLOCK) {
+        // One pass over inp[:-1]; the head only on the rows that predict the continuation.
         Activations<T> a;
-        forward(m, inp.data(), 1, n - 1, a);
-        for (int64_t i = r.ctxlen; i < n; ++i) take(a.logits.ptr() + (i - 1) * V, i);
+        forward_layers(m, inp.data(), 1, n - 1, a);
+        const int64_t rows = n - r.ctxlen, d = m.cfg.hidden_size;
+        std::vector<T> logits(static_cast<size_t>(rows * V));
+        linear_forward(logits.data(), a.final_hidden().ptr() + (r.ctxlen - 1) * d, m.w.head_w,
+                       m.w.head_b, rows, d, V);
+        for (int64_t i = r.ctxlen; i < n; ++i) take(logits.data() + (i - r.ctxlen) * V, i);
     } else if (mode == ScoreMode::SEQUENTIAL) {
         Session<T> s(m, CacheMode::NONE);
         for (int64_t i = r.ctxlen; i < n; ++i) {
