@@ -387,7 +387,11 @@ double log_mean_trace_expm_nonneg(const double* M, int64_t n, double* P) {
     // Undo the scaling: k squarings. While entries are moderate we keep Φ = E − I and square as
     // Φ ← Φ² + 2Φ (exact relative accuracy for tiny Φ). When entries grow large we switch to
     // E = I + Φ stored as 2^L · F, renormalising F by powers of two (no rounding) after each
-    // squaring, so nothing overflows however large tr expm(M) is.
+    // squaring, so nothing overflows however large tr expm(M) is. The renormalisation must also
+    // act when F shrinks: F is scaled by its largest entry, and when that entry is not on the
+    // dominant eigenvector (e.g. one large diagonal entry of M besides larger off-diagonal ones),
+    // F² has smaller entries than F; left alone, F decayed like ρ^(2^p) until it underflowed to 0,
+    // giving log(0) and dag = |−inf| = inf (and a NaN gradient) for finite M.
     bool expm1_form = true;
     double L = 0;  // log2 of the scale of F (integer-valued)
     std::vector<double>& F = Phi;
@@ -399,7 +403,7 @@ double log_mean_trace_expm_nonneg(const double* M, int64_t n, double* P) {
         }
         if (!expm1_form) {
             const double mx = max_entry(F.data(), nn);
-            if (mx > big) {
+            if (mx > big || (mx > 0 && mx < 1.0 / big)) {
                 int e;
                 std::frexp(mx, &e);
                 for (int64_t i = 0; i < nn; ++i) F[i] = std::ldexp(F[i], -e);
