@@ -31,6 +31,14 @@ using Vec = std::vector<double>;
 constexpr double kTol = 1e-6;
 constexpr double kPrefill = 0.375;  // analytic buffers start here (backwards accumulate)
 
+// Runs the checks single-threaded: the kernels' OpenMP regions only add overhead at these sizes
+// (and a lot of it on a loaded 2-core machine). Restores the previous setting.
+struct SingleThread {
+    int prev = omp_get_max_threads();
+    SingleThread() { omp_set_num_threads(1); }
+    ~SingleThread() { omp_set_num_threads(prev); }
+};
+
 Vec randn(int64_t n, pldr::Rng& r, double scale = 1.0, double shift = 0.0) {
     Vec v(static_cast<size_t>(n));
     for (auto& x : v) x = shift + scale * r.normal();
@@ -134,6 +142,7 @@ double check_slots(const char* what, const std::function<double()>& f, std::vect
 // Kernels
 
 TEST(FdKernels, Linear) {
+    SingleThread one_thread;
     const int64_t N = 5, I = 4, O = 3;
     for (bool bias : {true, false}) {
         pldr::Rng r(11 + bias);
@@ -155,6 +164,7 @@ TEST(FdKernels, Linear) {
 }
 
 TEST(FdKernels, LayerNorm) {
+    SingleThread one_thread;
     const int64_t N = 4, C = 7;
     pldr::Rng r(21);
     Vec x = randn(N * C, r, 1.3, 0.4), g = randn(C, r, 0.3, 1.0), b = randn(C, r, 0.2);
@@ -172,6 +182,7 @@ TEST(FdKernels, LayerNorm) {
 }
 
 TEST(FdKernels, Glu) {
+    SingleThread one_thread;
     const int64_t N = 5, I = 4, F = 6, O = 3;
     for (bool bias : {true, false}) {
         pldr::Rng r(31 + bias);
@@ -211,6 +222,7 @@ TEST(FdKernels, Glu) {
 }
 
 TEST(FdKernels, Rope) {
+    SingleThread one_thread;
     const int64_t N = 4, H = 2, D = 6;
     pldr::RopeTable t;
     t.build(32, D, 10000.0);
@@ -239,6 +251,7 @@ TEST(FdKernels, Rope) {
 }
 
 TEST(FdKernels, Softmax) {
+    SingleThread one_thread;
     const int64_t N = 3, C = 6;
     pldr::Rng r(51);
     Vec x = randn(N * C, r, 2.0), R = randn(N * C, r), y(x.size());
@@ -253,6 +266,7 @@ TEST(FdKernels, Softmax) {
 }
 
 TEST(FdKernels, CrossEntropyMasked) {
+    SingleThread one_thread;
     const int64_t N = 7, V = 9, ignore = 0;
     pldr::Rng r(61);
     Vec logits = randn(N * V, r, 1.5);
@@ -278,6 +292,7 @@ TEST(FdKernels, CrossEntropyMasked) {
 }
 
 TEST(FdKernels, DagTermExact) {
+    SingleThread one_thread;
     const int64_t n = 5, count = 3;
     pldr::Rng r(71);
     // Mixed signs and magnitudes, one instance strictly positive (like A_LM / A_P).
@@ -296,6 +311,7 @@ TEST(FdKernels, DagTermExact) {
 }
 
 TEST(FdKernels, DagTermExactLargeEntries) {
+    SingleThread one_thread;
     // Regression: EXACT mode returned inf (and a NaN gradient) for finite X with one large
     // diagonal entry (e.g. A_P ~ 1e3 on the diagonal), because the renormalised squaring phase
     // let the scaled exponential shrink until it underflowed to 0. Here dag ≈ X₀₀² − log n.
@@ -381,6 +397,7 @@ PlgaCase plga_case(int64_t D, uint64_t seed, const Vec& z) {
 }
 
 TEST(FdKernels, PlgaOperatorBulk) {
+    SingleThread one_thread;
     // Every |Z| ≥ 0.15: A_LM is far above the 1e-9 floor, the standard step applies everywhere.
     const int64_t D = 5;
     pldr::Rng r(81);
@@ -393,6 +410,7 @@ TEST(FdKernels, PlgaOperatorBulk) {
 }
 
 TEST(FdKernels, PlgaOperatorFloorRegion) {
+    SingleThread one_thread;
     // A mix: some Z exactly 0 or within ~1e-4 of it (A_LM = Z²σ(Z) + 1e-9 at or near the floor),
     // the rest O(1); P of both signs, so A_P = A_LM^P spans (1e-9)^±1.
     //
@@ -496,14 +514,6 @@ std::vector<int64_t> make_tokens(const ModelCase& mc, uint64_t seed) {
     t[size_t(mc.B * S1 - 1)] = 0;
     return t;
 }
-
-// Runs the checks single-threaded: the kernels' OpenMP regions only add overhead at these sizes
-// (and a lot of it on a loaded 2-core machine). Restores the previous setting.
-struct SingleThread {
-    int prev = omp_get_max_threads();
-    SingleThread() { omp_set_num_threads(1); }
-    ~SingleThread() { omp_set_num_threads(prev); }
-};
 
 #ifdef NDEBUG
 constexpr int64_t kSample = 40;  // entries per tensor (all when the tensor is not larger)
