@@ -1,12 +1,19 @@
 // Finite-difference gradient checks in float64: every kernel of src/ops (forward and backward side
 // by side) and the whole model through loss_and_grads (learned G, fixed G, DAG regularizer).
 //
-// Method: central differences (f(x+h) − f(x−h)) / (2h) with h = 1e-6·max(1, |x|) unless a test
-// says otherwise (the PLGA floor region, see FdPlgaOperatorFloorRegion). A vector output is
-// reduced to a scalar with a fixed random projection L = Σ r ⊙ out, so every output element
-// matters. Per tensor the error is max|analytic − numeric| / max|numeric| (the measure of the
-// golden tests), required ≤ 1e-6. Analytic gradient buffers are pre-filled with a constant that
-// is subtracted afterwards, so a backward that overwrites instead of accumulating fails too.
+// Method: central differences (f(x+h) − f(x−h)) / (2h) with h = 1e-6·max(1, |x|) for the kernels,
+// except where a test explains another step (the PLGA floor region); the whole-model checks use
+// the fourth-order stencil at h = 1e-4·max(1, |x|) (see the comment above ModelCase). A vector
+// output is reduced to a scalar with a fixed random projection L = Σ r ⊙ out, so every output
+// element matters. Per tensor the error is max|analytic − numeric| / max|numeric| (the measure of
+// the golden tests), required ≤ 1e-6. Analytic gradient buffers are pre-filled with a constant
+// that is subtracted afterwards, so a backward that overwrites instead of accumulating fails too.
+//
+// Sensitivity (checked by hand, not committed): in the A0 = qᵀq backward, dq += q·dA0 (the
+// transpose term dropped) fails every learned-G model at 0.4–0.9 (wq, bq), and dq += 2·q·dA0
+// (dA0 wrongly taken as symmetric) at 1.3–1.7; dZ = dA_LM·2·silu(Z) instead of
+// silu(Z) + Z·silu'(Z) fails the PLGA bulk check at 9e-2 (the floor check alone would see only
+// 3e-6: the two agree to first order near Z = 0, hence both regimes).
 #include <gtest/gtest.h>
 #include <omp.h>
 
