@@ -3,7 +3,7 @@
 //
 // Method: central differences (f(x+h) − f(x−h)) / (2h) with h = 1e-6·max(1, |x|) for the kernels,
 // except where a test explains another step (the PLGA floor region); the whole-model checks use
-// the fourth-order stencil at h = 1e-4·max(1, |x|) (see the comment above ModelCase). A vector
+// the fourth-order stencil at h = 3e-4·max(1, |x|) (see the comment above ModelCase). A vector
 // output is reduced to a scalar with a fixed random projection L = Σ r ⊙ out, so every output
 // element matters. Per tensor the error is max|analytic − numeric| / max|numeric| (the measure of
 // the golden tests), required ≤ 1e-6. Analytic gradient buffers are pre-filled with a constant
@@ -459,10 +459,13 @@ TEST(FdKernels, PlgaOperatorFloorRegion) {
 // 1e-6 there. The floor region itself is covered by FdKernels.PlgaOperatorFloorRegion.
 //
 // Step: the loss is a sum of many terms, its rounding noise is ~1e-15 absolute, which the plain
-// central difference at h = 1e-6 turns into ~5e-10 absolute gradient noise — above 1e-6 of the
-// smallest per-tensor gradients here (~1e-4 for deep metric-learner weights). The fourth-order
-// stencil at h = 1e-4·max(1,|x|) cuts that noise ~100× while its truncation error,
-// ~(h/s)⁴/30 for a nonlinearity scale s ≳ 0.05, stays below 1e-11.
+// central difference at h = 1e-6 turns into ~5e-10 absolute gradient noise — far above 1e-6 of
+// the smallest per-tensor gradients here (max|g| ~5e-5 for some deep metric-learner weights;
+// measured here: worst 1.7e-5 at h = 1e-6, and 1e-5–2e-4 at a saturated point). The 4th-order
+// stencil (f(x−2h) − 8f(x−h) + 8f(x+h) − f(x+2h)) / 12h has truncation O(h⁴), so a much larger step
+// is safe. Measured worst error over the learned-G shapes by step: h = 3e-5: 4.7e-7, 1e-4: 1.4e-7,
+// 3e-4: 4.4e-8 (noise ∝ 1/h, on a tensor with max|g| 5.4e-5), 1e-3: 1.1e-7 (truncation, on wq).
+// So h = 3e-4·max(1,|x|).
 
 struct ModelCase {
     std::string name;
@@ -573,7 +576,7 @@ ModelReport check_model(const ModelCase& mc, uint64_t seed) {
             idx.assign(all.begin(), all.begin() + kSample);
         }
         const ErrStat s =
-            fd_check(f, m.params.data() + e.offset, grads.data() + e.offset, e.numel, 1e-4, idx, 4);
+            fd_check(f, m.params.data() + e.offset, grads.data() + e.offset, e.numel, 3e-4, idx, 4);
         EXPECT_LE(s.err, kTol) << mc.name << ": " << e.name << " max|Δ| " << s.max_abs
                                << " max|num| " << s.max_num;
         ++rep.tensors;
