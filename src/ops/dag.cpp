@@ -388,10 +388,10 @@ double log_mean_trace_expm_nonneg(const double* M, int64_t n, double* P) {
     // Φ ← Φ² + 2Φ (exact relative accuracy for tiny Φ). When entries grow large we switch to
     // E = I + Φ stored as 2^L · F, renormalising F by powers of two (no rounding) after each
     // squaring, so nothing overflows however large tr expm(M) is. The renormalisation must also
-    // act when F shrinks: F is scaled by its largest entry, and when that entry is not on the
-    // dominant eigenvector (e.g. one large diagonal entry of M besides larger off-diagonal ones),
-    // F² has smaller entries than F; left alone, F decayed like ρ^(2^p) until it underflowed to 0,
-    // giving log(0) and dag = |−inf| = inf (and a NaN gradient) for finite M.
+    // act when F shrinks: it leaves F's largest entry in [0.5, 1), and when F's spectral radius ρ
+    // is below 1 (e.g. M dominated by one large diagonal entry), the following squarings shrank F
+    // like ρ^(2^p) until it underflowed to 0, giving log(0), dag = |−inf| = inf and a NaN
+    // gradient for a finite M.
     bool expm1_form = true;
     double L = 0;  // log2 of the scale of F (integer-valued)
     std::vector<double>& F = Phi;
