@@ -387,7 +387,11 @@ double log_mean_trace_expm_nonneg(const double* M, int64_t n, double* P) {
     // Undo the scaling: k squarings. While entries are moderate we keep Φ = E − I and square as
     // Φ ← Φ² + 2Φ (exact relative accuracy for tiny Φ). When entries grow large we switch to
     // E = I + Φ stored as 2^L · F, renormalising F by powers of two (no rounding) after each
-    // squaring, so nothing overflows however large tr expm(M) is.
+    // squaring, so nothing overflows however large tr expm(M) is. The renormalisation must also
+    // act when F shrinks: it leaves F's largest entry in [0.5, 1), and when F's spectral radius ρ
+    // is below 1 (e.g. M dominated by one large diagonal entry), the following squarings shrank F
+    // like ρ^(2^p) until it underflowed to 0, giving log(0), dag = |−inf| = inf and a NaN
+    // gradient for a finite M.
     bool expm1_form = true;
     double L = 0;  // log2 of the scale of F (integer-valued)
     std::vector<double>& F = Phi;
@@ -399,7 +403,7 @@ double log_mean_trace_expm_nonneg(const double* M, int64_t n, double* P) {
         }
         if (!expm1_form) {
             const double mx = max_entry(F.data(), nn);
-            if (mx > big) {
+            if (mx > big || (mx > 0 && mx < 1.0 / big)) {
                 int e;
                 std::frexp(mx, &e);
                 for (int64_t i = 0; i < nn; ++i) F[i] = std::ldexp(F[i], -e);
