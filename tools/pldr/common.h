@@ -41,5 +41,7 @@ void add_dump(CLI::App& app);
 void add_grad(CLI::App& app);
 void add_generate(CLI::App& app);
 void add_collapse(CLI::App& app);
+void add_score(CLI::App& app);
+void add_eval(CLI::App& app);
 
 }  // namespace pldr::cli

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
     pldr::cli::add_grad(app);
     pldr::cli::add_generate(app);
     pldr::cli::add_collapse(app);
+    pldr::cli::add_score(app);
+    pldr::cli::add_eval(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::Success& e) {
