@@ -1,0 +1,143 @@
+// pldr score and pldr eval through the CLI: output format and order, the three modes, and every
+// bad-input case (malformed JSONL with its line number, a request that does not fit, an unknown
+// task, data files of the wrong shape).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_util.h"
+
+namespace {
+
+const std::string kSrc = PLDR_SOURCE_DIR;
+const std::string kTiny = kSrc + "/tests/golden/models/a_tiny_v510.f32";
+const std::string kIdent = kSrc + "/tests/golden/models/c_tiny_v510G_identity.f64";
+const std::string kEval = kSrc + "/tests/golden/eval/models/eval_v510_s2024";
+
+std::string write_tmp(const std::string& name, const std::string& body) {
+    const std::string p = cli_test::tmp_dir("score_" + name) + "/" + name;
+    std::ofstream(p) << body;
+    return p;
+}
+
+void expect_error(const std::string& args, const std::string& needle) {
+    auto r = cli_test::run(args);
+    EXPECT_FALSE(r.signaled) << args;
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.err;
+    EXPECT_EQ(cli_test::count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+}
+
+std::vector<nlohmann::json> lines(const std::string& s) {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(s);
+    std::string l;
+    while (std::getline(in, l))
+        if (!l.empty()) out.push_back(nlohmann::json::parse(l));
+    return out;
+}
+
+TEST(CliScore, IdsRequestsInOrderAndModesAgreeOnFixedG) {
+    const std::string req =
+        write_tmp("r.jsonl",
+                  "{\"context_ids\": [10,10,14,11,31], \"continuation_ids\": [12,24,32,9]}\n"
+                  "\n"
+                  "{\"context_ids\": [5], \"continuation_ids\": [6]}\n");
+    std::vector<std::vector<nlohmann::json>> by_mode;
+    for (const char* mode : {"block", "sequential", "cached"}) {
+        auto r =
+            cli_test::run("score " + kIdent + " --requests " + req + " --dtype f64 --mode " + mode);
+        ASSERT_EQ(r.code, 0) << r.err;
+        auto ls = lines(r.out);
+        ASSERT_EQ(ls.size(), 2u);
+        EXPECT_EQ(ls[0]["token_logprobs"].size(), 4u);
+        EXPECT_EQ(ls[1]["token_logprobs"].size(), 1u);
+        double sum = 0;
+        for (const auto& x : ls[0]["token_logprobs"]) sum += x.get<double>();
+        EXPECT_NEAR(ls[0]["logprob"].get<double>(), sum, 1e-12);
+        EXPECT_TRUE(ls[0]["is_greedy"].is_boolean());
+        by_mode.push_back(ls);
+    }
+    for (size_t k = 0; k < 4; ++k) {
+        const double b = by_mode[0][0]["token_logprobs"][k], s = by_mode[1][0]["token_logprobs"][k],
+                     c = by_mode[2][0]["token_logprobs"][k];
+        EXPECT_NEAR(b, s, 1e-12);
+        EXPECT_NEAR(b, c, 1e-12);
+    }
+}
+
+TEST(CliScore, TextRequestsUseTheHarnessEncoding) {
+    const std::string req = write_tmp("t.jsonl",
+                                      "{\"context\": \"Question: dresser\\nAnswer:\", "
+                                      "\"continuation\": \" replace drawer with bobby pin \"}\n");
+    const std::string out = cli_test::tmp_dir("score_out") + "/o.jsonl";
+    auto r = cli_test::run("score " + kEval + " --requests " + req + " --out " + out);
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto ls = lines(cli_test::slurp(out));
+    ASSERT_EQ(ls.size(), 1u);
+    // The golden eval fixture's float32 ll for this PIQA request (item 1, choice 0).
+    EXPECT_NEAR(ls[0]["logprob"].get<double>(), -58.75189781188965, 1e-4);
+}
+
+TEST(CliScore, BadInput) {
+    expect_error(
+        "score " + kTiny + " --requests " +
+            write_tmp("m.jsonl", "{\"context_ids\": [1], \"continuation_ids\": [2]}\n{oops\n"),
+        ":2: malformed JSON");
+    expect_error("score " + kTiny + " --requests " + write_tmp("e.jsonl", "\n\n"), "no requests");
+    expect_error("score " + kTiny + " --requests " + write_tmp("k.jsonl", "{\"ctx\": 1}\n"),
+                 ":1: needs");
+    std::string big = "{\"context_ids\": [1], \"continuation_ids\": [1";
+    for (int i = 0; i < 70; ++i) big += ",2";
+    expect_error("score " + kTiny + " --requests " + write_tmp("b.jsonl", big + "]}\n"),
+                 "does not fit the context");
+    expect_error("score " + kTiny + " --requests " +
+                     write_tmp("v.jsonl", "{\"context_ids\": [1], \"continuation_ids\": [99]}\n"),
+                 "outside the vocabulary");
+    expect_error("score " + kTiny + " --requests " +
+                     write_tmp("t.jsonl", "{\"context\": \"a\", \"continuation\": \"b\"}\n"),
+                 "need a tokenizer");
+    expect_error("score " + kTiny + " --requests /nonexistent.jsonl", "cannot open");
+}
+
+TEST(CliEval, TruthfulqaInAllModesAndPiqa) {
+    const std::string data = kSrc + "/data/eval/";
+    for (const char* mode : {"block", "sequential", "cached"}) {
+        const std::string out = cli_test::tmp_dir(std::string("eval_") + mode) + "/o.jsonl";
+        auto r =
+            cli_test::run("eval " + kEval + " truthfulqa --data " + data +
+                          "truthfulqa/mc_task.dev.json --limit 1 --mode " + mode + " --out " + out);
+        ASSERT_EQ(r.code, 0) << r.err;
+        EXPECT_NE(r.out.find("mc2"), std::string::npos);
+        auto ls = lines(cli_test::slurp(out));
+        ASSERT_EQ(ls.size(), 1u);
+        EXPECT_EQ(ls[0]["index"], 0);
+        EXPECT_TRUE(ls[0].contains("mc1") && ls[0].contains("mc2") && ls[0].contains("ll_mc1") &&
+                    ls[0].contains("ll_mc2"));
+    }
+    auto r = cli_test::run("eval " + kEval + " piqa --data " + data + "piqa/valid.jsonl --labels " +
+                           data + "piqa/valid-labels.lst --limit 3");
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("acc_norm"), std::string::npos);
+}
+
+TEST(CliEval, BadInput) {
+    const std::string data = kSrc + "/data/eval/";
+    expect_error("eval " + kEval + " hellaswag --data x", "unknown task");
+    expect_error("eval " + kEval + " truthfulqa --data " + data + "piqa/valid.jsonl",
+                 "not valid JSON");
+    expect_error("eval " + kEval + " truthfulqa --data " + write_tmp("o.json", "{\"question\": 1}"),
+                 "expected a JSON array");
+    expect_error("eval " + kEval + " piqa --data " + data +
+                     "truthfulqa/mc_task.dev.json --labels " + data + "piqa/valid-labels.lst",
+                 ":1: malformed JSON line");
+    expect_error("eval " + kEval + " piqa --data " + write_tmp("p.jsonl", "{\"goal\": \"x\"}\n") +
+                     " --labels " + data + "piqa/valid-labels.lst",
+                 ":1: not a PIQA item");
+    expect_error("eval " + kEval + " piqa --data " + data + "piqa/valid.jsonl", "--labels");
+    expect_error("eval " + kTiny + " piqa --data x --labels y", "tokenizer");
+}
+
+}  // namespace
