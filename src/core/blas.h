@@ -18,6 +18,16 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
                 int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
+// y[M] = alpha · A[M,N] · x[N] + beta · y (row-major A with leading dimension lda).
+inline void gemv(int64_t M, int64_t N, float alpha, const float* A, int64_t lda, const float* x,
+                 float beta, float* y) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, int(M), int(N), alpha, A, int(lda), x, 1, beta, y, 1);
+}
+inline void gemv(int64_t M, int64_t N, double alpha, const double* A, int64_t lda,
+                 const double* x, double beta, double* y) {
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, int(M), int(N), alpha, A, int(lda), x, 1, beta, y, 1);
+}
+
 }  // namespace pldr
 
 namespace pldr {

@@ -12,6 +12,10 @@ void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int6
     if (b) {
         for (int64_t n = 0; n < N; ++n) std::copy(b, b + O, out + n * O);
     }
+    if (N == 1) {  // one token (decode): a matrix-vector product streams W once
+        gemv(O, I, T(1), W, I, in, b ? T(1) : T(0), out);
+        return;
+    }
     gemm(false, true, N, O, I, T(1), in, I, W, I, b ? T(1) : T(0), out, O);
 }
 
