@@ -1,6 +1,7 @@
 // config.json parsing, validation and writing (spec §9.2, §11.6).
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include "error_util.h"
 
 #include <filesystem>
 #include <fstream>
@@ -118,23 +119,6 @@ const char* kEvalV510 = R"({
   "cache_first_G": false,
   "dtype": "float32"
 })";
-
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
-
-#define EXPECT_ERROR_HAS(stmt, sub)                                              \
-    do {                                                                         \
-        std::string msg_ = error_of([&] { stmt; });                              \
-        EXPECT_NE(msg_.find(sub), std::string::npos) << "message: " << msg_;     \
-        EXPECT_EQ(msg_.find('\n'), std::string::npos) << "multi-line: " << msg_; \
-    } while (0)
 
 // kTinyV510 with one key replaced (value = JSON text) or removed (value = nullptr).
 std::string tiny_with(const std::string& key, const char* value) {

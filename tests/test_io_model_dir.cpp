@@ -1,6 +1,7 @@
 // Model directories: single-file and sharded checkpoints, tokenizer discovery, errors, writing.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include "error_util.h"
 
 #include <filesystem>
 #include <fstream>
@@ -16,23 +17,6 @@
 using namespace pldr;
 
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
-
-#define EXPECT_ERROR_HAS(stmt, sub)                                              \
-    do {                                                                         \
-        std::string msg_ = error_of([&] { stmt; });                              \
-        EXPECT_NE(msg_.find(sub), std::string::npos) << "message: " << msg_;     \
-        EXPECT_EQ(msg_.find('\n'), std::string::npos) << "multi-line: " << msg_; \
-    } while (0)
 
 // The a_tiny_v510 shape, smaller vocabulary.
 Config tiny_config(GType g = GType::LEARNED) {

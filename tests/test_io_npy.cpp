@@ -1,6 +1,7 @@
 // NumPy .npy writer (exact bytes) and reader.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include "error_util.h"
 
 #include <cstring>
 #include <filesystem>
@@ -13,16 +14,6 @@
 using namespace pldr;
 
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
 
 std::string fresh_dir() {
     std::string base = testing::TempDir();

@@ -1,6 +1,7 @@
 // Expected checkpoint tensors (spec §9.1, §3.7, §5.5, §11.6) and checks against files.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include "error_util.h"
 
 #include <filesystem>
 #include <string>
@@ -12,16 +13,6 @@
 using namespace pldr;
 
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
 
 Config make(int64_t V, int64_t d, int64_t dff, int64_t L, int64_t H, int64_t dk, int64_t A_dff,
             int64_t R, int64_t N, GType g = GType::LEARNED) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include "error_util.h"
 
 #include <cmath>
 #include <cstring>
@@ -41,23 +42,6 @@ std::string u64le(uint64_t n) {
 std::string st_bytes(const std::string& header, const std::string& data) {
     return u64le(header.size()) + header + data;
 }
-
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
-
-#define EXPECT_ERROR_HAS(stmt, sub)                                              \
-    do {                                                                         \
-        std::string msg_ = error_of([&] { stmt; });                              \
-        EXPECT_NE(msg_.find(sub), std::string::npos) << "message: " << msg_;     \
-        EXPECT_EQ(msg_.find('\n'), std::string::npos) << "multi-line: " << msg_; \
-    } while (0)
 
 class SafetensorsTest : public ::testing::Test {
   protected:
