@@ -32,14 +32,14 @@ void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activa
         for (int64_t s = 0; s < S; ++s) a.pos[size_t(b * S + s)] = s;
 
     // Embedding · sqrt(d), then the input LayerNorm.
-    a.x0.resize({B, S, d});
+    a.x0.resize_for_overwrite({B, S, d});
     const T scale = m.embed_scale();
     for (int64_t n = 0; n < N; ++n) {
         const T* e = m.w.emb + ids[n] * d;
         T* o = a.x0.ptr() + n * d;
         for (int64_t j = 0; j < d; ++j) o[j] = e[j] * scale;
     }
-    a.embed_ln.resize({B, S, d});
+    a.embed_ln.resize_for_overwrite({B, S, d});
     a.ln_mean.resize({N});
     a.ln_rstd.resize({N});
     layernorm_forward(a.embed_ln.ptr(), a.ln_mean.ptr(), a.ln_rstd.ptr(), a.x0.ptr(), m.w.ln_in_g,
@@ -56,7 +56,7 @@ void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activa
         decoder_layer_forward(m, l, B, S, in, la);
         x = &la.hidden;
     }
-    a.logits.resize({B, S, V});
+    a.logits.resize_for_overwrite({B, S, V});
     linear_forward(a.logits.ptr(), x->ptr(), m.w.head_w, m.w.head_b, N, d, V);
 }
 

@@ -51,6 +51,9 @@ struct Activations {
     Tensor<T> embed_ln, ln_mean, ln_rstd;
     std::vector<LayerActs<T>> layers;
     Tensor<T> logits;  // [B,S,V]
+    // d loss / d logits [B,S,V] of the last training step: kept here so that its storage (the
+    // largest buffer of a step) is reused across steps instead of mapped and faulted anew.
+    Tensor<T> dlogits;
 };
 
 // Checks ids (0 ≤ id < vocab) and the length (S ≤ max_position_embeddings); throws pldr::Error.
