@@ -23,8 +23,8 @@ inline void gemv(int64_t M, int64_t N, float alpha, const float* A, int64_t lda,
                  float beta, float* y) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, int(M), int(N), alpha, A, int(lda), x, 1, beta, y, 1);
 }
-inline void gemv(int64_t M, int64_t N, double alpha, const double* A, int64_t lda,
-                 const double* x, double beta, double* y) {
+inline void gemv(int64_t M, int64_t N, double alpha, const double* A, int64_t lda, const double* x,
+                 double beta, double* y) {
     cblas_dgemv(CblasRowMajor, CblasNoTrans, int(M), int(N), alpha, A, int(lda), x, 1, beta, y, 1);
 }
 

@@ -47,6 +47,12 @@ struct Tensor {
         shape = std::move(s);
         data.assign(shape_numel(shape), T(0));
     }
+    // Like resize, but the contents are unspecified (old values kept, new elements zero): for
+    // buffers the caller overwrites entirely, so that a reused buffer is not zeroed each step.
+    void resize_for_overwrite(Shape s) {
+        shape = std::move(s);
+        data.resize(shape_numel(shape));
+    }
     void zero() { std::fill(data.begin(), data.end(), T(0)); }
     T& operator[](int64_t i) { return data[i]; }
     const T& operator[](int64_t i) const { return data[i]; }

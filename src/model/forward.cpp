@@ -23,14 +23,14 @@ template <typename T>
 void embed_forward(const Model<T>& m, const int64_t* ids, int64_t N, Tensor<T>& x0,
                    Tensor<T>& embed_ln, Tensor<T>& mean, Tensor<T>& rstd) {
     const int64_t d = m.cfg.hidden_size;
-    x0.resize({N, d});
+    x0.resize_for_overwrite({N, d});
     const T scale = m.embed_scale();
     for (int64_t n = 0; n < N; ++n) {
         const T* e = m.w.emb + ids[n] * d;
         T* o = x0.ptr() + n * d;
         for (int64_t j = 0; j < d; ++j) o[j] = e[j] * scale;
     }
-    embed_ln.resize({N, d});
+    embed_ln.resize_for_overwrite({N, d});
     mean.resize({N});
     rstd.resize({N});
     layernorm_forward(embed_ln.ptr(), mean.ptr(), rstd.ptr(), x0.ptr(), m.w.ln_in_g, m.w.ln_in_b, N,
@@ -70,7 +70,7 @@ template <typename T>
 void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activations<T>& a) {
     forward_layers(m, ids, B, S, a);
     const int64_t d = m.cfg.hidden_size, V = m.cfg.vocab_size;
-    a.logits.resize({B, S, V});
+    a.logits.resize_for_overwrite({B, S, V});
     linear_forward(a.logits.ptr(), a.final_hidden().ptr(), m.w.head_w, m.w.head_b, B * S, d, V);
 }
 

@@ -55,6 +55,9 @@ struct Activations {
     const Tensor<T>& final_hidden() const {
         return layers.empty() ? embed_ln : layers.back().hidden;
     }
+    // d loss / d logits [B,S,V] of the last training step: kept here so that its storage (the
+    // largest buffer of a step) is reused across steps instead of mapped and faulted anew.
+    Tensor<T> dlogits;
 };
 
 // Checks ids (0 ≤ id < vocab) and the length (S ≤ max_position_embeddings); throws pldr::Error.

@@ -18,7 +18,7 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
     const Config& c = m.cfg;
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size;
     const int64_t rows = B * H * D;
-    la.A0.resize({B, H, D, D});
+    la.A0.resize_for_overwrite({B, H, D, D});
 #pragma omp parallel for collapse(2) if (B * H * S * D * D > kParallelWork)
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
@@ -26,7 +26,7 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
             gemm(true, false, D, D, S, T(1), q, d, q, d, T(0), la.A0.ptr() + (b * H + h) * D * D,
                  D);
         }
-    la.A_ln.resize({B, H, D, D});
+    la.A_ln.resize_for_overwrite({B, H, D, D});
     la.lnA_mean.resize({rows});
     la.lnA_rstd.resize({rows});
     layernorm_forward(la.A_ln.ptr(), la.lnA_mean.ptr(), la.lnA_rstd.ptr(), la.A0.ptr(), w.lnA_g,
@@ -43,9 +43,9 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
         for (int64_t n = 0; n < c.num_denseA; ++n) {
             GluActs<T>& g = ru.glu[size_t(n)];
             g.x = *x;
-            g.h1.resize({rows, c.A_dff});
-            g.h2.resize({rows, c.A_dff});
-            g.gated.resize({rows, c.A_dff});
+            g.h1.resize_for_overwrite({rows, c.A_dff});
+            g.h2.resize_for_overwrite({rows, c.A_dff});
+            g.gated.resize_for_overwrite({rows, c.A_dff});
             const GluView<T>& gw = rw.glu[size_t(n)];
             glu_forward(y.ptr(), g.h1.ptr(), g.h2.ptr(), g.gated.ptr(), g.x.ptr(),
                         GluParams<T>{gw.w1, gw.b1, gw.w2, gw.b2, gw.w3, gw.b3}, rows, D, c.A_dff,
@@ -79,9 +79,9 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     const int64_t DD = D * D;
 
     // 1-3. Projections and RoPE on q, k.
-    la.q.resize({B, S, d});
-    la.k.resize({B, S, d});
-    la.v.resize({B, S, d});
+    la.q.resize_for_overwrite({B, S, d});
+    la.k.resize_for_overwrite({B, S, d});
+    la.v.resize_for_overwrite({B, S, d});
     linear_forward(la.q.ptr(), la.x_in.ptr(), w.wq, w.bq, N, d, d);
     linear_forward(la.k.ptr(), la.x_in.ptr(), w.wk, w.bk, N, d, d);
     linear_forward(la.v.ptr(), la.x_in.ptr(), w.wv, w.bv, N, d, d);
@@ -134,10 +134,10 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     }
 
     // 7. Scores Ep = (Q·G)·Kᵀ / sqrt(dk); E = softmax(Ep + mask·(−1e9)); O = E·V.
-    la.QG.resize({B, H, S, D});
-    la.Ep.resize({B, H, S, Tk});
-    la.E.resize({B, H, S, Tk});
-    la.O.resize({B, S, d});
+    la.QG.resize_for_overwrite({B, H, S, D});
+    la.Ep.resize_for_overwrite({B, H, S, Tk});
+    la.E.resize_for_overwrite({B, H, S, Tk});
+    la.O.resize_for_overwrite({B, S, d});
     const T scale = m.score_scale();
 #pragma omp parallel for collapse(2) if (B * H * S * Tk * D > kParallelWork)
     for (int64_t b = 0; b < B; ++b)
@@ -164,28 +164,28 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
             gemm(false, false, S, D, Tk, T(1), e, Tk, vv, d, T(0), la.O.ptr() + b * S * d + h * D,
                  d);
         }
-    la.attn_out.resize({B, S, d});
+    la.attn_out.resize_for_overwrite({B, S, d});
     linear_forward(la.attn_out.ptr(), la.O.ptr(), w.wo, w.bo, N, d, d);
 
     // Post-LN residual blocks.
     Tensor<T> r1({B, S, d});
     for (int64_t i = 0; i < r1.numel(); ++i) r1[i] = la.attn_out[i] + la.x_in[i];
-    la.out1.resize({B, S, d});
+    la.out1.resize_for_overwrite({B, S, d});
     la.ln1_mean.resize({N});
     la.ln1_rstd.resize({N});
     layernorm_forward(la.out1.ptr(), la.ln1_mean.ptr(), la.ln1_rstd.ptr(), r1.ptr(), w.ln1_g,
                       w.ln1_b, N, d, c.layer_norm_eps);
     const int64_t F = c.intermediate_size;
-    la.ffn.h1.resize({N, F});
-    la.ffn.h2.resize({N, F});
-    la.ffn.gated.resize({N, F});
-    la.ffn_out.resize({B, S, d});
+    la.ffn.h1.resize_for_overwrite({N, F});
+    la.ffn.h2.resize_for_overwrite({N, F});
+    la.ffn.gated.resize_for_overwrite({N, F});
+    la.ffn_out.resize_for_overwrite({B, S, d});
     glu_forward(
         la.ffn_out.ptr(), la.ffn.h1.ptr(), la.ffn.h2.ptr(), la.ffn.gated.ptr(), la.out1.ptr(),
         GluParams<T>{w.ffn.w1, w.ffn.b1, w.ffn.w2, w.ffn.b2, w.ffn.w3, w.ffn.b3}, N, d, F, d);
     Tensor<T> r2({B, S, d});
     for (int64_t i = 0; i < r2.numel(); ++i) r2[i] = la.ffn_out[i] + la.out1[i];
-    la.hidden.resize({B, S, d});
+    la.hidden.resize_for_overwrite({B, S, d});
     la.ln2_mean.resize({N});
     la.ln2_rstd.resize({N});
     layernorm_forward(la.hidden.ptr(), la.ln2_mean.ptr(), la.ln2_rstd.ptr(), r2.ptr(), w.ln2_g,

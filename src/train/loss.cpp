@@ -77,9 +77,18 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     check_inputs(m, tgt.data(), B, S);
     forward(m, in.data(), B, S, acts);
     LossResult r;
-    const double total = cross_entropy_forward<T>(nullptr, &r.scored, &r.correct, acts.logits.ptr(),
-                                                  tgt.data(), N, V, m.cfg.pad_token_id);
+    for (int64_t n = 0; n < N; ++n) r.scored += tgt[size_t(n)] != m.cfg.pad_token_id;
     PLDR_REQUIRE(r.scored > 0, "no scored target tokens in the batch (all are pad)");
+    double total = 0;
+    Tensor<T>& dlogits = acts.dlogits;
+    if (grads) {  // the loss and d loss / d logits in one pass over the logits
+        dlogits.resize_for_overwrite({B, S, V});
+        total = cross_entropy_fused<T>(dlogits.ptr(), &r.correct, acts.logits.ptr(), tgt.data(), N,
+                                       V, m.cfg.pad_token_id, T(grad_scale / double(r.scored)));
+    } else {
+        total = cross_entropy_forward<T>(nullptr, &r.scored, &r.correct, acts.logits.ptr(),
+                                         tgt.data(), N, V, m.cfg.pad_token_id);
+    }
     r.ce = total / double(r.scored);
     r.accuracy = double(r.correct) / double(r.scored);
     r.value = r.ce;
@@ -89,9 +98,6 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
         r.value += r.dag_loss;
     }
     if (!grads) return r;
-    Tensor<T> dlogits({B, S, V});
-    cross_entropy_backward(dlogits.ptr(), acts.logits.ptr(), tgt.data(), N, V, m.cfg.pad_token_id,
-                           T(grad_scale / double(r.scored)));
     backward<T>(m, acts, dlogits, extra.empty() ? nullptr : &extra, grads);
     return r;
 }
