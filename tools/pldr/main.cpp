@@ -12,6 +12,10 @@ int main(int argc, char** argv) {
     pldr::cli::add_inspect(app);
     pldr::cli::add_dump(app);
     pldr::cli::add_grad(app);
+    pldr::cli::add_tokenizer(app);
+    pldr::cli::add_prepare(app);
+    pldr::cli::add_train(app);
+    pldr::cli::add_plot(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::Success& e) {
