@@ -144,9 +144,24 @@ TEST(CliTrain, StopAtThenResumeIsBitIdentical) {
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.out.find("finished at step 14"), std::string::npos) << r.out;
     expect_same_checkpoint(root + "/full", root + "/part");
-    // The checkpoint is a loadable model directory.
+    // `pldr perplexity` on the same chunks gives the run's last validation loss.
+    const std::string m = cli_test::slurp(root + "/full/metrics.jsonl");
+    const size_t ev = m.rfind("{\"type\":\"eval\"");
+    ASSERT_NE(ev, std::string::npos);
+    const double ce = std::stod(m.substr(m.find("\"ce\":", ev) + 5));
+    r = cli_test::run("perplexity " + root + "/full --data " + data().shards +
+                      " --batch 4 --batches 2");
+    ASSERT_EQ(r.code, 0) << r.err;
+    char want[32];
+    std::snprintf(want, sizeof want, "loss %.4f ", ce);
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << " in " << r.out;
+    EXPECT_NE(r.out.find("unigram entropy of valid.pldrtok"), std::string::npos) << r.out;
+    // The checkpoint is a loadable model directory, with the data's tokenizer.
     r = cli_test::run("inspect " + root + "/part");
     EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("tokenizer.model"), std::string::npos) << r.out;
+    EXPECT_EQ(cli_test::slurp(root + "/part/tokenizer.model"),
+              cli_test::slurp(data().tok + ".model"));
 }
 
 TEST(CliTrain, SigtermWritesCheckpointAndResumesExactly) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "io/config_json.h"
 #include "model/init.h"
 #include "train/checkpoint.h"
@@ -211,6 +212,9 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
                      ": not the training data the checkpoint in ", o.resume_dir,
                      " was trained on (checksum differs)");
         o = merged;
+        PLDR_REQUIRE(fs::absolute(o.resume_dir) == fs::absolute(o.out_dir) ||
+                         !fs::exists(fs::path(o.out_dir) / kTrainStateFile),
+                     o.out_dir, " already holds another training checkpoint; choose another --out");
         PLDR_REQUIRE(ck.step <= o.steps, o.resume_dir, ": the checkpoint is at step ", ck.step,
                      ", beyond --steps ", o.steps);
     } else {
@@ -244,7 +248,7 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
     tc.validate();
 
     Trainer<T> trainer(model, tc);
-    trainer.optimizer() = opt;
+    trainer.optimizer() = std::move(opt);
     ChunkLoader loader(train, o.ctx, o.seed, o.shuffle);
     if (resume) loader.restore(ck.data);
 
@@ -258,6 +262,17 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         o.metrics_path.empty() ? (fs::path(o.out_dir) / "metrics.jsonl").string() : o.metrics_path;
     MetricsLog metrics(metrics_path, resume ? out.start_step : -1);
     const std::string options_json = maths(o).dump();
+    std::string tokenizer_src;  // from the prepared corpus' meta.json, when it is there
+    {
+        const fs::path meta = fs::path(o.data_dir) / "meta.json";
+        if (fs::exists(meta)) {
+            const auto j = ojson::parse(read_file(meta.string()), nullptr, false);
+            if (j.is_object() && j.contains("tokenizer") && j["tokenizer"].is_object() &&
+                j["tokenizer"].contains("path") && j["tokenizer"]["path"].is_string() &&
+                fs::is_regular_file(j["tokenizer"]["path"].get<std::string>()))
+                tokenizer_src = j["tokenizer"]["path"].get<std::string>();
+        }
+    }
 
     int64_t last_saved =
         resume && fs::absolute(o.resume_dir) == fs::absolute(o.out_dir) ? out.start_step : -1;
@@ -270,6 +285,12 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         info.options_json = options_json;
         save_checkpoint(o.out_dir, model, trainer.optimizer(), info);
         last_saved = info.step;
+        // The tokenizer the shards were prepared with, so that DIR is a complete model directory.
+        const fs::path tok = fs::path(o.out_dir) / "tokenizer.model";
+        if (!tokenizer_src.empty() && !fs::exists(tok)) {
+            std::error_code ec;
+            fs::copy_file(tokenizer_src, tok, ec);
+        }
     };
 
     {

@@ -19,7 +19,8 @@ struct TrainOptions {
     std::string preset, config_path;
     bool fixed_g_identity = false;  // train the SDPA baseline (custom_G_type "identity")
     std::string data_dir;           // train.pldrtok [+ valid.pldrtok]
-    std::string out_dir;            // checkpoint directory
+    std::string out_dir;            // checkpoint directory (gets a copy of the shards'
+                                    // tokenizer.model when meta.json names one)
     std::string resume_dir;         // continue from this checkpoint ("" = new run)
     std::string metrics_path;       // "" = <out_dir>/metrics.jsonl
     std::string dtype = "f32";      // compute (and checkpoint) precision

@@ -47,5 +47,6 @@ void add_tokenizer(CLI::App& app);
 void add_prepare(CLI::App& app);
 void add_train(CLI::App& app);
 void add_plot(CLI::App& app);
+void add_perplexity(CLI::App& app);
 
 }  // namespace pldr::cli

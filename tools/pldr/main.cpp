@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     pldr::cli::add_prepare(app);
     pldr::cli::add_train(app);
     pldr::cli::add_plot(app);
+    pldr::cli::add_perplexity(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::Success& e) {
