@@ -55,8 +55,13 @@ wait $p1
 wait $p2
 tail -n 3 "$OUT/pldr.log" "$OUT/sdpa.log"
 
-# 4. Loss curves, both models on one plot.
-$PLDR plot "$OUT/pldr/metrics.jsonl" "$OUT/sdpa/metrics.jsonl" --label PLDR --label SDPA \
-    --title "SOTU, small preset: PLDR-LLM vs SDPA" --out "$OUT/loss.png"
-$PLDR plot "$OUT/pldr/metrics.jsonl" "$OUT/sdpa/metrics.jsonl" --label PLDR --label SDPA \
-    --title "SOTU, small preset: PLDR-LLM vs SDPA" --out "$OUT/loss.svg"
+# 4. Both models on the whole validation split, and the loss curves on one plot.
+for model in pldr sdpa; do
+    $PLDR perplexity "$OUT/$model" --data "$OUT/shards" | tee "$OUT/$model.ppl.txt"
+done
+ENT=$(awk '$1 == "valid" {print $(NF-1)}' "$OUT/prepare.txt")
+for ext in png svg; do
+    $PLDR plot "$OUT/pldr/metrics.jsonl" "$OUT/sdpa/metrics.jsonl" --label PLDR --label SDPA \
+        --title "SOTU, small preset: PLDR-LLM vs SDPA" --hline "$ENT:valid unigram entropy" \
+        --out "$OUT/loss.$ext"
+done

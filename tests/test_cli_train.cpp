@@ -305,7 +305,7 @@ TEST(CliTrainPlot, PngAndSvg) {
     EXPECT_EQ(be32(16), 640u);
     EXPECT_EQ(be32(20), 400u);
     r = cli_test::run("plot " + d + "/m.jsonl " + d + "/m.jsonl --label a --label b --out " + d +
-                      "/p.svg");
+                      "/p.svg --hline '1.25:unigram entropy'");
     ASSERT_EQ(r.code, 0) << r.err;
     const std::string svg = cli_test::slurp(d + "/p.svg");
     EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
@@ -313,6 +313,7 @@ TEST(CliTrainPlot, PngAndSvg) {
     EXPECT_NE(svg.find("<path d=\"M"), std::string::npos);
     EXPECT_NE(svg.find("a valid"), std::string::npos);
     EXPECT_NE(svg.find("b train"), std::string::npos);
+    EXPECT_NE(svg.find("unigram entropy"), std::string::npos);
     EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
     size_t open = 0, close = 0;
     for (char ch : svg) open += ch == '<', close += ch == '>';

@@ -16,7 +16,7 @@ namespace pldr {
 
 namespace {
 
-// 5×7 glyphs, one byte per row, bit 4 = leftmost column. Upper case is drawn as lower case.
+// 5×7 glyphs, one byte per row, bit 4 = leftmost column; other characters are drawn as a box.
 struct Glyph {
     char c;
     uint8_t rows[7];
@@ -39,17 +39,29 @@ constexpr Glyph kFont[] = {
     {'i', {4, 0, 12, 4, 4, 4, 14}},      {'j', {2, 0, 6, 2, 2, 18, 12}},
     {'k', {16, 16, 18, 20, 24, 20, 18}}, {'l', {12, 4, 4, 4, 4, 4, 14}},
     {'m', {0, 0, 26, 21, 21, 17, 17}},   {'n', {0, 0, 22, 25, 17, 17, 17}},
-    {'o', {0, 0, 14, 17, 17, 17, 14}},   {'p', {0, 30, 17, 17, 30, 16, 16}},
+    {'o', {0, 0, 14, 17, 17, 17, 14}},   {'p', {0, 0, 30, 17, 17, 30, 16}},
     {'q', {0, 0, 13, 19, 15, 1, 1}},     {'r', {0, 0, 22, 25, 16, 16, 16}},
     {'s', {0, 0, 14, 16, 14, 1, 30}},    {'t', {8, 8, 28, 8, 8, 9, 6}},
     {'u', {0, 0, 17, 17, 17, 19, 13}},   {'v', {0, 0, 17, 17, 17, 10, 4}},
     {'w', {0, 0, 17, 17, 21, 21, 10}},   {'x', {0, 0, 17, 10, 4, 10, 17}},
     {'y', {0, 0, 17, 17, 15, 1, 14}},    {'z', {0, 0, 31, 2, 4, 8, 31}},
+    {'A', {14, 17, 17, 31, 17, 17, 17}}, {'B', {30, 17, 17, 30, 17, 17, 30}},
+    {'C', {14, 17, 16, 16, 16, 17, 14}}, {'D', {30, 17, 17, 17, 17, 17, 30}},
+    {'E', {31, 16, 16, 30, 16, 16, 31}}, {'F', {31, 16, 16, 30, 16, 16, 16}},
+    {'G', {14, 17, 16, 23, 17, 17, 15}}, {'H', {17, 17, 17, 31, 17, 17, 17}},
+    {'I', {14, 4, 4, 4, 4, 4, 14}},      {'J', {7, 2, 2, 2, 2, 18, 12}},
+    {'K', {17, 18, 20, 24, 20, 18, 17}}, {'L', {16, 16, 16, 16, 16, 16, 31}},
+    {'M', {17, 27, 21, 21, 17, 17, 17}}, {'N', {17, 17, 25, 21, 19, 17, 17}},
+    {'O', {14, 17, 17, 17, 17, 17, 14}}, {'P', {30, 17, 17, 30, 16, 16, 16}},
+    {'Q', {14, 17, 17, 17, 21, 18, 13}}, {'R', {30, 17, 17, 30, 20, 18, 17}},
+    {'S', {15, 16, 16, 14, 1, 1, 30}},   {'T', {31, 4, 4, 4, 4, 4, 4}},
+    {'U', {17, 17, 17, 17, 17, 17, 14}}, {'V', {17, 17, 17, 17, 17, 10, 4}},
+    {'W', {17, 17, 17, 21, 21, 21, 10}}, {'X', {17, 17, 10, 4, 10, 17, 17}},
+    {'Y', {17, 17, 10, 4, 4, 4, 4}},     {'Z', {31, 1, 2, 4, 8, 16, 31}},
 };
 constexpr uint8_t kBox[7] = {31, 17, 17, 17, 17, 17, 31};
 
 const uint8_t* glyph(char c) {
-    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
     for (const Glyph& g : kFont)
         if (g.c == c) return g.rows;
     return kBox;
@@ -117,9 +129,11 @@ struct Raster {
         uint8_t* p = &px[(size_t(y) * size_t(W) + size_t(x)) * 3];
         p[0] = uint8_t(rgb >> 16), p[1] = uint8_t(rgb >> 8), p[2] = uint8_t(rgb);
     }
-    void line(double xa, double ya, double xb, double yb, uint32_t rgb, int thick) {
+    void line(double xa, double ya, double xb, double yb, uint32_t rgb, int thick,
+              bool dashed = false) {
         const int n = int(std::max(std::fabs(xb - xa), std::fabs(yb - ya))) + 1;
         for (int i = 0; i <= n; ++i) {
+            if (dashed && (i / 6) % 2 == 1) continue;
             const double t = double(i) / n;
             const int x = int(std::lround(xa + t * (xb - xa))),
                       y = int(std::lround(ya + t * (yb - ya)));
@@ -215,7 +229,7 @@ std::vector<uint8_t> plot_raster(const PlotSpec& s) {
         for (size_t i = 0; i < se.x.size(); ++i) {
             if (!std::isfinite(se.x[i]) || !std::isfinite(se.y[i])) continue;
             const double x = f.px(se.x[i]), y = f.py(se.y[i]);
-            if (have) r.line(lx, ly, x, y, se.rgb, 2);
+            if (have) r.line(lx, ly, x, y, se.rgb, 2, se.dashed);
             if (se.x.size() < 60) r.line(x - 2, y, x + 2, y, se.rgb, 3);  // visible points
             lx = x, ly = y, have = true;
         }
@@ -223,7 +237,7 @@ std::vector<uint8_t> plot_raster(const PlotSpec& s) {
     int ly = T + 8;
     for (const PlotSeries& se : s.series) {
         const int w = Raster::text_width(se.label);
-        r.line(R - w - 44, ly + 7, R - w - 14, ly + 7, se.rgb, 3);
+        r.line(R - w - 44, ly + 7, R - w - 14, ly + 7, se.rgb, 3, se.dashed);
         r.text(R - w - 6, ly, se.label, ink);
         ly += 20;
     }

@@ -11,7 +11,7 @@ struct PlotSeries {
     std::string label;
     std::vector<double> x, y;  // equal lengths; non-finite points are skipped
     uint32_t rgb = 0x1f77b4;   // 0xRRGGBB
-    bool dashed = false;       // SVG only (the PNG draws every series solid)
+    bool dashed = false;
 };
 
 struct PlotSpec {

@@ -1,5 +1,7 @@
 // pldr plot METRICS.jsonl... --out FILE.png|svg: training and validation loss against the step.
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "common.h"
@@ -15,6 +17,7 @@ struct PlotArgs {
     std::string out, title = "loss";
     int64_t smooth = 0;
     int width = 900, height = 560;
+    std::vector<std::string> hlines;  // "VALUE" or "VALUE:LABEL"
 };
 
 // (train, valid) colours per file.
@@ -41,6 +44,8 @@ void add_plot(CLI::App& app) {
     cmd->add_option("--title", a->title, "plot title")->capture_default_str();
     cmd->add_option("--smooth", a->smooth,
                     "moving-average window for the training loss (0 = steps/50)");
+    cmd->add_option("--hline", a->hlines,
+                    "a horizontal reference line VALUE[:LABEL], e.g. 6.29:unigram entropy");
     cmd->add_option("--width", a->width)->capture_default_str();
     cmd->add_option("--height", a->height)->capture_default_str();
     cmd->callback([a]() {
@@ -68,6 +73,24 @@ void add_plot(CLI::App& app) {
                           (train ? "train" : "valid");
                 spec.series.push_back(std::move(s));
             }
+        }
+        double x0 = INFINITY, x1 = -INFINITY;
+        for (const PlotSeries& s : spec.series)
+            for (double x : s.x) x0 = std::min(x0, x), x1 = std::max(x1, x);
+        for (const std::string& h : a->hlines) {
+            const size_t colon = h.find(':');
+            const std::string v = h.substr(0, colon);
+            char* end = nullptr;
+            const double y = std::strtod(v.c_str(), &end);
+            PLDR_REQUIRE(!v.empty() && end && *end == '\0' && std::isfinite(y), "--hline: '", v,
+                         "' is not a number");
+            PlotSeries s;
+            s.x = {x0, x1};
+            s.y = {y, y};
+            s.rgb = 0x888888;
+            s.dashed = true;
+            s.label = colon == std::string::npos ? v : h.substr(colon + 1);
+            spec.series.push_back(std::move(s));
         }
         write_plot(spec, a->out);
         std::printf("wrote %s\n", a->out.c_str());
