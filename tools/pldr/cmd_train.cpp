@@ -97,13 +97,17 @@ int run_train(TrainArgs& a) {
     h.on_eval = [&](const EvalReport& e) {
         h.message("validation at step " + std::to_string(e.step) + ": " + [&] {
             char b[256];
-            std::snprintf(
-                b, sizeof b,
-                "loss %.4f  ce %.4f  accuracy %.4f  perplexity %.2f  dag A %.4g  Ap %.4g  "
-                "G %.4g  (%lld tokens)",
-                e.r.loss, e.r.ce, e.r.accuracy, e.r.perplexity, e.r.dagA, e.r.dagAp, e.r.dagG,
-                (long long)e.r.tokens);
-            return std::string(b);
+            std::snprintf(b, sizeof b, "loss %.4f  ce %.4f  accuracy %.4f  perplexity %.2f",
+                          e.r.loss, e.r.ce, e.r.accuracy, e.r.perplexity);
+            std::string s = b;
+            if (e.r.dagA != 0 || e.r.dagAp != 0 || e.r.dagG != 0) {  // learned G_LM only
+                std::snprintf(b, sizeof b, "  dag A %.4g  Ap %.4g  G %.4g", e.r.dagA, e.r.dagAp,
+                              e.r.dagG);
+                s += b;
+            }
+            std::snprintf(b, sizeof b, "  (%lld tokens)", (long long)e.r.tokens);
+            s += b;
+            return s;
         }());
     };
 
