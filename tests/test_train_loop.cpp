@@ -311,3 +311,33 @@ TEST(TrainLoop, LearnsAPredictableSequence) {
     ASSERT_EQ(c.size(), 2u);
     EXPECT_GT(c[0].y.front(), 2.5);
 }
+
+TEST(TrainLoop, ConfigWithCustomGTypeTrainsTheSdpaBaseline) {
+    const std::string data = make_data("cfg_identity", 30, 10, 5);
+    const std::string d = cli_test::tmp_dir("cfg_identity_out");
+    Config c = preset_config("tiny", 30);
+    c.g_type = GType::IDENTITY;
+    save_config(c, d + "/config.json");
+    TrainOptions o = tiny_opts(data, d + "/run");
+    o.preset.clear();
+    o.config_path = d + "/config.json";
+    o.steps = 3;
+    const TrainOutcome r = run_training(o);
+    EXPECT_EQ(r.step, 3);
+    const Model<float> m = load_model<float>(d + "/run");
+    EXPECT_FALSE(m.cfg.learned_g());
+    EXPECT_EQ(m.num_params(), make_layout(sdpa_twin(preset_config("tiny", 30))).total);
+    // The same shape from --preset tiny --fixed-g identity matches the checkpoint; a learned-G
+    // preset does not.
+    TrainOptions r2;
+    r2.data_dir = data;
+    r2.out_dir = r2.resume_dir = d + "/run";
+    r2.preset = "tiny";
+    try {
+        run_training(r2);
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not match --preset tiny"), std::string::npos)
+            << e.what();
+    }
+}

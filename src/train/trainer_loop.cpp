@@ -195,8 +195,14 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
                 std::to_string(new_steps) + " steps)");
             merged.steps = new_steps;
         }
-        merged.preset = o.preset.empty() ? stored.value("preset", "") : o.preset;
-        merged.config_path = o.config_path.empty() ? stored.value("config", "") : o.config_path;
+        // The model source: the one given now (checked below), else the checkpoint's.
+        if (!o.preset.empty() || !o.config_path.empty()) {
+            merged.preset = o.preset;
+            merged.config_path = o.config_path;
+        } else {
+            merged.preset = stored.value("preset", "");
+            merged.config_path = stored.value("config", "");
+        }
         if (!o.preset.empty() || !o.config_path.empty()) {
             const Config want = requested_config(merged, train.vocab_size(), train_path);
             const std::string d =
