@@ -164,8 +164,10 @@ TEST(CliTrain, StopAtThenResumeIsBitIdentical) {
               cli_test::slurp(data().tok + ".model"));
 }
 
-TEST(CliTrain, SigtermWritesCheckpointAndResumesExactly) {
-    const std::string root = cli_test::tmp_dir("cli_sigterm");
+// Starts `pldr train` in the background, sends `sig` once a step is in the metrics file, and
+// checks the checkpoint: exit code 0, and resuming it gives the uninterrupted run's bits.
+static void interrupt_and_resume(int sig, const std::string& name) {
+    const std::string root = cli_test::tmp_dir(name);
     const std::string out = root + "/run", metrics = root + "/run.jsonl";
     const std::string cmd = std::string(PLDR_BINARY_DIR) + "/pldr " + train_args(out) +
                             " --steps 5000 --metrics " + metrics;
@@ -184,7 +186,7 @@ TEST(CliTrain, SigtermWritesCheckpointAndResumesExactly) {
         ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(120));
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    ASSERT_EQ(kill(pid, SIGTERM), 0);
+    ASSERT_EQ(kill(pid, sig), 0);
     int st = 0;
     ASSERT_EQ(waitpid(pid, &st, 0), pid);
     const std::string log = cli_test::slurp(root + "/log.txt");
@@ -206,6 +208,14 @@ TEST(CliTrain, SigtermWritesCheckpointAndResumesExactly) {
     r = cli_test::run(train_args(root + "/ref") + " --steps 5000" + until);
     ASSERT_EQ(r.code, 0) << r.err;
     expect_same_checkpoint(out, root + "/ref");
+}
+
+TEST(CliTrain, SigtermWritesCheckpointAndResumesExactly) {
+    interrupt_and_resume(SIGTERM, "cli_sigterm");
+}
+
+TEST(CliTrain, SigintWritesCheckpointAndResumesExactly) {
+    interrupt_and_resume(SIGINT, "cli_sigint");
 }
 
 TEST(CliTrain, BadCorpusAndTokenizer) {
