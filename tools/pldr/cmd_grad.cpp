@@ -15,34 +15,11 @@ struct GradArgs {
     ModelOptions mo;
 };
 
-DagCoeffs parse_dag(const std::string& s) {
-    DagCoeffs d;
-    if (s.empty()) return d;
-    std::vector<double> v;
-    size_t i = 0;
-    while (i <= s.size()) {
-        size_t j = s.find(',', i);
-        if (j == std::string::npos) j = s.size();
-        const std::string tok = s.substr(i, j - i);
-        char* end = nullptr;
-        double x = std::strtod(tok.c_str(), &end);
-        PLDR_REQUIRE(!tok.empty() && end && *end == '\0' && std::isfinite(x), "--dag: '", tok,
-                     "' is not a number");
-        v.push_back(x);
-        i = j + 1;
-    }
-    PLDR_REQUIRE(v.size() == 3, "--dag takes three coefficients c_A,c_Ap,c_G (got ", v.size(), ")");
-    d = {v[0], v[1], v[2]};
-    PLDR_REQUIRE(d.A >= 0 && d.Ap >= 0 && d.G >= 0, "--dag coefficients must be >= 0 (got ", s,
-                 ")");
-    return d;
-}
-
 template <typename T>
 int run_grad(const GradArgs& a) {
     int64_t B = 0, S1 = 0;
     std::vector<int64_t> tok = rows_to_batch(a.tokens, &B, &S1);
-    const DagCoeffs dag = parse_dag(a.dag);
+    const DagCoeffs dag = a.dag.empty() ? DagCoeffs{} : parse_dag_coeffs(a.dag);
     Model<T> m = a.mo.load<T>(a.dir);
     std::vector<T> grads(static_cast<size_t>(m.layout.total), T(0));
     Activations<T> acts;

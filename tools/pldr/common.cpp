@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 namespace pldr::cli {
@@ -41,6 +42,26 @@ std::vector<int64_t> rows_to_batch(const std::vector<std::string>& rows, int64_t
     }
     *B = int64_t(rows.size());
     return out;
+}
+
+DagCoeffs parse_dag_coeffs(const std::string& s) {
+    std::vector<double> v;
+    size_t i = 0;
+    while (i <= s.size()) {
+        size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        const std::string tok = s.substr(i, j - i);
+        char* end = nullptr;
+        const double x = std::strtod(tok.c_str(), &end);
+        PLDR_REQUIRE(!tok.empty() && end && *end == '\0' && std::isfinite(x), "--dag: '", tok,
+                     "' is not a number");
+        v.push_back(x);
+        i = j + 1;
+    }
+    PLDR_REQUIRE(v.size() == 3, "--dag takes three coefficients c_A,c_Ap,c_G (got ", v.size(), ")");
+    PLDR_REQUIRE(v[0] >= 0 && v[1] >= 0 && v[2] >= 0, "--dag coefficients must be >= 0 (got ", s,
+                 ")");
+    return {v[0], v[1], v[2]};
 }
 
 void ModelOptions::add_to(CLI::App* app) {

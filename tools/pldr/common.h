@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/model_load.h"
+#include "train/loss.h"
 
 namespace pldr::cli {
 
@@ -36,6 +37,9 @@ int with_dtype(const std::string& dtype, F&& f) {
     fail("--dtype must be f32 or f64 (got '", dtype, "')");
 }
 
+// "c_A,c_Ap,c_G" → DAG coefficients (each finite and >= 0); a clear error on anything else.
+DagCoeffs parse_dag_coeffs(const std::string& s);
+
 void add_inspect(CLI::App& app);
 void add_dump(CLI::App& app);
 void add_grad(CLI::App& app);
@@ -43,5 +47,10 @@ void add_generate(CLI::App& app);
 void add_collapse(CLI::App& app);
 void add_score(CLI::App& app);
 void add_eval(CLI::App& app);
+void add_tokenizer(CLI::App& app);
+void add_prepare(CLI::App& app);
+void add_train(CLI::App& app);
+void add_plot(CLI::App& app);
+void add_perplexity(CLI::App& app);
 
 }  // namespace pldr::cli

@@ -16,6 +16,11 @@ int main(int argc, char** argv) {
     pldr::cli::add_collapse(app);
     pldr::cli::add_score(app);
     pldr::cli::add_eval(app);
+    pldr::cli::add_tokenizer(app);
+    pldr::cli::add_prepare(app);
+    pldr::cli::add_train(app);
+    pldr::cli::add_plot(app);
+    pldr::cli::add_perplexity(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::Success& e) {

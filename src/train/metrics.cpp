@@ -1,0 +1,88 @@
+// Metrics JSONL (see metrics.h).
+#include "train/metrics.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/fs.h"
+
+namespace pldr {
+
+MetricsLog::MetricsLog(const std::string& path, int64_t keep_through_step) : path_(path) {
+    const std::filesystem::path p(path);
+    std::error_code ec;
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+    std::string kept;
+    if (keep_through_step >= 0 && file_exists(path)) {
+        std::istringstream in(read_file(path));
+        std::string line;
+        while (std::getline(in, line)) {
+            if (line.empty()) continue;
+            auto j = nlohmann::json::parse(line, nullptr, false);
+            if (j.is_discarded() || !j.is_object() || !j.contains("step") ||
+                !j["step"].is_number_integer())
+                continue;  // a torn last line of an interrupted run
+            if (j["step"].get<int64_t>() <= keep_through_step) kept += line + "\n";
+        }
+    }
+    f_ = std::fopen(path.c_str(), "wb");
+    PLDR_REQUIRE(f_, "cannot write the metrics file ", path);
+    if (!kept.empty()) {
+        std::fwrite(kept.data(), 1, kept.size(), f_);
+        std::fflush(f_);
+    }
+}
+
+MetricsLog::~MetricsLog() {
+    if (f_) std::fclose(f_);
+}
+
+void MetricsLog::write(const nlohmann::ordered_json& obj) {
+    if (!f_) return;
+    const std::string s = obj.dump() + "\n";
+    PLDR_REQUIRE(std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0,
+                 "cannot write the metrics file ", path_);
+}
+
+std::vector<Curve> read_loss_curves(const std::string& path) {
+    std::istringstream in(read_file(path));
+    Curve train{"train", {}, {}}, valid{"valid", {}, {}};
+    std::string line;
+    int64_t n = 0;
+    while (std::getline(in, line)) {
+        ++n;
+        if (line.empty()) continue;
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        PLDR_REQUIRE(!j.is_discarded() && j.is_object(), path, ":", n, ": not a JSON object");
+        PLDR_REQUIRE(j.contains("type") && j["type"].is_string(), path, ":", n,
+                     ": no \"type\" field");
+        const std::string type = j["type"];
+        if (type != "train" && type != "eval") continue;
+        PLDR_REQUIRE(j.contains("step") && j["step"].is_number() && j.contains("loss") &&
+                         j["loss"].is_number(),
+                     path, ":", n, ": a ", type, " line needs numeric \"step\" and \"loss\"");
+        Curve& c = type == "train" ? train : valid;
+        c.x.push_back(j["step"].get<double>());
+        c.y.push_back(j["loss"].get<double>());
+    }
+    PLDR_REQUIRE(!train.x.empty(), path, ": no training steps in the metrics file");
+    std::vector<Curve> out{train};
+    if (!valid.x.empty()) out.push_back(valid);
+    return out;
+}
+
+std::vector<double> moving_average(const std::vector<double>& y, int64_t window) {
+    if (window <= 1) return y;
+    std::vector<double> out(y.size());
+    double s = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+        s += y[i];
+        if (i >= size_t(window)) s -= y[i - size_t(window)];
+        out[i] = s / double(std::min<size_t>(i + 1, size_t(window)));
+    }
+    return out;
+}
+
+}  // namespace pldr

@@ -1,0 +1,415 @@
+// The training program (see trainer_loop.h).
+#include "train/trainer_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "io/config_json.h"
+#include "model/init.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+#include "train/presets.h"
+
+namespace pldr {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+int64_t TrainOptions::warmup_steps() const {
+    return warmup >= 0 ? warmup : std::min<int64_t>(2000, steps / 10);
+}
+
+TrainConfig TrainOptions::train_config() const {
+    TrainConfig c;
+    c.adam.weight_decay = weight_decay;
+    c.schedule.lr_max = lr;
+    c.schedule.warmup = warmup_steps();
+    c.schedule.total = steps;
+    c.schedule.alpha = lr_alpha;
+    c.dag = dag;
+    c.clip = clip;
+    c.clip_value = clip_value;
+    c.clip_norm = clip_norm;
+    return c;
+}
+
+namespace {
+
+const char* clip_name(ClipMode m) {
+    return m == ClipMode::VALUE ? "value" : m == ClipMode::NORM ? "norm" : "none";
+}
+
+ojson maths(const TrainOptions& o) {
+    ojson j;
+    j["steps"] = o.steps;
+    j["batch"] = o.batch;
+    j["accum"] = o.accum;
+    j["ctx"] = o.ctx;
+    j["seed"] = o.seed;
+    j["shuffle"] = o.shuffle;
+    j["lr"] = o.lr;
+    j["warmup"] = o.warmup_steps();
+    j["lr_alpha"] = o.lr_alpha;
+    j["weight_decay"] = o.weight_decay;
+    j["dag"] = {o.dag.A, o.dag.Ap, o.dag.G};
+    j["clip"] = clip_name(o.clip);
+    j["clip_value"] = o.clip_value;
+    j["clip_norm"] = o.clip_norm;
+    j["dtype"] = o.dtype;
+    j["fixed_g_identity"] = o.fixed_g_identity;
+    j["preset"] = o.preset;
+    j["config"] = o.config_path;
+    return j;
+}
+
+// Overwrites the maths fields of `o` with the checkpoint's.
+void apply_maths(TrainOptions& o, const ojson& j, const std::string& where) {
+    try {
+        o.steps = j.at("steps");
+        o.batch = j.at("batch");
+        o.accum = j.at("accum");
+        o.ctx = j.at("ctx");
+        o.seed = j.at("seed");
+        o.shuffle = j.at("shuffle");
+        o.lr = j.at("lr");
+        o.warmup = j.at("warmup");
+        o.lr_alpha = j.at("lr_alpha");
+        o.weight_decay = j.at("weight_decay");
+        o.dag = {j.at("dag").at(0), j.at("dag").at(1), j.at("dag").at(2)};
+        const std::string c = j.at("clip");
+        o.clip = c == "value" ? ClipMode::VALUE : c == "norm" ? ClipMode::NORM : ClipMode::NONE;
+        o.clip_value = j.at("clip_value");
+        o.clip_norm = j.at("clip_norm");
+        o.dtype = j.at("dtype");
+        o.fixed_g_identity = j.at("fixed_g_identity");
+    } catch (const nlohmann::json::exception& e) {
+        fail(where, ": the training state's options are incomplete (", e.what(), ")");
+    }
+}
+
+// First line where two texts differ, for "does not match" messages.
+std::string first_difference(const std::string& a, const std::string& b) {
+    std::istringstream sa(a), sb(b);
+    std::string la, lb;
+    while (true) {
+        const bool ga = bool(std::getline(sa, la)), gb = bool(std::getline(sb, lb));
+        if (!ga && !gb) return "";
+        if (!ga || !gb || la != lb) {
+            auto trim = [](std::string s) {
+                s.erase(0, s.find_first_not_of(' '));
+                if (!s.empty() && s.back() == ',') s.pop_back();
+                return s;
+            };
+            return trim(la) + " vs " + trim(lb);
+        }
+    }
+}
+
+std::string model_config_text(Config c) {
+    c.dtype = "float32";
+    return config_to_json(c);
+}
+
+// The model config asked for by preset / config / fixed_g, with the data's vocabulary.
+Config requested_config(const TrainOptions& o, int64_t vocab, const std::string& shard_path) {
+    Config c;
+    if (!o.config_path.empty()) {
+        c = load_config(o.config_path);
+        PLDR_REQUIRE(c.vocab_size == vocab, "the data's vocabulary size (", vocab, " in ",
+                     shard_path, ") differs from vocab_size ", c.vocab_size, " in ", o.config_path);
+    } else {
+        c = preset_config(o.preset, vocab);
+    }
+    if (o.fixed_g_identity) c = sdpa_twin(c);
+    return c;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <typename T>
+TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
+    auto msg = [&](const std::string& s) {
+        if (hooks.message) hooks.message(s);
+    };
+    PLDR_REQUIRE(!o.out_dir.empty(), "--out is required");
+    PLDR_REQUIRE(!o.data_dir.empty(), "--data is required");
+    const bool resume = !o.resume_dir.empty();
+    PLDR_REQUIRE(resume || o.preset.empty() != o.config_path.empty(),
+                 "give exactly one of --preset and --config");
+    PLDR_REQUIRE(o.preset.empty() || o.config_path.empty(),
+                 "give only one of --preset and --config");
+
+    const std::string train_path = (fs::path(o.data_dir) / "train.pldrtok").string();
+    const std::string valid_path = (fs::path(o.data_dir) / "valid.pldrtok").string();
+    PLDR_REQUIRE(fs::is_directory(o.data_dir), o.data_dir, ": data directory does not exist");
+    PLDR_REQUIRE(fs::exists(train_path), o.data_dir,
+                 ": no train.pldrtok (prepare the data with `pldr prepare`)");
+    ShardReader train(train_path);
+    std::unique_ptr<ShardReader> valid;
+    if (fs::exists(valid_path)) {
+        valid = std::make_unique<ShardReader>(valid_path);
+        PLDR_REQUIRE(valid->vocab_size() == train.vocab_size(), valid_path, ": vocabulary size ",
+                     valid->vocab_size(), " differs from train.pldrtok's ", train.vocab_size());
+    }
+    PLDR_REQUIRE(train.ctx() > 0, train_path, ": the shard is not packed into chunks");
+
+    Model<T> model;
+    AdamWState<T> opt;
+    CheckpointInfo ck;
+    if (resume) {
+        PLDR_REQUIRE(recover_checkpoint(o.resume_dir), o.resume_dir,
+                     ": not a training checkpoint (no ", kTrainStateFile, ")");
+        const CheckpointInfo peek = read_checkpoint_info(o.resume_dir);
+        PLDR_REQUIRE(peek.dtype == o.dtype, o.resume_dir,
+                     ": the checkpoint was trained with --dtype ", peek.dtype, ", not ", o.dtype);
+        ck = load_checkpoint<T>(o.resume_dir, &model, &opt);
+        const ojson stored = ojson::parse(ck.options_json, nullptr, false);
+        PLDR_REQUIRE(!stored.is_discarded() && stored.is_object(), o.resume_dir,
+                     ": the training state's options are not JSON");
+        const ojson given = maths(o);
+        const int64_t new_steps = o.steps;
+        TrainOptions merged = o;
+        apply_maths(merged, stored, o.resume_dir);
+        // Explicitly changed maths options are refused (the caller passes them via o.given).
+        for (const std::string& k : o.given) {
+            if (k == "steps" || !stored.contains(k) || !given.contains(k)) continue;
+            if (k == "warmup" && o.warmup < 0) continue;
+            PLDR_REQUIRE(stored[k] == given[k], "--", k, " ", given[k].dump(),
+                         " differs from the checkpoint's ", stored[k].dump(), " (", o.resume_dir,
+                         "); a resumed run keeps its training options");
+        }
+        if (std::find(o.given.begin(), o.given.end(), "steps") != o.given.end() &&
+            new_steps != merged.steps) {
+            msg("note: --steps " + std::to_string(new_steps) + " replaces the checkpoint's " +
+                std::to_string(merged.steps) + " (the LR schedule now spans " +
+                std::to_string(new_steps) + " steps)");
+            merged.steps = new_steps;
+        }
+        // The model source: the one given now (checked below), else the checkpoint's.
+        if (!o.preset.empty() || !o.config_path.empty()) {
+            merged.preset = o.preset;
+            merged.config_path = o.config_path;
+        } else {
+            merged.preset = stored.value("preset", "");
+            merged.config_path = stored.value("config", "");
+        }
+        if (!o.preset.empty() || !o.config_path.empty()) {
+            const Config want = requested_config(merged, train.vocab_size(), train_path);
+            const std::string d =
+                first_difference(model_config_text(want), model_config_text(model.cfg));
+            PLDR_REQUIRE(d.empty(), "the checkpoint in ", o.resume_dir, " does not match ",
+                         o.config_path.empty() ? "--preset " + o.preset : o.config_path, " (", d,
+                         ")");
+        }
+        PLDR_REQUIRE(model.cfg.vocab_size == train.vocab_size(), "the data's vocabulary size (",
+                     train.vocab_size(), " in ", train_path, ") differs from the checkpoint's ",
+                     model.cfg.vocab_size);
+        PLDR_REQUIRE(ck.train_shard_fnv == train.checksum(), train_path,
+                     ": not the training data the checkpoint in ", o.resume_dir,
+                     " was trained on (checksum differs)");
+        o = merged;
+        PLDR_REQUIRE(fs::absolute(o.resume_dir) == fs::absolute(o.out_dir) ||
+                         !fs::exists(fs::path(o.out_dir) / kTrainStateFile),
+                     o.out_dir, " already holds another training checkpoint; choose another --out");
+        PLDR_REQUIRE(ck.step <= o.steps, o.resume_dir, ": the checkpoint is at step ", ck.step,
+                     ", beyond --steps ", o.steps);
+    } else {
+        PLDR_REQUIRE(!fs::exists(fs::path(o.out_dir) / kTrainStateFile), o.out_dir,
+                     " already holds a training checkpoint; continue it with --resume ", o.out_dir,
+                     " or choose another --out");
+        const Config c = requested_config(o, train.vocab_size(), train_path);
+        model = Model<T>(c);
+        init_weights(model, o.seed);
+        opt = AdamWState<T>(model.layout.total);
+    }
+
+    // Context: the shard's chunk length unless a shorter one is asked for.
+    if (o.ctx == 0) o.ctx = train.ctx();
+    PLDR_REQUIRE(o.ctx >= 2 && o.ctx <= train.ctx(), "--ctx ", o.ctx, " must be in [2, ",
+                 train.ctx(), "] (", train_path, " is packed in chunks of ", train.ctx(),
+                 " tokens)");
+    PLDR_REQUIRE(o.ctx - 1 <= model.cfg.max_position, "the context (", o.ctx - 1,
+                 " input tokens from chunks of ", o.ctx,
+                 ") is longer than max_position_embeddings = ", model.cfg.max_position);
+    PLDR_REQUIRE(o.steps > 0, "--steps must be > 0 (got ", o.steps, ")");
+    PLDR_REQUIRE(o.batch > 0, "--batch must be > 0 (got ", o.batch, ")");
+    PLDR_REQUIRE(o.accum > 0, "--accum must be > 0 (got ", o.accum, ")");
+    PLDR_REQUIRE(o.stop_at >= 0, "--stop-at must be >= 0");
+    PLDR_REQUIRE(o.eval_every >= 0 && o.eval_batches > 0 && o.save_every >= 0,
+                 "--eval-every and --save-every must be >= 0, --eval-batches > 0");
+    if (valid)
+        PLDR_REQUIRE(valid->ctx() >= o.ctx, valid_path, ": packed in chunks of ", valid->ctx(),
+                     " tokens, shorter than the training context ", o.ctx);
+    const TrainConfig tc = o.train_config();
+    tc.validate();
+
+    Trainer<T> trainer(model, tc);
+    trainer.optimizer() = std::move(opt);
+    ChunkLoader loader(train, o.ctx, o.seed, o.shuffle);
+    if (resume) loader.restore(ck.data);
+
+    TrainOutcome out;
+    out.start_step = trainer.steps_done();
+    out.step = out.start_step;
+    out.num_params = model.num_params();
+    if (valid) out.valid_unigram_entropy = unigram_entropy(*valid, model.cfg.pad_token_id);
+
+    const std::string metrics_path =
+        o.metrics_path.empty() ? (fs::path(o.out_dir) / "metrics.jsonl").string() : o.metrics_path;
+    MetricsLog metrics(metrics_path, resume ? out.start_step : -1);
+    const std::string options_json = maths(o).dump();
+    std::string tokenizer_src;  // from the prepared corpus' meta.json, when it is there
+    {
+        const fs::path meta = fs::path(o.data_dir) / "meta.json";
+        if (fs::exists(meta)) {
+            const auto j = ojson::parse(read_file(meta.string()), nullptr, false);
+            if (j.is_object() && j.contains("tokenizer") && j["tokenizer"].is_object() &&
+                j["tokenizer"].contains("path") && j["tokenizer"]["path"].is_string() &&
+                fs::is_regular_file(j["tokenizer"]["path"].get<std::string>()))
+                tokenizer_src = j["tokenizer"]["path"].get<std::string>();
+        }
+    }
+
+    int64_t last_saved =
+        resume && fs::absolute(o.resume_dir) == fs::absolute(o.out_dir) ? out.start_step : -1;
+    auto save = [&]() {
+        CheckpointInfo info;
+        info.step = trainer.steps_done();
+        info.dtype = o.dtype;
+        info.data = loader.state();
+        info.train_shard_fnv = train.checksum();
+        info.options_json = options_json;
+        save_checkpoint(o.out_dir, model, trainer.optimizer(), info);
+        last_saved = info.step;
+        // The tokenizer the shards were prepared with, so that DIR is a complete model directory.
+        const fs::path tok = fs::path(o.out_dir) / "tokenizer.model";
+        if (!tokenizer_src.empty() && !fs::exists(tok)) {
+            std::error_code ec;
+            fs::copy_file(tokenizer_src, tok, ec);
+        }
+    };
+
+    {
+        std::ostringstream s;
+        s << (resume ? "resuming " : "training ")
+          << (model.cfg.learned_g() ? "PLDR-LLM (learned G_LM)" : "SDPA baseline (G_LM = I)")
+          << ", " << model.num_params() << " parameters, " << o.dtype << "; " << train.num_chunks()
+          << " training chunks of " << o.ctx << " tokens, batch " << o.batch
+          << (o.accum > 1 ? " x " + std::to_string(o.accum) : "") << ", steps "
+          << (resume ? std::to_string(out.start_step) + " -> " : "") << o.steps << ", lr " << o.lr
+          << ", warmup " << o.warmup_steps();
+        if (valid)
+            s << "; validation: " << valid->num_chunks() << " chunks, unigram entropy "
+              << out.valid_unigram_entropy << " nats/token";
+        msg(s.str());
+    }
+
+    auto do_eval = [&](int64_t step) {
+        if (!valid) return;
+        const EvalResult e = evaluate_shard(trainer, *valid, o.ctx, o.batch, o.eval_batches);
+        out.has_eval = true;
+        out.last_eval = e;
+        ojson j;
+        j["type"] = "eval";
+        j["step"] = step;
+        j["loss"] = e.loss;
+        j["ce"] = e.ce;
+        j["accuracy"] = e.accuracy;
+        j["perplexity"] = e.perplexity;
+        j["dagA"] = e.dagA;
+        j["dagAp"] = e.dagAp;
+        j["dagG"] = e.dagG;
+        j["tokens"] = e.tokens;
+        metrics.write(j);
+        if (hooks.on_eval) hooks.on_eval(EvalReport{e, step});
+    };
+
+    const auto t0 = std::chrono::steady_clock::now();
+    double train_seconds = 0;
+    int64_t tokens_done = 0;
+    const int64_t tokens_per_step = o.batch * o.accum * (o.ctx - 1);
+    std::vector<std::vector<int64_t>> bufs(size_t(o.accum));
+    std::vector<TokenBatch> micro(size_t(o.accum));
+    while (trainer.steps_done() < o.steps) {
+        const auto ts = std::chrono::steady_clock::now();
+        for (int64_t a = 0; a < o.accum; ++a)
+            micro[size_t(a)] = loader.next(o.batch, bufs[size_t(a)]);
+        StepResult r;
+        try {
+            r = trainer.step(micro);
+        } catch (const Error& e) {
+            fail("training stopped: ", e.what(), "; ",
+                 last_saved >= 0 ? "the last good checkpoint (step " + std::to_string(last_saved) +
+                                       ") is kept in " + o.out_dir
+                                 : std::string("no checkpoint had been written yet"));
+        }
+        train_seconds += seconds_since(ts);
+        tokens_done += tokens_per_step;
+        const int64_t step = trainer.steps_done();
+        out.step = step;
+        StepReport rep;
+        rep.r = r;
+        rep.step = step;
+        rep.total = o.steps;
+        rep.tokens_per_s = train_seconds > 0 ? double(tokens_done) / train_seconds : 0;
+        rep.elapsed_s = seconds_since(t0);
+        rep.eta_s = train_seconds / double(step - out.start_step) * double(o.steps - step);
+        ojson j;
+        j["type"] = "train";
+        j["step"] = step;
+        j["loss"] = r.loss.value;
+        j["ce"] = r.loss.ce;
+        j["accuracy"] = r.loss.accuracy;
+        if (model.cfg.learned_g()) {
+            j["dagA"] = r.loss.dagA;
+            j["dagAp"] = r.loss.dagAp;
+            j["dagG"] = r.loss.dagG;
+        }
+        j["lr"] = r.lr;
+        j["grad_norm"] = r.grad_norm;
+        j["clipped"] = r.clipped;
+        j["tokens"] = step * tokens_per_step;
+        j["tokens_per_s"] = rep.tokens_per_s;
+        j["elapsed_s"] = rep.elapsed_s;
+        metrics.write(j);
+        if (hooks.on_step) hooks.on_step(rep);
+
+        const bool last = step == o.steps;
+        if ((o.eval_every > 0 && step % o.eval_every == 0) || last) do_eval(step);
+        const bool stop_at = o.stop_at > 0 && step == o.stop_at && !last;
+        const bool interrupted = hooks.stop_flag && hooks.stop_flag->load() && !last;
+        if (last || stop_at || interrupted || (o.save_every > 0 && step % o.save_every == 0))
+            save();
+        if (stop_at || interrupted) {
+            out.reason = stop_at ? StopReason::STOP_AT : StopReason::INTERRUPTED;
+            break;
+        }
+    }
+    if (trainer.steps_done() == o.steps && last_saved != o.steps) save();
+    out.tokens_per_s = train_seconds > 0 ? double(tokens_done) / train_seconds : 0;
+    return out;
+}
+
+}  // namespace
+
+std::string TrainOptions::maths_json() const {
+    return maths(*this).dump();
+}
+
+TrainOutcome run_training(const TrainOptions& opts, const TrainHooks& hooks) {
+    if (opts.dtype == "f32") return run_typed<float>(opts, hooks);
+    if (opts.dtype == "f64") return run_typed<double>(opts, hooks);
+    fail("--dtype must be f32 or f64 (got '", opts.dtype, "')");
+}
+
+}  // namespace pldr

@@ -1,0 +1,99 @@
+// The training program behind `pldr train`: model from a preset, a config.json or a checkpoint;
+// batches from a packed shard; the training step (train/step.h); periodic validation; metrics
+// JSONL; transactional checkpoints (train/checkpoint.h); exact resume; stop requests.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "train/data_loader.h"
+#include "train/step.h"
+
+namespace pldr {
+
+struct TrainOptions {
+    // Model source (exactly one of preset / config_path for a new run; with resume_dir either
+    // may be given and must then match the checkpoint).
+    std::string preset, config_path;
+    bool fixed_g_identity = false;  // train the SDPA baseline (custom_G_type "identity")
+    std::string data_dir;           // train.pldrtok [+ valid.pldrtok]
+    std::string out_dir;            // checkpoint directory (gets a copy of the shards'
+                                    // tokenizer.model when meta.json names one)
+    std::string resume_dir;         // continue from this checkpoint ("" = new run)
+    std::string metrics_path;       // "" = <out_dir>/metrics.jsonl
+    std::string dtype = "f32";      // compute (and checkpoint) precision
+
+    // The training maths: stored in the checkpoint; a resumed run must not change them.
+    int64_t steps = 1000;  // total optimizer steps (the LR schedule spans them)
+    int64_t batch = 16;    // chunks per micro-batch
+    int64_t accum = 1;     // micro-batches per optimizer step
+    int64_t ctx = 0;       // tokens per chunk (0 = the shard's); the model sees ctx − 1
+    uint64_t seed = 1234;  // weight init and data order
+    bool shuffle = true;   // shuffled chunk order per epoch (false: the reference's file order)
+    double lr = 1e-3;
+    int64_t warmup = -1;  // −1: min(2000, steps / 10)
+    double lr_alpha = 0.1;
+    double weight_decay = 0.1;
+    DagCoeffs dag;
+    ClipMode clip = ClipMode::VALUE;
+    double clip_value = 1.0, clip_norm = 1.0;
+
+    // Run control (may change on resume).
+    int64_t stop_at = 0;       // > 0: stop (with a checkpoint) after this step
+    int64_t eval_every = 100;  // validation period in steps (0 = only at the end)
+    int64_t eval_batches = 8;  // validation batches of `batch` chunks
+    int64_t save_every = 500;  // checkpoint period in steps (0 = only at the end / on stop)
+
+    // Names of the maths options set explicitly (maths_json keys, e.g. "lr"). On resume, these
+    // must equal the checkpoint's (an error otherwise), except "steps", which may extend or
+    // shorten the schedule; the others are taken from the checkpoint.
+    std::vector<std::string> given;
+
+    int64_t warmup_steps() const;
+    TrainConfig train_config() const;
+    // The maths fields as JSON (the checkpoint's "options").
+    std::string maths_json() const;
+};
+
+struct StepReport {
+    StepResult r;
+    int64_t step = 0, total = 0;
+    double tokens_per_s = 0;  // over this run's steps so far
+    double eta_s = 0;
+    double elapsed_s = 0;
+};
+
+struct EvalReport {
+    EvalResult r;
+    int64_t step = 0;
+};
+
+enum class StopReason { COMPLETED, STOP_AT, INTERRUPTED };
+
+struct TrainOutcome {
+    StopReason reason = StopReason::COMPLETED;
+    int64_t step = 0;        // steps done
+    int64_t start_step = 0;  // steps done when this run started (resume)
+    int64_t num_params = 0;
+    double tokens_per_s = 0;  // this run
+    bool has_eval = false;
+    EvalResult last_eval;
+    double valid_unigram_entropy = -1;  // nats/token of the valid shard (−1: no valid shard)
+};
+
+struct TrainHooks {
+    std::function<void(const std::string&)> message;  // informational lines
+    std::function<void(const StepReport&)> on_step;
+    std::function<void(const EvalReport&)> on_eval;
+    // Polled after every step; true = write a checkpoint and stop (SIGINT/SIGTERM).
+    const std::atomic<bool>* stop_flag = nullptr;
+};
+
+// Runs training. Throws pldr::Error (one line) on bad options, bad data, a checkpoint that does
+// not fit, or a refused (non-finite) step — in the last case the checkpoint on disk (the last
+// good one) is left untouched and the message says which step it holds.
+TrainOutcome run_training(const TrainOptions& opts, const TrainHooks& hooks = {});
+
+}  // namespace pldr
