@@ -30,7 +30,6 @@ int64_t argmax(const T* x, int64_t n) {
     return a;
 }
 
-
 }  // namespace
 
 template <typename T>
@@ -102,7 +101,8 @@ std::vector<StepRecord> eps_g_steps(const Model<T>& m, const std::vector<int64_t
 
 double OrderTable::max(int q, int form) const {
     double r = 0;
-    for (const auto& l : layers) r = std::max(r, form == 0 ? l[size_t(q)].rms : l[size_t(q)].signed_);
+    for (const auto& l : layers)
+        r = std::max(r, form == 0 ? l[size_t(q)].rms : l[size_t(q)].signed_);
     return r;
 }
 
@@ -294,7 +294,8 @@ double absorption_residual(const Model<T>& m, const std::vector<int64_t>& ids) {
             for (int64_t s = 0; s < S; ++s)
                 for (int64_t j = 0; j < D; ++j) {
                     double v = 0;
-                    for (int64_t i = 0; i < D; ++i) v += Q[size_t(s * D + i)] * double(G[i * D + j]);
+                    for (int64_t i = 0; i < D; ++i)
+                        v += Q[size_t(s * D + i)] * double(G[i * D + j]);
                     QG[size_t(s * D + j)] = v;
                 }
             // rhs path: W' = Wq_hᵀ·G* [d,D], b' = bq_h·G*, then X·W' + b'.
@@ -314,7 +315,8 @@ double absorption_residual(const Model<T>& m, const std::vector<int64_t>& ids) {
             for (int64_t s = 0; s < S; ++s)
                 for (int64_t j = 0; j < D; ++j) {
                     double v = bG[size_t(j)];
-                    for (int64_t i = 0; i < d; ++i) v += double(X[s * d + i]) * WG[size_t(i * D + j)];
+                    for (int64_t i = 0; i < d; ++i)
+                        v += double(X[s * d + i]) * WG[size_t(i * D + j)];
                     Q2[size_t(s * D + j)] = v;
                 }
             for (int64_t s = 0; s < S; ++s)
@@ -392,21 +394,20 @@ LossVsUnigram loss_vs_unigram(const Model<T>& m, const std::vector<int64_t>& tok
     return r;
 }
 
-#define PLDR_INSTANTIATE(T)                                                                     \
-    template Deductive deductive_outputs<T>(const Model<T>&, const std::vector<int64_t>&);      \
-    template std::vector<StepRecord> eps_g_steps<T>(const Model<T>&, const std::vector<int64_t>&, \
-                                                    int64_t);                                   \
-    template ContinuationOrder continuation_order<T>(const Model<T>&,                           \
-                                                     const std::vector<int64_t>&, int64_t,      \
-                                                     uint64_t, uint64_t);                       \
-    template void block_vs_sequential<T>(const Model<T>&, const std::vector<ScoreRequest>&,     \
-                                         BlockSeqGaps&);                                        \
-    template void truthfulqa_gaps<T>(const Model<T>&, const Tokenizer&,                         \
-                                     const std::vector<McItem>&, int64_t, BlockSeqGaps&);       \
-    template double sdpa_identity_residual<T>(const Model<T>&, const std::vector<int64_t>&);    \
-    template double absorption_residual<T>(const Model<T>&, const std::vector<int64_t>&);       \
-    template PaddingResult padding_sensitivity<T>(const Model<T>&, const std::vector<int64_t>&, \
-                                                  int64_t);                                     \
+#define PLDR_INSTANTIATE(T)                                                                        \
+    template Deductive deductive_outputs<T>(const Model<T>&, const std::vector<int64_t>&);         \
+    template std::vector<StepRecord> eps_g_steps<T>(const Model<T>&, const std::vector<int64_t>&,  \
+                                                    int64_t);                                      \
+    template ContinuationOrder continuation_order<T>(const Model<T>&, const std::vector<int64_t>&, \
+                                                     int64_t, uint64_t, uint64_t);                 \
+    template void block_vs_sequential<T>(const Model<T>&, const std::vector<ScoreRequest>&,        \
+                                         BlockSeqGaps&);                                           \
+    template void truthfulqa_gaps<T>(const Model<T>&, const Tokenizer&,                            \
+                                     const std::vector<McItem>&, int64_t, BlockSeqGaps&);          \
+    template double sdpa_identity_residual<T>(const Model<T>&, const std::vector<int64_t>&);       \
+    template double absorption_residual<T>(const Model<T>&, const std::vector<int64_t>&);          \
+    template PaddingResult padding_sensitivity<T>(const Model<T>&, const std::vector<int64_t>&,    \
+                                                  int64_t);                                        \
     template LossVsUnigram loss_vs_unigram<T>(const Model<T>&, const std::vector<int64_t>&);
 PLDR_INSTANTIATE(float)
 PLDR_INSTANTIATE(double)

@@ -28,11 +28,11 @@ Deductive deductive_outputs(const Model<T>& m, const std::vector<int64_t>& ids);
 // tokens (the argmax of the cached logits); "cached" = KV+G cache from the prompt prefill,
 // "uncached" = a full forward over the whole sequence.
 struct StepRecord {
-    int64_t step = 0, token = 0;             // token: the t-th greedy token
-    std::vector<double> eps_G, max_dG;       // per layer
-    double dlogit = 0, margin = 0;           // at the last position after the step
-    bool criterion = false;                  // 2·dlogit < margin
-    bool argmax_agree = true;                // cached and uncached argmax equal
+    int64_t step = 0, token = 0;        // token: the t-th greedy token
+    std::vector<double> eps_G, max_dG;  // per layer
+    double dlogit = 0, margin = 0;      // at the last position after the step
+    bool criterion = false;             // 2·dlogit < margin
+    bool argmax_agree = true;           // cached and uncached argmax equal
 };
 template <typename T>
 std::vector<StepRecord> eps_g_steps(const Model<T>& m, const std::vector<int64_t>& prompt,
@@ -79,7 +79,7 @@ struct SpectralRecord {
     int64_t prompt = 0, layer = 0, head = 0;
     int64_t rank_A = -1, rank_A_LM = -1, rank_G = -1;  // −1: not present
     double s2s1_A = 0, s2s1_G = 0;
-    double dag_A_LM = 0, dag_A_P = 0, dag_G = 0;       // |log(tr e^{X∘X}/dk)|, float64 EXACT
+    double dag_A_LM = 0, dag_A_P = 0, dag_G = 0;  // |log(tr e^{X∘X}/dk)|, float64 EXACT
 };
 std::vector<SpectralRecord> spectral(const Deductive& d, int64_t prompt_index);
 

@@ -16,16 +16,23 @@ std::string fmt(const char* f, double v) {
     std::snprintf(b, sizeof b, f, v);
     return b;
 }
-std::string g3(double v) { return std::isnan(v) ? "—" : fmt("%.3g", v); }
+std::string g3(double v) {
+    return std::isnan(v) ? "—" : fmt("%.3g", v);
+}
 
 std::string esc(const std::string& s) {
     std::string o;
     for (char c : s) {
-        if (c == '<') o += "&lt;";
-        else if (c == '>') o += "&gt;";
-        else if (c == '&') o += "&amp;";
-        else if (c == '"') o += "&quot;";
-        else o += c;
+        if (c == '<')
+            o += "&lt;";
+        else if (c == '>')
+            o += "&gt;";
+        else if (c == '&')
+            o += "&amp;";
+        else if (c == '"')
+            o += "&quot;";
+        else
+            o += c;
     }
     return o;
 }
@@ -60,11 +67,13 @@ std::string heatmap(const double* M, int64_t D, const std::string& title) {
             double sum = 0;
             int cnt = 0;
             for (int64_t i = bi * f; i < std::min(D, (bi + 1) * f); ++i)
-                for (int64_t j = bj * f; j < std::min(D, (bj + 1) * f); ++j) sum += M[i * D + j], ++cnt;
+                for (int64_t j = bj * f; j < std::min(D, (bj + 1) * f); ++j)
+                    sum += M[i * D + j], ++cnt;
             const double v = cnt ? sum / cnt : 0;
-            s += "<rect x='" + fmt("%.2f", double(bj) * px) + "' y='" + fmt("%.2f", double(bi) * px) +
-                 "' width='" + fmt("%.2f", px + 0.05) + "' height='" + fmt("%.2f", px + 0.05) +
-                 "' fill='" + colour(mx > 0 ? v / mx : 0) + "'/>";
+            s += "<rect x='" + fmt("%.2f", double(bj) * px) + "' y='" +
+                 fmt("%.2f", double(bi) * px) + "' width='" + fmt("%.2f", px + 0.05) +
+                 "' height='" + fmt("%.2f", px + 0.05) + "' fill='" + colour(mx > 0 ? v / mx : 0) +
+                 "'/>";
         }
     s += "<rect x=0 y=0 width=120 height=120 fill=none stroke='#888'/></svg><figcaption>" +
          esc(title) + "<br>[" + g3(lo) + ", " + g3(hi) + "]</figcaption></figure>";
@@ -90,8 +99,12 @@ std::string eps_plot(const AuditReport& r) {
     lo = std::floor(lo) - 1;  // the floor row holds exact zeros
     hi = std::ceil(hi);
     if (hi <= lo) hi = lo + 1;
-    auto X = [&](double st) { return L + (W - L - R) * (steps > 1 ? (st - 1) / double(steps - 1) : 0.5); };
-    auto Y = [&](double e) { return T + (H - T - B) * (1 - ((e > 0 ? std::log10(e) : lo) - lo) / (hi - lo)); };
+    auto X = [&](double st) {
+        return L + (W - L - R) * (steps > 1 ? (st - 1) / double(steps - 1) : 0.5);
+    };
+    auto Y = [&](double e) {
+        return T + (H - T - B) * (1 - ((e > 0 ? std::log10(e) : lo) - lo) / (hi - lo));
+    };
     std::string s = "<svg width=" + fmt("%.0f", W) + " height=" + fmt("%.0f", H) + " class=plot>";
     s += "<rect x=" + fmt("%.0f", L) + " y=" + fmt("%.0f", T) + " width=" + fmt("%.0f", W - L - R) +
          " height=" + fmt("%.0f", H - T - B) + " fill=#fafafa stroke=#999 />";
@@ -111,9 +124,10 @@ std::string eps_plot(const AuditReport& r) {
         for (int64_t l = 0; l < r.layers; ++l) {
             std::string pts;
             for (const auto& st : r.eps[p])
-                pts += fmt("%.1f", X(double(st.step))) + "," + fmt("%.1f", Y(st.eps_G[size_t(l)])) + " ";
-            s += "<polyline fill=none stroke-width=1.5 stroke='" + std::string(kLayerColours[l % 10]) +
-                 "' points='" + pts + "'/>";
+                pts += fmt("%.1f", X(double(st.step))) + "," + fmt("%.1f", Y(st.eps_G[size_t(l)])) +
+                       " ";
+            s += "<polyline fill=none stroke-width=1.5 stroke='" +
+                 std::string(kLayerColours[l % 10]) + "' points='" + pts + "'/>";
         }
     for (int64_t l = 0; l < r.layers; ++l)
         s += "<text x=" + fmt("%.0f", W - R + 10) + " y=" + fmt("%.0f", T + 14 + 16 * double(l)) +
@@ -152,8 +166,8 @@ std::string histogram(const std::vector<double>& v, const std::string& title) {
          ")</text>";
     for (int b = 0; b <= nb; ++b) {
         const double h = (H - T - B) * bins[size_t(b)] / top;
-        s += "<rect x=" + fmt("%.1f", L + b * bw) + " y=" + fmt("%.1f", H - B - h) + " width=" +
-             fmt("%.1f", bw - 1) + " height=" + fmt("%.1f", h) + " fill='" +
+        s += "<rect x=" + fmt("%.1f", L + b * bw) + " y=" + fmt("%.1f", H - B - h) +
+             " width=" + fmt("%.1f", bw - 1) + " height=" + fmt("%.1f", h) + " fill='" +
              (b == 0 ? "#999" : "#4c78a8") + "'><title>" + std::to_string(bins[size_t(b)]) +
              "</title></rect>";
     }
@@ -161,9 +175,9 @@ std::string histogram(const std::vector<double>& v, const std::string& title) {
          " y2=" + fmt("%.0f", H - B) + " stroke=#333 />";
     s += "<text x=" + fmt("%.1f", L + bw / 2) + " y=" + fmt("%.0f", H - B + 14) +
          " text-anchor=middle>0</text>";
-    s += "<text x=" + fmt("%.1f", L + bw) + " y=" + fmt("%.0f", H - B + 14) + ">1e" + fmt("%.0f", lo) +
-         "</text><text x=" + fmt("%.0f", W - R) + " y=" + fmt("%.0f", H - B + 14) +
-         " text-anchor=end>1e" + fmt("%.0f", hi) + "</text>";
+    s += "<text x=" + fmt("%.1f", L + bw) + " y=" + fmt("%.0f", H - B + 14) + ">1e" +
+         fmt("%.0f", lo) + "</text><text x=" + fmt("%.0f", W - R) +
+         " y=" + fmt("%.0f", H - B + 14) + " text-anchor=end>1e" + fmt("%.0f", hi) + "</text>";
     s += "<text x=" + fmt("%.0f", L - 4) + " y=" + fmt("%.0f", T + 8) + " text-anchor=end>" +
          std::to_string(top) + "</text>";
     s += "<text x=" + fmt("%.0f", (W + L) / 2) + " y=" + fmt("%.0f", H - 4) +
@@ -193,16 +207,17 @@ std::string report_html(const AuditReport& r) {
         "border:1px solid #e99;padding:8px;font-weight:bold}.ok{background:#e5f5e0;border:1px "
         "solid #9c9;padding:8px}.layer{margin:6px 0}.muted{color:#777}</style></head><body>";
     h += "<h1>PLDR-LLM collapse audit</h1><p>model <b>" + esc(r.model_dir) + "</b> — " +
-         esc(r.variant) + ", " + std::to_string(r.params) + " parameters, L=" +
-         std::to_string(r.layers) + " H=" + std::to_string(r.heads) + " dk=" +
-         std::to_string(r.head_dim) + " V=" + std::to_string(r.vocab) + "; compute " + r.dtype +
-         "; " + std::to_string(r.prompts.size()) + " prompts; " + fmt("%.1f", r.seconds) +
+         esc(r.variant) + ", " + std::to_string(r.params) +
+         " parameters, L=" + std::to_string(r.layers) + " H=" + std::to_string(r.heads) +
+         " dk=" + std::to_string(r.head_dim) + " V=" + std::to_string(r.vocab) + "; compute " +
+         r.dtype + "; " + std::to_string(r.prompts.size()) + " prompts; " + fmt("%.1f", r.seconds) +
          " s</p>";
     if (r.has_loss)
         h += std::string("<p class=") + (r.loss.degenerate ? "flag" : "ok") + ">loss on " +
-             esc(r.loss_source) + ": " + fmt("%.4f", r.loss.loss) + " nats/token vs unigram entropy " +
-             fmt("%.4f", r.loss.unigram_entropy) + " (" + std::to_string(r.loss.tokens) +
-             " tokens)" + (r.loss.degenerate ? std::string(" — ") + kDegenerateNote : "") + "</p>";
+             esc(r.loss_source) + ": " + fmt("%.4f", r.loss.loss) +
+             " nats/token vs unigram entropy " + fmt("%.4f", r.loss.unigram_entropy) + " (" +
+             std::to_string(r.loss.tokens) + " tokens)" +
+             (r.loss.degenerate ? std::string(" — ") + kDegenerateNote : "") + "</p>";
 
     h += "<h2>G_LM heatmaps (prompt 0 prefill)</h2><p class=muted>one square per head, "
          "blue–white–red scaled by max|G| of the head; dk&gt;32 is block-averaged</p>";
@@ -223,7 +238,8 @@ std::string report_html(const AuditReport& r) {
     h += row({"max dlogit", g3(e["max_dlogit"].get<double>()), "2.3e-5 – 3.6e-5 per prompt"});
     h += row({"min margin", e["min_margin"].is_null() ? "—" : g3(e["min_margin"].get<double>()),
               "0.005985"});
-    h += row({"2·dlogit &lt; margin at every step", e["criterion_all_steps"].get<bool>() ? "yes" : "no", "—"});
+    h += row({"2·dlogit &lt; margin at every step",
+              e["criterion_all_steps"].get<bool>() ? "yes" : "no", "—"});
     h += row({"argmax agreement", fmt("%.3f", e["argmax_agreement"].get<double>()), "100%"});
     h += "</table>";
 
@@ -237,8 +253,10 @@ std::string report_html(const AuditReport& r) {
             return have && t.present[size_t(q)] ? g3(t.max(q, form)) : std::string("—");
         };
         h += row({n, cell(r.cont_max, 0, true), cell(r.cont_max, 1, true),
-                  cell(r.prompts_max, 0, r.prompt_pairs > 0), cell(r.prompts_max, 1, r.prompt_pairs > 0),
-                  g3(pp["order_rms_max"][n].get<double>()), g3(pp["order_signed_max"][n].get<double>())});
+                  cell(r.prompts_max, 0, r.prompt_pairs > 0),
+                  cell(r.prompts_max, 1, r.prompt_pairs > 0),
+                  g3(pp["order_rms_max"][n].get<double>()),
+                  g3(pp["order_signed_max"][n].get<double>())});
     }
     h += "</table><p class=muted>max over layers; continuations: seeds " +
          std::to_string(r.cfg.seed1) + "/" + std::to_string(r.cfg.seed2) + ", " +
@@ -251,12 +269,14 @@ std::string report_html(const AuditReport& r) {
          histogram(r.gaps.cand_gaps, "per-candidate |Δ logprob|");
     if (!r.gaps.mc2_gaps.empty()) h += histogram(r.gaps.mc2_gaps, "TruthfulQA-MC2 per-item |Δ|");
     h += "</div><table>" + row({"quantity", "ours", "paper (§8.2)"}, "th");
-    h += row({"max per-token gap", g3(b["max_token_gap"].get<double>()), "2.39e-5 (Wikitext, 110M-5)"});
+    h += row(
+        {"max per-token gap", g3(b["max_token_gap"].get<double>()), "2.39e-5 (Wikitext, 110M-5)"});
     h += row({"max per-candidate gap", g3(b["max_candidate_gap"].get<double>()), "—"});
     if (!b["truthfulqa_mc2"].is_null())
         h += row({"TruthfulQA-MC2 max per-item gap (" + std::to_string(r.gaps.mc2_gaps.size()) +
                       " items)",
-                  g3(b["truthfulqa_mc2"]["max_gap"].get<double>()), "3.69e-7 (110M-5), 4.67e-5 (110M-1)"});
+                  g3(b["truthfulqa_mc2"]["max_gap"].get<double>()),
+                  "3.69e-7 (110M-5), 4.67e-5 (110M-1)"});
     h += "</table>";
 
     const json& sp = j["spectral"]["summary"];
@@ -287,15 +307,19 @@ std::string report_html(const AuditReport& r) {
     for (size_t i = 0; i < r.padding.size(); ++i) {
         std::string gs;
         for (double x : r.padding[i].max_dG) gs += (gs.empty() ? "" : ", ") + g3(x);
-        h += row({std::to_string(i), std::to_string(r.padding[i].pad), gs, g3(r.padding[i].max_dlogit)});
+        h += row(
+            {std::to_string(i), std::to_string(r.padding[i].pad), gs, g3(r.padding[i].max_dlogit)});
     }
     h += "</table><p class=muted>paper: " + pp["padding_4_pads"].get<std::string>() + "</p>";
 
     h += "<h2>Loss vs unigram entropy</h2>";
     if (r.has_loss)
-        h += "<table>" + row({"source", "tokens", "loss (nats/token)", "unigram entropy", "ratio", "verdict"}, "th") +
+        h += "<table>" +
+             row({"source", "tokens", "loss (nats/token)", "unigram entropy", "ratio", "verdict"},
+                 "th") +
              row({esc(r.loss_source), std::to_string(r.loss.tokens), fmt("%.4f", r.loss.loss),
-                  fmt("%.4f", r.loss.unigram_entropy), fmt("%.3f", r.loss.loss / r.loss.unigram_entropy),
+                  fmt("%.4f", r.loss.unigram_entropy),
+                  fmt("%.3f", r.loss.loss / r.loss.unigram_entropy),
                   r.loss.degenerate ? kDegenerateNote : "uses its context"}) +
              "</table>";
     else
@@ -303,7 +327,8 @@ std::string report_html(const AuditReport& r) {
 
     h += "<h2>Prompts</h2><table>" + row({"#", "text", "tokens"}, "th");
     for (size_t i = 0; i < r.prompts.size(); ++i)
-        h += row({std::to_string(i), esc(r.prompts[i].text), std::to_string(r.prompts[i].ids.size())});
+        h += row(
+            {std::to_string(i), esc(r.prompts[i].text), std::to_string(r.prompts[i].ids.size())});
     h += "</table></body></html>\n";
     return h;
 }

@@ -46,28 +46,28 @@ double vmean(const std::vector<double>& v) {
 }  // namespace
 
 json paper_values() {
-    return {{"source", "spec §8.2 (MF audits, PLDR-LLM-v51-SOC-110M-5 unless stated)"},
-            {"eps_G_max", 0.0},
-            {"max_dlogit_per_prompt", {2.57e-5, 2.29e-5, 3.62e-5, 3.05e-5}},
-            {"min_margin", 0.005985},
-            {"order_rms_max", {{"A", 4.87e-9}, {"A_LM", 3.44e-9}, {"A_P", 8.61e-13}, {"G_LM", 0.0}}},
-            {"order_signed_max",
-             {{"A", 3.09e-8}, {"A_LM", 5.56e-9}, {"A_P", 3.30e-12}, {"G_LM", 0.0}}},
-            {"rank_A", "1 in all 560 instances; s2/s1 max 1.33e-8 (random init: 63)"},
-            {"rank_A_LM", "median 62.5, range 1-64"},
-            {"dag_A_LM", {{"min", 0.0}, {"median", 3.56e-10}, {"max", 6.11e-5}}},
-            {"dag_A_P", {{"min", 62.7}, {"median", 1119.6}, {"max", 41461.0}}},
-            {"dag_G_LM", {{"min", 4.88}, {"median", 1268.5}, {"max", 28173.0}}},
-            {"padding_4_pads", "110M-1: max dG 0.0125, dlogit 7.4e-5; 110M-5: dG 0, dlogit 8.6e-6"},
-            {"truthfulqa_mc2_max_gap", {{"110M-5", 3.69e-7}, {"110M-1", 4.67e-5}}}};
+    return {
+        {"source", "spec §8.2 (MF audits, PLDR-LLM-v51-SOC-110M-5 unless stated)"},
+        {"eps_G_max", 0.0},
+        {"max_dlogit_per_prompt", {2.57e-5, 2.29e-5, 3.62e-5, 3.05e-5}},
+        {"min_margin", 0.005985},
+        {"order_rms_max", {{"A", 4.87e-9}, {"A_LM", 3.44e-9}, {"A_P", 8.61e-13}, {"G_LM", 0.0}}},
+        {"order_signed_max", {{"A", 3.09e-8}, {"A_LM", 5.56e-9}, {"A_P", 3.30e-12}, {"G_LM", 0.0}}},
+        {"rank_A", "1 in all 560 instances; s2/s1 max 1.33e-8 (random init: 63)"},
+        {"rank_A_LM", "median 62.5, range 1-64"},
+        {"dag_A_LM", {{"min", 0.0}, {"median", 3.56e-10}, {"max", 6.11e-5}}},
+        {"dag_A_P", {{"min", 62.7}, {"median", 1119.6}, {"max", 41461.0}}},
+        {"dag_G_LM", {{"min", 4.88}, {"median", 1268.5}, {"max", 28173.0}}},
+        {"padding_4_pads", "110M-1: max dG 0.0125, dlogit 7.4e-5; 110M-5: dG 0, dlogit 8.6e-6"},
+        {"truthfulqa_mc2_max_gap", {{"110M-5", 3.69e-7}, {"110M-1", 4.67e-5}}}};
 }
 
 json report_json(const AuditReport& r) {
     json j;
     j["format"] = "pldr-audit-1";
-    j["model"] = {{"dir", r.model_dir}, {"variant", r.variant}, {"dtype", r.dtype},
-                  {"params", r.params}, {"layers", r.layers},  {"heads", r.heads},
-                  {"head_dim", r.head_dim}, {"vocab", r.vocab}, {"context", r.context}};
+    j["model"] = {{"dir", r.model_dir},     {"variant", r.variant}, {"dtype", r.dtype},
+                  {"params", r.params},     {"layers", r.layers},   {"heads", r.heads},
+                  {"head_dim", r.head_dim}, {"vocab", r.vocab},     {"context", r.context}};
     j["config"] = {{"steps", r.cfg.steps},
                    {"continuation_length", r.cfg.cont_len},
                    {"seeds", {r.cfg.seed1, r.cfg.seed2}},
@@ -83,10 +83,14 @@ json report_json(const AuditReport& r) {
     for (size_t i = 0; i < r.eps.size(); ++i) {
         json steps = json::array();
         for (const auto& s : r.eps[i]) {
-            steps.push_back({{"step", s.step},         {"token", s.token},
-                             {"eps_G", s.eps_G},       {"max_dG", s.max_dG},
-                             {"dlogit", s.dlogit},     {"margin", s.margin},
-                             {"criterion", s.criterion}, {"argmax_agree", s.argmax_agree}});
+            steps.push_back({{"step", s.step},
+                             {"token", s.token},
+                             {"eps_G", s.eps_G},
+                             {"max_dG", s.max_dG},
+                             {"dlogit", s.dlogit},
+                             {"margin", s.margin},
+                             {"criterion", s.criterion},
+                             {"argmax_agree", s.argmax_agree}});
             e_max = std::max(e_max, vmax(s.eps_G));
             dg_max = std::max(dg_max, vmax(s.max_dG));
             dl_max = std::max(dl_max, s.dlogit);
@@ -116,8 +120,9 @@ json report_json(const AuditReport& r) {
     }
     json across = order_json(r.prompts_max);
     across["pairs"] = r.prompt_pairs;
-    j["order_parameter"] = {{"continuations", {{"per_prompt", conts}, {"max", order_json(r.cont_max)["max"]}}},
-                            {"prompts", across}};
+    j["order_parameter"] = {
+        {"continuations", {{"per_prompt", conts}, {"max", order_json(r.cont_max)["max"]}}},
+        {"prompts", across}};
 
     json bs = {{"requests", r.block_seq_requests},
                {"token_gaps", r.gaps.token_gaps},
@@ -141,11 +146,16 @@ json report_json(const AuditReport& r) {
     for (const auto& s : r.spectral) {
         auto opt = [](int64_t v) { return v < 0 ? json(nullptr) : json(v); };
         auto optd = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
-        inst.push_back({{"prompt", s.prompt},       {"layer", s.layer},
-                        {"head", s.head},           {"rank_A", opt(s.rank_A)},
-                        {"rank_A_LM", opt(s.rank_A_LM)}, {"rank_G_LM", opt(s.rank_G)},
-                        {"s2_over_s1_A", s.s2s1_A}, {"s2_over_s1_G_LM", s.s2s1_G},
-                        {"dag_A_LM", optd(s.dag_A_LM)}, {"dag_A_P", optd(s.dag_A_P)},
+        inst.push_back({{"prompt", s.prompt},
+                        {"layer", s.layer},
+                        {"head", s.head},
+                        {"rank_A", opt(s.rank_A)},
+                        {"rank_A_LM", opt(s.rank_A_LM)},
+                        {"rank_G_LM", opt(s.rank_G)},
+                        {"s2_over_s1_A", s.s2s1_A},
+                        {"s2_over_s1_G_LM", s.s2s1_G},
+                        {"dag_A_LM", optd(s.dag_A_LM)},
+                        {"dag_A_P", optd(s.dag_A_P)},
                         {"dag_G_LM", optd(s.dag_G)}});
         if (s.rank_A >= 0) rA.push_back(double(s.rank_A));
         if (s.rank_A_LM >= 0) rL.push_back(double(s.rank_A_LM));

@@ -46,9 +46,9 @@ AuditReport run_audit(const Model<T>& m, const AuditInputs& in, const AuditConfi
     const Config& c = m.cfg;
     AuditReport r;
     r.dtype = type_name<T>();
-    r.variant = c.learned_g() ? "v510 (learned G_LM)"
-                              : std::string("fixed G_LM (custom_G_type ") + g_type_name(c.g_type) +
-                                    ")";
+    r.variant = c.learned_g()
+                    ? "v510 (learned G_LM)"
+                    : std::string("fixed G_LM (custom_G_type ") + g_type_name(c.g_type) + ")";
     r.params = m.num_params();
     r.layers = c.num_layers;
     r.heads = c.num_heads;
@@ -78,16 +78,19 @@ AuditReport run_audit(const Model<T>& m, const AuditInputs& in, const AuditConfi
         // first 16 tokens of its first sampled continuation given the prompt.
         if (ids.size() >= 2) {
             const size_t h = ids.size() / 2;
-            reqs.push_back({{ids.begin(), ids.begin() + int64_t(h)}, {ids.begin() + int64_t(h), ids.end()}});
+            reqs.push_back(
+                {{ids.begin(), ids.begin() + int64_t(h)}, {ids.begin() + int64_t(h), ids.end()}});
         }
         const auto& c1 = r.cont.back().cont1;
         if (!c1.empty())
-            reqs.push_back({ids, {c1.begin(), c1.begin() + std::min<int64_t>(16, int64_t(c1.size()))}});
+            reqs.push_back(
+                {ids, {c1.begin(), c1.begin() + std::min<int64_t>(16, int64_t(c1.size()))}});
     }
     r.cont_max = order_max(cont_tables);
     std::vector<OrderTable> pair_tables;
     for (size_t i = 0; i < ded.size(); ++i)
-        for (size_t j = i + 1; j < ded.size(); ++j) pair_tables.push_back(order_between(ded[i], ded[j]));
+        for (size_t j = i + 1; j < ded.size(); ++j)
+            pair_tables.push_back(order_between(ded[i], ded[j]));
     r.prompt_pairs = int64_t(pair_tables.size());
     if (!pair_tables.empty()) r.prompts_max = order_max(pair_tables);
     for (const auto& L : ded[0].layers) r.g_heat.push_back(L[3]);

@@ -43,5 +43,6 @@ void add_generate(CLI::App& app);
 void add_collapse(CLI::App& app);
 void add_score(CLI::App& app);
 void add_eval(CLI::App& app);
+void add_audit(CLI::App& app);
 
 }  // namespace pldr::cli

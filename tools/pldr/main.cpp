@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     pldr::cli::add_collapse(app);
     pldr::cli::add_score(app);
     pldr::cli::add_eval(app);
+    pldr::cli::add_audit(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::Success& e) {
