@@ -116,7 +116,10 @@ TEST(CliAudit, DumpPromptToNpyDirectory) {
     EXPECT_GE(ids.shape[1], 2);
     // The same ids through --tokens give the same G_LM (safetensors path unchanged).
     std::string toks;
-    for (int64_t v : ids.data) toks += (toks.empty() ? "" : ",") + std::to_string(v);
+    for (int64_t v : ids.data) {
+        if (!toks.empty()) toks += ',';
+        toks += std::to_string(v);
+    }
     r = run("dump " + kEval + " --tokens " + toks + " --out " + out + "/t");
     ASSERT_EQ(r.code, 0) << r.err;
     auto G2 = pldr::load_npy<float>(out + "/t/fwd.layer0.G_LM.npy");
