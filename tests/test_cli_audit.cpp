@@ -127,6 +127,11 @@ TEST(CliAudit, DumpPromptToNpyDirectory) {
     r = run("dump " + kEval + " --out " + out + "/x.safetensors");
     EXPECT_EQ(r.code, 1);
     EXPECT_EQ(cli_test::count_lines(r.err), 1) << r.err;
+    // --prompt needs a tokenizer; the tiny golden models have none.
+    r = run("dump " + kTiny + " --prompt hello --out " + out + "/y");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(cli_test::count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("tokenizer.model"), std::string::npos) << r.err;
 }
 
 }  // namespace

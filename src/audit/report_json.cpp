@@ -223,8 +223,8 @@ std::string report_summary(const AuditReport& r) {
         return line + "\n";
     };
     s += ord(r.cont_max, "across 2 continuations");
-    if (r.prompt_pairs > 0) s += ord(r.prompts_max, "across prompts     ");
-    s += "    [paper: A 4.87e-9, A_LM 3.44e-9, A_P 8.61e-13, G_LM 0]\n";
+    if (r.prompt_pairs > 0) s += ord(r.prompts_max, "across prompts");
+    s += "    [paper, across continuations: A 4.87e-9, A_LM 3.44e-9, A_P 8.61e-13, G_LM 0]\n";
     const json& b = j["block_vs_sequential"];
     std::snprintf(buf, sizeof buf,
                   "  block vs sequential: max |dlogprob| per token %.3g, per candidate %.3g",

@@ -39,8 +39,10 @@ int run_dump(const DumpArgs& a) {
     forward(m, ids.data(), B, S, acts);
     auto named = forward_tensors(m, acts);
     const std::string ext = ".safetensors";
-    const bool st = a.out.size() >= ext.size() &&
-                    a.out.compare(a.out.size() - ext.size(), ext.size(), ext) == 0;
+    // A path ending in .safetensors, or an existing non-directory (e.g. /dev/null): one file.
+    const bool st = (a.out.size() >= ext.size() &&
+                     a.out.compare(a.out.size() - ext.size(), ext.size(), ext) == 0) ||
+                    (std::filesystem::exists(a.out) && !std::filesystem::is_directory(a.out));
     if (st) {
         SafetensorsWriter w;
         for (const auto& nt : named) w.add(nt.name, nt.t);
@@ -87,8 +89,9 @@ void add_dump(CLI::App& app) {
     cmd->add_option("--prompt", a->prompt,
                     "text prompt, encoded with MODEL_DIR/tokenizer.model (instead of --tokens)");
     cmd->add_option("--out", a->out,
-                    "FILE.safetensors (one file), or any other path: a directory with one "
-                    "NAME.npy per tensor (e.g. fwd.layer0.G_LM.npy, fwd.input_ids.npy)")
+                    "FILE.safetensors (one file; also any existing non-directory), or any other "
+                    "path: a directory (created) with one NAME.npy per tensor (e.g. "
+                    "fwd.layer0.G_LM.npy, fwd.input_ids.npy)")
         ->required();
     a->mo.add_to(cmd);
     cmd->callback(
