@@ -34,6 +34,12 @@ json order_json(const OrderTable& t) {
     return {{"layers", layers}, {"max", mx}};
 }
 
+std::string fmt_g(double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return b;
+}
+
 double vmax(const std::vector<double>& v) {
     return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
 }
@@ -241,11 +247,15 @@ std::string report_summary(const AuditReport& r) {
     }
     s += "\n";
     const json& sp = j["spectral"]["summary"];
+    auto med = [&](const char* k) {
+        const json& x = sp[k];
+        return x["count"].get<int64_t>() ? fmt_g(x["median"].get<double>()) : std::string("n/a");
+    };
     std::snprintf(buf, sizeof buf,
-                  "  SDPA identity residual %.3g, absorption residual %.3g; rank(A) median %g, "
-                  "rank(G_LM) median %g\n",
-                  r.sdpa_identity, r.absorption, sp["rank_A"]["median"].get<double>(),
-                  sp["rank_G_LM"]["median"].get<double>());
+                  "  SDPA identity residual %.3g, absorption residual %.3g; rank(A) median %s, "
+                  "rank(G_LM) median %s (dk %lld)\n",
+                  r.sdpa_identity, r.absorption, med("rank_A").c_str(), med("rank_G_LM").c_str(),
+                  (long long)r.head_dim);
     s += buf;
     if (r.has_loss) {
         std::snprintf(buf, sizeof buf, "  loss %.4f vs unigram entropy %.4f nats/token%s%s\n",
