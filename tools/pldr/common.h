@@ -52,5 +52,6 @@ void add_prepare(CLI::App& app);
 void add_train(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_perplexity(CLI::App& app);
+void add_audit(CLI::App& app);
 
 }  // namespace pldr::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     pldr::cli::add_train(app);
     pldr::cli::add_plot(app);
     pldr::cli::add_perplexity(app);
+    pldr::cli::add_audit(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::Success& e) {
