@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "configs.h"
 #include "limits.h"
 #include "model/init.h"
 #include "model/model.h"
@@ -23,33 +24,11 @@
 
 namespace {
 
+using pldr::bench::kShapes;
+using pldr::bench::make_config;
+using pldr::bench::Shape;
+
 using pldr::Config;
-
-struct Shape {
-    const char* name;
-    int64_t L, H, dk, A_dff, R, N, V;
-};
-constexpr Shape kShapes[] = {
-    {"S", 2, 4, 16, 24, 2, 2, 4096},
-    {"M", 5, 8, 32, 48, 4, 2, 8192},
-    {"110M", 5, 14, 64, 170, 8, 2, 32000},
-};
-
-Config make_config(const Shape& s) {
-    Config c;
-    c.num_layers = s.L;
-    c.num_heads = s.H;
-    c.head_dim = s.dk;
-    c.hidden_size = s.H * s.dk;
-    c.intermediate_size = c.hidden_size * 8 / 3;  // floor(d·8/3)
-    c.A_dff = s.A_dff;
-    c.num_reslayerA = s.R;
-    c.num_denseA = s.N;
-    c.vocab_size = s.V;
-    c.max_position = 256;
-    c.g_type = pldr::GType::LEARNED;  // v510: learned G
-    return c;
-}
 
 // FLOPs of one training step, counting multiply-adds as 2 and only the matrix products
 // (element-wise work, softmax, LayerNorm, RoPE, CE, DAG expm and AdamW are left out).
