@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "configs.h"
+#include "core/alloc.h"
 #include "core/rng.h"
 #include "infer/generate.h"
 #include "limits.h"
@@ -37,6 +38,7 @@ std::vector<int64_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    pldr::tune_allocator();
     std::string name = "S";
     int reps = 3, threads = 2;
     for (int i = 1; i < argc; ++i) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "configs.h"
+#include "core/alloc.h"
 #include "limits.h"
 #include "model/init.h"
 #include "model/model.h"
@@ -72,6 +73,7 @@ Stats stats_of(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    pldr::tune_allocator();
     using namespace pldr::bench;
     std::string name = "S";
     int reps = -1, warmup = 1, threads = 2;

@@ -1,7 +1,6 @@
 // The training step (see step.h).
 #include "train/step.h"
 
-#include <malloc.h>
 
 #include <cmath>
 
@@ -25,14 +24,6 @@ template <typename T>
 Trainer<T>::Trainer(Model<T>& model, const TrainConfig& cfg)
     : model_(model), cfg_(cfg), opt_(model.layout.total) {
     cfg_.validate();
-#ifdef M_TRIM_THRESHOLD
-    // A step allocates and frees tens of MB of temporaries. glibc's defaults give that memory
-    // back (heap trim, munmap) at every step and fault it in again at the next: thousands of page
-    // faults per step, costly on a virtual machine. Keep freed memory for reuse instead. Peak RSS
-    // is unchanged (a step's peak is reached either way).
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
     grads_.assign(static_cast<size_t>(model.layout.total), T(0));
 }
 

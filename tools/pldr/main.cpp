@@ -4,8 +4,10 @@
 #include <exception>
 
 #include "common.h"
+#include "core/alloc.h"
 
 int main(int argc, char** argv) {
+    pldr::tune_allocator();
     CLI::App app{"pldr: PLDR-LLM (Power Law Graph Attention) engine"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "pldr 0.1.0");
