@@ -104,6 +104,7 @@ int run_generate(const GenArgs& a) {
         };
         results.push_back(generate(m, prompts[0], opt, preset.get(), on_token));
         std::printf("\n");
+        std::fflush(stdout);
     } else {
         results = generate_batch(m, prompts, opt, preset.get());
     }
