@@ -1,7 +1,6 @@
 // The training step (see step.h).
 #include "train/step.h"
 
-
 #include <cmath>
 
 #include "train/clip.h"
