@@ -21,6 +21,7 @@ void check_forward(const golden::Fixture& fx, const std::string& dtype, double t
     pldr::Activations<T> acts;
     pldr::forward(m, in.data(), sh[0], sh[1], acts);
     int checked = 0;
+    double worst = 0;
     for (const auto& nt : pldr::forward_tensors(m, acts)) {
         if (!f.has(nt.name)) continue;
         auto ref = f.read<double>(nt.name);
@@ -38,6 +39,7 @@ void check_forward(const golden::Fixture& fx, const std::string& dtype, double t
                             fx.name.c_str(), nt.name.c_str(), e, e_exact, ref_own);
         } else {
             EXPECT_LE(e, tol) << fx.name << "." << dtype << " " << nt.name;
+            worst = std::max(worst, e);
         }
         ++checked;
     }
@@ -47,6 +49,9 @@ void check_forward(const golden::Fixture& fx, const std::string& dtype, double t
         if (t.name.rfind("fwd.", 0) == 0 && t.name != "fwd.input_ids" && t.name != "fwd.targets")
             ++in_fixture;
     EXPECT_EQ(checked, in_fixture) << fx.name;
+    if (std::getenv("PLDR_GOLDEN_VERBOSE") && !f64)
+        std::printf("%s.%s: %d tensors, worst relative error %.3g\n", fx.name.c_str(),
+                    dtype.c_str(), checked, worst);
 }
 
 TEST(GoldenForward, AllFixturesFloat64) {
