@@ -1,5 +1,6 @@
 // Helpers for tests that run the built `pldr` binary: capture exit code, stdout and stderr.
 #pragma once
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -54,6 +55,16 @@ inline int count_lines(const std::string& s) {
     int n = 0;
     for (char c : s) n += c == '\n';
     return n;
+}
+
+// `pldr <args>` must fail cleanly: exit code 1 (no signal), one line on stderr containing needle.
+inline void expect_error(const std::string& args, const std::string& needle) {
+    auto r = run(args);
+    EXPECT_FALSE(r.signaled) << args;
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
 }
 
 }  // namespace cli_test

@@ -14,14 +14,6 @@ const std::string kTiny = kGolden + "a_tiny_v510.f32";
 const std::string kEval =
     std::string(PLDR_SOURCE_DIR) + "/tests/golden/eval/models/eval_v510_s2024";
 
-void expect_error(const std::string& args, const std::string& needle) {
-    auto r = cli_test::run(args);
-    EXPECT_FALSE(r.signaled) << args;
-    EXPECT_EQ(r.code, 1) << args << "\n" << r.err;
-    EXPECT_EQ(cli_test::count_lines(r.err), 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-}
-
 TEST(CliGenerate, SeedReproducesAndJsonHasTheFields) {
     const std::string args =
         "generate " + kTiny +
@@ -71,25 +63,27 @@ TEST(CliGenerate, GCacheFilesAndShapeMismatch) {
                       "b_small_v510.f32 --ids 5,6,7 -n 4 --greedy --g-cache " + d +
                       "/g.safetensors");
     EXPECT_EQ(r.code, 0) << r.err;
-    expect_error("generate " + kTiny + " --ids 5,6,7 -n 2 --g-cache " + d + "/g.safetensors",
-                 "shape");
+    cli_test::expect_error(
+        "generate " + kTiny + " --ids 5,6,7 -n 2 --g-cache " + d + "/g.safetensors", "shape");
 }
 
 TEST(CliGenerate, BadInput) {
-    expect_error("generate " + kTiny + " --ids \"\" -n 2", "empty token id");
-    expect_error("generate " + kEval + " -p \"\" -n 2", "empty prompt");
+    cli_test::expect_error("generate " + kTiny + " --ids \"\" -n 2", "empty token id");
+    cli_test::expect_error("generate " + kEval + " -p \"\" -n 2", "empty prompt");
     std::string long_ids = "1";
     for (int i = 1; i < 60; ++i) long_ids += ",1";
-    expect_error("generate " + kTiny + " --ids " + long_ids + " -n 10", "longer than the context");
-    expect_error("generate " + kTiny + " --ids 5,50 -n 2", "outside the vocabulary");
-    expect_error("generate " + kTiny + " --ids 5,6 --temp -1", "--temp must be >= 0");
-    expect_error("generate " + kTiny + " --ids 5,6 --top-p 0", "--top-p");
-    expect_error("generate " + kTiny + " --ids 5,6 --top-p 1.5", "--top-p");
-    expect_error("generate " + kTiny + " --ids 5,6 --top-k -1", "--top-k");
-    expect_error("generate " + kTiny + " --ids 5,6 --min-p 1", "--min-p");
-    expect_error("generate " + kTiny + " --ids 5,6 --repeat-penalty 0", "--repeat-penalty");
-    expect_error("generate " + kTiny + " --ids 5,6 --cache fast", "--cache");
-    expect_error("generate " + kTiny + " -p hello", "no tokenizer");
+    cli_test::expect_error("generate " + kTiny + " --ids " + long_ids + " -n 10",
+                           "longer than the context");
+    cli_test::expect_error("generate " + kTiny + " --ids 5,50 -n 2", "outside the vocabulary");
+    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --temp -1", "--temp must be >= 0");
+    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --top-p 0", "--top-p");
+    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --top-p 1.5", "--top-p");
+    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --top-k -1", "--top-k");
+    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --min-p 1", "--min-p");
+    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --repeat-penalty 0",
+                           "--repeat-penalty");
+    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --cache fast", "--cache");
+    cli_test::expect_error("generate " + kTiny + " -p hello", "no tokenizer");
 }
 
 TEST(CliCollapse, FixedGModelIsAnExactNoOp) {

@@ -22,14 +22,6 @@ std::string write_tmp(const std::string& name, const std::string& body) {
     return p;
 }
 
-void expect_error(const std::string& args, const std::string& needle) {
-    auto r = cli_test::run(args);
-    EXPECT_FALSE(r.signaled) << args;
-    EXPECT_EQ(r.code, 1) << args << "\n" << r.err;
-    EXPECT_EQ(cli_test::count_lines(r.err), 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-}
-
 std::vector<nlohmann::json> lines(const std::string& s) {
     std::vector<nlohmann::json> out;
     std::istringstream in(s);
@@ -82,24 +74,27 @@ TEST(CliScore, TextRequestsUseTheHarnessEncoding) {
 }
 
 TEST(CliScore, BadInput) {
-    expect_error(
+    cli_test::expect_error(
         "score " + kTiny + " --requests " +
             write_tmp("m.jsonl", "{\"context_ids\": [1], \"continuation_ids\": [2]}\n{oops\n"),
         ":2: malformed JSON");
-    expect_error("score " + kTiny + " --requests " + write_tmp("e.jsonl", "\n\n"), "no requests");
-    expect_error("score " + kTiny + " --requests " + write_tmp("k.jsonl", "{\"ctx\": 1}\n"),
-                 ":1: needs");
+    cli_test::expect_error("score " + kTiny + " --requests " + write_tmp("e.jsonl", "\n\n"),
+                           "no requests");
+    cli_test::expect_error(
+        "score " + kTiny + " --requests " + write_tmp("k.jsonl", "{\"ctx\": 1}\n"), ":1: needs");
     std::string big = "{\"context_ids\": [1], \"continuation_ids\": [1";
     for (int i = 0; i < 70; ++i) big += ",2";
-    expect_error("score " + kTiny + " --requests " + write_tmp("b.jsonl", big + "]}\n"),
-                 "does not fit the context");
-    expect_error("score " + kTiny + " --requests " +
-                     write_tmp("v.jsonl", "{\"context_ids\": [1], \"continuation_ids\": [99]}\n"),
-                 "outside the vocabulary");
-    expect_error("score " + kTiny + " --requests " +
-                     write_tmp("t.jsonl", "{\"context\": \"a\", \"continuation\": \"b\"}\n"),
-                 "need a tokenizer");
-    expect_error("score " + kTiny + " --requests /nonexistent.jsonl", "cannot open");
+    cli_test::expect_error("score " + kTiny + " --requests " + write_tmp("b.jsonl", big + "]}\n"),
+                           "does not fit the context");
+    cli_test::expect_error(
+        "score " + kTiny + " --requests " +
+            write_tmp("v.jsonl", "{\"context_ids\": [1], \"continuation_ids\": [99]}\n"),
+        "outside the vocabulary");
+    cli_test::expect_error(
+        "score " + kTiny + " --requests " +
+            write_tmp("t.jsonl", "{\"context\": \"a\", \"continuation\": \"b\"}\n"),
+        "need a tokenizer");
+    cli_test::expect_error("score " + kTiny + " --requests /nonexistent.jsonl", "cannot open");
 }
 
 TEST(CliEval, TruthfulqaInAllModesAndPiqa) {
@@ -125,19 +120,23 @@ TEST(CliEval, TruthfulqaInAllModesAndPiqa) {
 
 TEST(CliEval, BadInput) {
     const std::string data = kSrc + "/data/eval/";
-    expect_error("eval " + kEval + " hellaswag --data x", "unknown task");
-    expect_error("eval " + kEval + " truthfulqa --data " + data + "piqa/valid.jsonl",
-                 "not valid JSON");
-    expect_error("eval " + kEval + " truthfulqa --data " + write_tmp("o.json", "{\"question\": 1}"),
-                 "expected a JSON array");
-    expect_error("eval " + kEval + " piqa --data " + data +
-                     "truthfulqa/mc_task.dev.json --labels " + data + "piqa/valid-labels.lst",
-                 ":1: malformed JSON line");
-    expect_error("eval " + kEval + " piqa --data " + write_tmp("p.jsonl", "{\"goal\": \"x\"}\n") +
-                     " --labels " + data + "piqa/valid-labels.lst",
-                 ":1: not a PIQA item");
-    expect_error("eval " + kEval + " piqa --data " + data + "piqa/valid.jsonl", "--labels");
-    expect_error("eval " + kTiny + " piqa --data x --labels y", "tokenizer");
+    cli_test::expect_error("eval " + kEval + " hellaswag --data x", "unknown task");
+    cli_test::expect_error("eval " + kEval + " truthfulqa --data " + data + "piqa/valid.jsonl",
+                           "not valid JSON");
+    cli_test::expect_error(
+        "eval " + kEval + " truthfulqa --data " + write_tmp("o.json", "{\"question\": 1}"),
+        "expected a JSON array");
+    cli_test::expect_error("eval " + kEval + " piqa --data " + data +
+                               "truthfulqa/mc_task.dev.json --labels " + data +
+                               "piqa/valid-labels.lst",
+                           ":1: malformed JSON line");
+    cli_test::expect_error("eval " + kEval + " piqa --data " +
+                               write_tmp("p.jsonl", "{\"goal\": \"x\"}\n") + " --labels " + data +
+                               "piqa/valid-labels.lst",
+                           ":1: not a PIQA item");
+    cli_test::expect_error("eval " + kEval + " piqa --data " + data + "piqa/valid.jsonl",
+                           "--labels");
+    cli_test::expect_error("eval " + kTiny + " piqa --data x --labels y", "tokenizer");
 }
 
 }  // namespace

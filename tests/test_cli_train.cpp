@@ -31,15 +31,6 @@ void write(const std::string& path, const std::string& bytes) {
     f << bytes;
 }
 
-void expect_error(const std::string& args, const std::string& needle) {
-    auto r = cli_test::run(args);
-    EXPECT_FALSE(r.signaled) << args;
-    EXPECT_EQ(r.code, 1) << args << "\n" << r.out << r.err;
-    EXPECT_EQ(cli_test::count_lines(r.err), 1) << r.err;
-    EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-}
-
 // A small tokenizer and shard directory (ctx 16), built once through the CLI.
 struct Data {
     std::string root, tok, shards;
@@ -88,8 +79,8 @@ TEST(CliTrainTokenizer, ReferenceIdsEncodeAndDecode) {
     r = cli_test::run("tokenizer decode " + kRefTok + " " + ids);
     EXPECT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.out, text + "\n");
-    expect_error("tokenizer decode " + kRefTok + " 5 32000", "32000");
-    expect_error("tokenizer encode /nonexistent/tok.model hello", "file not found");
+    cli_test::expect_error("tokenizer decode " + kRefTok + " 5 32000", "32000");
+    cli_test::expect_error("tokenizer encode /nonexistent/tok.model hello", "file not found");
 }
 
 TEST(CliTrainTokenizer, TrainedTokenizerHasReferenceSpecials) {
@@ -221,16 +212,18 @@ TEST(CliTrain, SigintWritesCheckpointAndResumesExactly) {
 TEST(CliTrain, BadCorpusAndTokenizer) {
     const std::string d = cli_test::tmp_dir("cli_badcorpus");
     write(d + "/empty.txt", "");
-    expect_error("prepare --tokenizer " + kRefTok + " --out " + d + "/o " + d + "/empty.txt",
-                 "empty corpus");
+    cli_test::expect_error(
+        "prepare --tokenizer " + kRefTok + " --out " + d + "/o " + d + "/empty.txt",
+        "empty corpus");
     write(d + "/bad.txt", "good line\nbad \xff\xfe line\n");
-    expect_error("prepare --tokenizer " + kRefTok + " --out " + d + "/o " + d + "/bad.txt",
-                 "invalid UTF-8");
-    expect_error(
+    cli_test::expect_error(
+        "prepare --tokenizer " + kRefTok + " --out " + d + "/o " + d + "/bad.txt", "invalid UTF-8");
+    cli_test::expect_error(
         "prepare --tokenizer " + d + "/missing.model --out " + d + "/o " + kShakespeareValid,
         "missing.model");
-    expect_error("tokenizer train --input " + d + "/empty.txt --out " + d + "/t --vocab-size 400",
-                 "empty.txt");
+    cli_test::expect_error(
+        "tokenizer train --input " + d + "/empty.txt --out " + d + "/t --vocab-size 400",
+        "empty.txt");
 }
 
 TEST(CliTrain, BadShards) {
@@ -243,41 +236,42 @@ TEST(CliTrain, BadShards) {
     c[c.size() / 2] = char(c[c.size() / 2] ^ 0x01);
     write(sh + "/train.pldrtok", c);
     const std::string args = " --preset tiny --data " + sh + " --out " + d + "/o --steps 4";
-    expect_error("train" + args, "checksum mismatch");
+    cli_test::expect_error("train" + args, "checksum mismatch");
     write(sh + "/train.pldrtok", b.substr(0, b.size() - 7));
-    expect_error("train" + args, "truncated");
+    cli_test::expect_error("train" + args, "truncated");
     write(sh + "/train.pldrtok", b);
     // Vocabulary of the shard vs the config.
     write(d + "/cfg.json", R"({"vocab_size": 500, "num_hidden_layers": 1, "num_attention_heads": 2,
         "head_dim": 8, "A_dff": 8, "num_reslayerA": 1, "num_denseA": 1,
         "max_position_embeddings": 64})");
-    expect_error("train --config " + d + "/cfg.json --data " + sh + " --out " + d + "/o",
-                 "vocab_size 500");
+    cli_test::expect_error("train --config " + d + "/cfg.json --data " + sh + " --out " + d + "/o",
+                           "vocab_size 500");
     // A context longer than max_position_embeddings.
     write(d + "/cfg8.json", R"({"vocab_size": 400, "num_hidden_layers": 1, "num_attention_heads": 2,
         "head_dim": 8, "A_dff": 8, "num_reslayerA": 1, "num_denseA": 1,
         "max_position_embeddings": 8})");
-    expect_error("train --config " + d + "/cfg8.json --data " + sh + " --out " + d + "/o",
-                 "max_position_embeddings = 8");
+    cli_test::expect_error("train --config " + d + "/cfg8.json --data " + sh + " --out " + d + "/o",
+                           "max_position_embeddings = 8");
 }
 
 TEST(CliTrain, BadOptionsAndMismatchedCheckpoint) {
     const std::string d = cli_test::tmp_dir("cli_badopts");
     const std::string base = "train --preset tiny --data " + data().shards + " --out " + d;
-    expect_error(base + "/o --steps 10 --warmup 20", "must not exceed total steps");
-    expect_error(base + "/o --steps 10 --dag=-1,0,0", ">= 0");
-    expect_error(base + "/o --steps 10 --ctx 40", "--ctx 40");
+    cli_test::expect_error(base + "/o --steps 10 --warmup 20", "must not exceed total steps");
+    cli_test::expect_error(base + "/o --steps 10 --dag=-1,0,0", ">= 0");
+    cli_test::expect_error(base + "/o --steps 10 --ctx 40", "--ctx 40");
     // A checkpoint that does not match the model asked for.
     auto r = cli_test::run(base + "/ck --steps 4 --stop-at 2 --batch 2");
     ASSERT_EQ(r.code, 0) << r.err;
-    expect_error("train --preset small --resume " + d + "/ck --data " + data().shards + " --out " +
-                     d + "/ck",
-                 "does not match --preset small");
-    expect_error(
+    cli_test::expect_error("train --preset small --resume " + d + "/ck --data " + data().shards +
+                               " --out " + d + "/ck",
+                           "does not match --preset small");
+    cli_test::expect_error(
         "train --resume " + d + "/ck --data " + data().shards + " --out " + d + "/ck --lr 0.1",
         "differs from the checkpoint");
-    expect_error("train --resume " + d + "/nothing --data " + data().shards + " --out " + d + "/x",
-                 "not a training checkpoint");
+    cli_test::expect_error(
+        "train --resume " + d + "/nothing --data " + data().shards + " --out " + d + "/x",
+        "not a training checkpoint");
 }
 
 TEST(CliTrain, NanLossStopsWithLastGoodCheckpoint) {
@@ -328,7 +322,7 @@ TEST(CliTrainPlot, PngAndSvg) {
     size_t open = 0, close = 0;
     for (char ch : svg) open += ch == '<', close += ch == '>';
     EXPECT_EQ(open, close);
-    expect_error("plot " + d + "/m.jsonl --out " + d + "/p.gif", ".png or .svg");
+    cli_test::expect_error("plot " + d + "/m.jsonl --out " + d + "/p.gif", ".png or .svg");
     write(d + "/bad.jsonl", "{\"type\":\"train\"}\n");
-    expect_error("plot " + d + "/bad.jsonl --out " + d + "/p.svg", "bad.jsonl:1");
+    cli_test::expect_error("plot " + d + "/bad.jsonl --out " + d + "/p.svg", "bad.jsonl:1");
 }
