@@ -15,33 +15,28 @@ namespace {
 // Small dense helpers (n ≤ 128 here; plain loops, i-k-j order so that each output element
 // accumulates over k sequentially).
 
-// C = A·B, all n×n row-major; C must not alias A or B.
-template <typename S>
-void matmul(const S* A, const S* B, S* C, int64_t n) {
+// C = A·B, all n×n row-major; C must not alias A or B. kFma: fused multiply-adds, as the
+// reference's BLAS kernels and its AVX2-compiled elementwise kernels do (this brings the float32
+// golden dag values to within 0–1 ulp).
+template <bool kFma, typename S>
+void matmul_impl(const S* A, const S* B, S* C, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         S* c = C + i * n;
         std::fill(c, c + n, S(0));
         for (int64_t k = 0; k < n; ++k) {
             const S a = A[i * n + k];
             const S* b = B + k * n;
-            for (int64_t j = 0; j < n; ++j) c[j] += a * b[j];
+            for (int64_t j = 0; j < n; ++j) c[j] = kFma ? std::fma(a, b[j], c[j]) : c[j] + a * b[j];
         }
     }
 }
-
-// Same with fused multiply-adds, as the reference's BLAS kernels and its AVX2-compiled
-// elementwise kernels do (this brings the float32 golden dag values to within 0–1 ulp).
+template <typename S>
+void matmul(const S* A, const S* B, S* C, int64_t n) {
+    matmul_impl<false>(A, B, C, n);
+}
 template <typename S>
 void matmul_fma(const S* A, const S* B, S* C, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        S* c = C + i * n;
-        std::fill(c, c + n, S(0));
-        for (int64_t k = 0; k < n; ++k) {
-            const S a = A[i * n + k];
-            const S* b = B + k * n;
-            for (int64_t j = 0; j < n; ++j) c[j] = std::fma(a, b[j], c[j]);
-        }
-    }
+    matmul_impl<true>(A, B, C, n);
 }
 
 // out = Σ_j coef[j]·in[j] (elementwise), accumulated from zero in the order j = 0, 1, ...
