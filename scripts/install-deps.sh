@@ -10,6 +10,7 @@ PKGS=(
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libpng-dev zlib1g-dev
+  libsleef-dev               # torch's float32 cos/sin (the reference's RoPE table)
   clang-format
 )
 if [ "${PLDR_WITH_BROWSER:-0}" = "1" ]; then PKGS+=(chromium); fi

@@ -232,7 +232,7 @@ TEST(FdKernels, Rope) {
     SingleThread one_thread;
     const int64_t N = 4, H = 2, D = 6;
     pldr::RopeTable t;
-    t.build(32, D, 10000.0);
+    t.build(32, D, 10000.0, pldr::RopeTableKind::TORCH);
     const std::vector<int64_t> pos = {0, 3, 17, 31};
     for (bool interleaved : {true, false}) {
         pldr::Rng r(41 + interleaved);
@@ -494,7 +494,7 @@ pldr::Model<double> make_model(const ModelCase& mc, uint64_t seed) {
     c.reference_rope = !mc.halves;
     c.tie_word_embeddings = mc.tied;
     pldr::Model<double> m(c);
-    m.reference_numerics = false;  // pure float64, EXACT DAG mode
+    m.set_reference_numerics(false);  // pure float64, EXACT DAG mode
     pldr::init_weights(m, seed);
     pldr::Rng r(seed * 7 + 1);
     for (auto& p : m.params) p += 0.05 * r.normal();

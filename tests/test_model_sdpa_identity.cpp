@@ -51,7 +51,7 @@ TEST(SdpaIdentity, FixedGAtIdentityEqualsPlainSdpa) {
     for (const auto& s : shapes) {
         for (bool ref_numerics : {true, false}) {
             pldr::Model<double> m(fixed_g_config(s));
-            m.reference_numerics = ref_numerics;
+            m.set_reference_numerics(ref_numerics);
             randomize(m, 7 + uint64_t(s.S));
             std::vector<int64_t> ids(size_t(s.B * s.S));
             pldr::Rng r(99);

@@ -40,8 +40,7 @@ Model<T> collapse_model(const Model<T>& m, const GCache<T>& g) {
                      " values, the model needs ", per);
         std::copy(G.data.begin(), G.data.end(), out.G_fixed.begin() + l * per);
     }
-    out.rope = m.rope;
-    out.reference_numerics = m.reference_numerics;
+    out.set_reference_numerics(m.reference_numerics());
     return out;
 }
 

@@ -18,19 +18,32 @@ void Model<T>::init(const Config& c) {
         for (int64_t lh = 0; lh < c.num_layers * c.num_heads; ++lh)
             for (int64_t i = 0; i < D; ++i) G_fixed[size_t((lh * D + i) * D + i)] = T(1);
     }
-    rope.build(c.max_position, c.head_dim, c.rope_theta);
+    build_rope();
+}
+
+template <typename T>
+void Model<T>::build_rope() {
+    rope.build(cfg.max_position, cfg.head_dim, cfg.rope_theta,
+               reference_numerics_ ? RopeTableKind::TORCH : RopeTableKind::CORRECTLY_ROUNDED);
+}
+
+template <typename T>
+void Model<T>::set_reference_numerics(bool on) {
+    if (on == reference_numerics_ && rope.max_pos == cfg.max_position) return;
+    reference_numerics_ = on;
+    build_rope();
 }
 
 template <typename T>
 T Model<T>::embed_scale() const {
-    if (sizeof(T) == sizeof(float) || reference_numerics)
+    if (sizeof(T) == sizeof(float) || reference_numerics_)
         return T(std::sqrt(float(cfg.hidden_size)));
     return T(std::sqrt(double(cfg.hidden_size)));
 }
 
 template <typename T>
 T Model<T>::score_scale() const {
-    if (sizeof(T) == sizeof(float) || reference_numerics) return T(std::sqrt(float(cfg.head_dim)));
+    if (sizeof(T) == sizeof(float) || reference_numerics_) return T(std::sqrt(float(cfg.head_dim)));
     return T(std::sqrt(double(cfg.head_dim)));
 }
 

@@ -16,11 +16,7 @@ struct Model {
     std::vector<T> params;   // layout.total elements
     ModelView<T> w;          // typed pointers into params
     std::vector<T> G_fixed;  // [L,H,dk,dk]: the constant G_LM of fixed-G models (empty if learned)
-    RopeTable rope;
-    // Emulate the reference's float32 islands inside float64 (q, k rounded to float32 before
-    // RoPE, float32 cos/sin, sqrt(float32(dk)) and sqrt(float32(d))). On by default: it is what
-    // golden parity needs. Off gives a pure-float64 audit. No effect when T = float.
-    bool reference_numerics = true;
+    RopeTable rope;          // built by init() and set_reference_numerics()
 
     Model() = default;
     explicit Model(const Config& c) { init(c); }
@@ -31,20 +27,30 @@ struct Model {
         params = o.params;
         G_fixed = o.G_fixed;
         rope = o.rope;
-        reference_numerics = o.reference_numerics;
+        reference_numerics_ = o.reference_numerics_;
         w = bind_view(layout, cfg, params.data());
         return *this;
     }
 
     // Allocates zeroed parameters for `c`; fixed-G models get G = I (custom_G_type identity).
     void init(const Config& c);
-    bool round_f32() const { return reference_numerics && sizeof(T) == sizeof(double); }
+    // Emulate the reference's float32 islands inside float64 (q, k rounded to float32 before
+    // RoPE, torch's float32 cos/sin table, sqrt(float32(dk)) and sqrt(float32(d))). On by
+    // default: it is what golden parity needs. Off gives a pure-float64 audit with the correctly
+    // rounded RoPE table. For T = float it selects the RoPE table (and the DAG mode) only.
+    void set_reference_numerics(bool on);
+    bool reference_numerics() const { return reference_numerics_; }
+    bool round_f32() const { return reference_numerics_ && sizeof(T) == sizeof(double); }
     T embed_scale() const;  // sqrt(d)
     T score_scale() const;  // sqrt(dk)
     const T* G_fixed_layer(int64_t l) const {
         return G_fixed.data() + l * cfg.num_heads * cfg.head_dim * cfg.head_dim;
     }
     int64_t num_params() const { return layout.total; }
+
+  private:
+    bool reference_numerics_ = true;
+    void build_rope();
 };
 
 }  // namespace pldr

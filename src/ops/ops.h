@@ -64,10 +64,17 @@ void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const 
 // ---- RoPE ------------------------------------------------------------------------------------
 // The float32 (cos, sin) table of torchtune / the HF port: angle p·θ_m with θ_m =
 // 1/theta^(2m/D), all in float32; cos and sin stored [max_pos, D/2].
+//  - TORCH: bit for bit the table torch builds (the reference's `rope.cache`): θ with SLEEF's
+//    powf_u10 and a float32 reciprocal, cos/sin with SLEEF's u10 functions (the vectorised
+//    kernels torch runs on AVX2/AVX-512 CPUs; glibc's cosf/sinf on CPUs without FMA, where
+//    torch's default kernels call them). Used by --numerics reference and by float32 models.
+//  - CORRECTLY_ROUNDED: cos/sin of each float32 angle rounded once to float32 (--numerics exact).
+enum class RopeTableKind { TORCH, CORRECTLY_ROUNDED };
 struct RopeTable {
     int64_t max_pos = 0, half = 0;
+    RopeTableKind kind = RopeTableKind::TORCH;
     std::vector<float> cos, sin;
-    void build(int64_t max_pos, int64_t head_dim, double theta);
+    void build(int64_t max_pos, int64_t head_dim, double theta, RopeTableKind kind);
 };
 // Rotates x [N tokens, H, D] in place; token n has position pos[n].
 // interleaved: pairs (2m, 2m+1) (reference_rope = true); otherwise halves (m, m + D/2).

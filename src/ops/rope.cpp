@@ -1,4 +1,6 @@
 // Rotary position embedding (interleaved pairs or halves), forward and backward. See ops.h.
+#include <sleef.h>
+
 #include <cmath>
 
 #include "core/error.h"
@@ -6,24 +8,49 @@
 
 namespace pldr {
 
-void RopeTable::build(int64_t max_pos_, int64_t head_dim, double theta) {
+namespace {
+
+// The float32 elementary functions torch 1.13 evaluates on this CPU. Its AVX2 and AVX-512
+// kernels call SLEEF's u10 functions (Sleef_cosf8_u10 / Sleef_cosf16_u10), whose FMA variants
+// compute the same algorithm as the scalar purecfma one: the three agree bit for bit with every
+// fixture's rope.cache. On a CPU without FMA, torch's default kernels call libm.
+struct TorchF32Math {
+    bool fma = __builtin_cpu_supports("fma");
+    float pow(float x, float y) const {
+        return fma ? Sleef_powf1_u10purecfma(x, y) : std::pow(x, y);
+    }
+    float cos(float x) const { return fma ? Sleef_cosf1_u10purecfma(x) : std::cos(x); }
+    float sin(float x) const { return fma ? Sleef_sinf1_u10purecfma(x) : std::sin(x); }
+};
+
+}  // namespace
+
+void RopeTable::build(int64_t max_pos_, int64_t head_dim, double theta, RopeTableKind kind_) {
     PLDR_CHECK(head_dim % 2 == 0);
     max_pos = max_pos_;
     half = head_dim / 2;
+    kind = kind_;
     cos.assign(static_cast<size_t>(max_pos * half), 0.f);
     sin.assign(static_cast<size_t>(max_pos * half), 0.f);
-    // All in float32, as torchtune and the HF port build it: θ_m = 1 / theta^(2m/D), angle p·θ_m.
+    const TorchF32Math torch;
+    // All in float32, as torchtune builds it: θ_m = 1 / theta^(float32(2m)/D) (torch computes
+    // `1.0 / base**e` as reciprocal(pow(base, e)) · 1.0), angle p·θ_m.
     std::vector<float> th(static_cast<size_t>(half));
     for (int64_t m = 0; m < half; ++m) {
-        float e = float(2 * m) / float(head_dim);
-        th[m] = 1.0f / std::pow(float(theta), e);
+        const float e = float(2 * m) / float(head_dim);
+        th[m] = 1.0f / (kind == RopeTableKind::TORCH ? torch.pow(float(theta), e)
+                                                     : std::pow(float(theta), e));
     }
     for (int64_t p = 0; p < max_pos; ++p)
         for (int64_t m = 0; m < half; ++m) {
-            float a = float(p) * th[m];
-            // cos/sin of a float32 angle, correctly rounded to float32.
-            cos[p * half + m] = float(std::cos(double(a)));
-            sin[p * half + m] = float(std::sin(double(a)));
+            const float a = float(p) * th[m];
+            if (kind == RopeTableKind::TORCH) {
+                cos[p * half + m] = torch.cos(a);
+                sin[p * half + m] = torch.sin(a);
+            } else {  // cos/sin of the float32 angle, correctly rounded to float32
+                cos[p * half + m] = float(std::cos(double(a)));
+                sin[p * half + m] = float(std::sin(double(a)));
+            }
         }
 }
 

@@ -23,7 +23,7 @@ std::vector<DeductiveGrads<T>> dag_terms(const Model<T>& m, const Activations<T>
     const int64_t count = L * a.B * c.num_heads;
     const bool want_grad = grad_scale != 0.0 && dag.any();
     std::vector<DeductiveGrads<T>> extra(want_grad ? size_t(L) : 0);
-    const DagMode mode = m.reference_numerics ? DagMode::REFERENCE_F32 : DagMode::EXACT;
+    const DagMode mode = m.reference_numerics() ? DagMode::REFERENCE_F32 : DagMode::EXACT;
     auto term = [&](Tensor<T> LayerActs<T>::*field, Tensor<T> DeductiveGrads<T>::*gfield,
                     double coeff, double* metric) {
         std::vector<T> X(static_cast<size_t>(L * per));

@@ -24,7 +24,7 @@ struct ModelOptions {
     template <typename T>
     Model<T> load(const std::string& dir) const {
         Model<T> m = load_model<T>(dir);
-        m.reference_numerics = numerics == "reference";
+        m.set_reference_numerics(numerics == "reference");
         return m;
     }
 };
