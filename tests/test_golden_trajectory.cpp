@@ -1,10 +1,15 @@
-// 40-step training trajectories of the reference (tests/golden/trajectory, see its README):
-// every trajectory fixture found under PLDR_GOLDEN_DIR/trajectory is replayed with the
-// library's training step (forward, masked CE, backward, clip by value, AdamW, schedule).
-//  - fixed-G (well conditioned, "t2"): parameters at steps 10/20/40, the AdamW moments and the
-//    loss of every step, element-wise, with the README's tolerances;
-//  - learned G (chaotic, "t1"): the lr of every step exactly, the loss of steps 1–2 (and 3–4
-//    in float64) and the clip counts of steps 1–2; later steps only as a loose envelope.
+// Training trajectories of the reference (tests/golden/trajectory, see its README): every
+// trajectory fixture found under PLDR_GOLDEN_DIR is replayed with the library's training step
+// (forward, masked CE, backward, clip by value, AdamW, schedule).
+//  - Exactly: the lr of every step, the clip counts of the well-conditioned steps, and that
+//    step 1 (lr 0) leaves the parameters unchanged.
+//  - Within a measured envelope: the loss of every step and the parameter and AdamW snapshots
+//    the fixture carries. The envelope of step k is the largest move of that quantity over
+//    kEnvTrials float64 replays whose parameters are perturbed by a relative ±u before every step
+//    (u = 2^-53 for the float64 check, 2^-24 for float32): the divergence that rounding of the
+//    given size produces along this very trajectory. A learned-G trajectory is chaotic (its
+//    README), so its envelope grows with k, by measurement rather than by a loose constant; a
+//    fixed-G one stays tight. The allowance is kEnvFactor·envelope, floored.
 #include <filesystem>
 
 #include "golden_util.h"
@@ -12,39 +17,31 @@
 
 namespace {
 
-struct Traj {
-    std::string name;
-    nlohmann::json side;
+constexpr int kEnvTrials = 4;
+// The ratio of the measured divergence (ours vs the reference) to the envelope peaked at 8.0
+// (float32, a t2 snapshot at step 20; 4.6 for the t1 losses) and 3.2 in float64 beyond the
+// floor, over every step and snapshot of both trajectories, under the OpenBLAS core types
+// Haswell, Zen, Sandybridge, Nehalem, Prescott, Core2 and Atom. The factor is 4× the peak.
+constexpr double kEnvFactor = 32;
+// Floors, relative to the quantity's max. float64: 1e-12; the largest error below it was the
+// t1 loss of step 4, 6.6e-13 on every core type (a float32 rounding of the reference's RoPE
+// input that flips; the chaos starts there). float32: 5e-6; the largest error below it was
+// 5.1e-7 (t1 loss of step 1).
+constexpr double kFloor64 = 1e-12;
+constexpr double kFloor32 = 5e-6;
+
+struct Replay {
+    golden::Quantities q;        // loss.step{k}, step10.<p>, step20.<p>, final.<p>, adam_{m,v}.<p>
+    std::vector<double> lr;      // per step
+    std::vector<int64_t> clips;  // per step
+    bool step1_unchanged = false;
 };
 
-std::vector<Traj> trajectories() {
-    std::vector<Traj> out;
-    const std::string d = golden::dir() + "/trajectory";
-    if (!std::filesystem::is_directory(d)) return out;
-    for (const auto& e : std::filesystem::directory_iterator(d)) {
-        if (e.path().extension() != ".json") continue;
-        std::ifstream f(e.path());
-        auto j = nlohmann::json::parse(f, nullptr, false);
-        if (j.is_discarded() || !j.contains("model_dirs") || !j.contains("hyperparams")) continue;
-        out.push_back({e.path().stem().string(), j});
-    }
-    std::sort(out.begin(), out.end(), [](const Traj& a, const Traj& b) { return a.name < b.name; });
-    return out;
-}
-
+// Replays the fixture's batches on model m. perturb > 0: before every step each parameter is
+// scaled by (1 + perturb·r), r uniform in ±1 (the envelope runs).
 template <typename T>
-double max_abs_diff(const T* a, const pldr::Tensor<double>& b) {
-    double m = 0;
-    for (int64_t i = 0; i < b.numel(); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
-    return m;
-}
-
-template <typename T>
-void replay(const Traj& tj, const std::string& dtype) {
-    const std::string dir = golden::dir() + "/trajectory/";
-    pldr::SafetensorsFile f(dir + tj.side["files"][dtype].get<std::string>());
-    pldr::Model<T> m = pldr::load_model<T>(dir + tj.side["model_dirs"][dtype].get<std::string>());
-    golden::use_reference_rope_table(m, f);
+Replay replay(const golden::Trajectory& tj, pldr::Model<T> m, const pldr::SafetensorsFile& f,
+              double perturb, uint64_t seed) {
     const auto& hp = tj.side["hyperparams"];
     pldr::TrainConfig cfg;
     cfg.schedule = {hp["learning_rate"].get<double>(), hp["warmup_steps"].get<int64_t>(),
@@ -54,71 +51,105 @@ void replay(const Traj& tj, const std::string& dtype) {
     pldr::Trainer<T> tr(m, cfg);
     const auto batches = f.read_i64("batches");
     const auto& bs = f.at("batches").shape;  // [steps, B, S1]
-    const auto loss = f.read<double>("traj.loss");
-    const auto lr = f.read<double>("traj.lr");
-    const auto clipped = f.read_i64("traj.grad_elements_clipped");
-    const bool learned = m.cfg.learned_g();
-    const bool f64 = dtype == "f64";
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    Replay out;
     const std::vector<T> init = m.params;
     for (int64_t k = 1; k <= bs[0]; ++k) {
+        if (perturb > 0)
+            for (auto& p : m.params) p *= T(1 + perturb * u(rng));
         auto r = tr.step({batches.data() + (k - 1) * bs[1] * bs[2], bs[1], bs[2]});
-        const size_t i = size_t(k - 1);
-        EXPECT_EQ(r.lr, lr[int64_t(i)]) << tj.name << "." << dtype << " lr of step " << k;
-        if (k == 1) {
-            EXPECT_EQ(m.params, init) << "step 1 runs at lr 0";
-        }
-        double loss_tol;
-        if (!learned) {
-            loss_tol = f64 ? 1e-9 : 2e-6;
-        } else if (k <= 2) {
-            loss_tol = f64 ? 1e-12 : 2e-6;
-        } else if (k <= 4 && f64) {
-            loss_tol = 1e-7;
-        } else {
-            loss_tol = 0.2;  // chaotic: a different trajectory after ~5 steps (README)
-        }
-        EXPECT_NEAR(r.loss.value, loss[int64_t(i)], loss_tol)
-            << tj.name << "." << dtype << " loss of step " << k;
-        if (!learned || (k <= 2 && f64) || k == 1) {
-            EXPECT_EQ(r.clipped, clipped[i]) << tj.name << "." << dtype << " clip count " << k;
-        } else if (k == 2) {
-            // float32 learned-G gradients are good to ~1e-3 of their max (golden README), so a
-            // few elements sit within rounding of the clip threshold: 291 vs 294 measured.
-            EXPECT_NEAR(double(r.clipped), double(clipped[i]), 0.02 * double(clipped[i]))
-                << tj.name << "." << dtype << " clip count " << k;
-        }
-        const std::string snap = k == 10   ? "step10."
-                                 : k == 20 ? "step20."
-                                 : k == 40 ? "final."
-                                           : "";
-        if (snap.empty() || learned || !f.has(snap + m.layout.entries[0].name)) continue;
-        for (const auto& e : m.layout.entries) {
-            auto ref = f.read<double>(snap + e.name);
-            double tol = f64 ? (k < 40 ? 1e-13 : 1e-7) : 5e-6;
-            EXPECT_LE(max_abs_diff(m.params.data() + e.offset, ref), tol)
-                << tj.name << "." << dtype << " " << snap << e.name;
-            if (k == 40) {
-                auto am = f.read<double>("final.adam_m." + e.name);
-                auto av = f.read<double>("final.adam_v." + e.name);
-                EXPECT_LE(max_abs_diff(tr.optimizer().m.data() + e.offset, am), f64 ? 1e-9 : 5e-6)
-                    << tj.name << " adam_m." << e.name;
-                EXPECT_LE(max_abs_diff(tr.optimizer().v.data() + e.offset, av), f64 ? 1e-11 : 5e-6)
-                    << tj.name << " adam_v." << e.name;
+        if (k == 1) out.step1_unchanged = m.params == init;
+        out.q.push_back({"loss.step" + std::to_string(k), {r.loss.value}});
+        out.lr.push_back(r.lr);
+        out.clips.push_back(r.clipped);
+        const std::string snap = k == 10      ? "step10."
+                                 : k == 20    ? "step20."
+                                 : k == bs[0] ? "final."
+                                              : "";
+        if (!snap.empty() && f.has(snap + m.layout.entries[0].name))
+            for (const auto& e : m.layout.entries) {
+                golden::add(out.q, snap + e.name, m.params.data() + e.offset, e.numel);
+                if (snap == "final.") {
+                    golden::add(out.q, "final.adam_m." + e.name, tr.optimizer().m.data() + e.offset,
+                                e.numel);
+                    golden::add(out.q, "final.adam_v." + e.name, tr.optimizer().v.data() + e.offset,
+                                e.numel);
+                }
             }
+    }
+    return out;
+}
+
+// The envelope of every quantity (see the file comment), from float64 replays.
+std::map<std::string, double> envelope(const golden::Trajectory& tj, double perturb) {
+    pldr::SafetensorsFile f(tj.path("f64"));
+    const auto m = pldr::load_model<double>(tj.model_dir("f64"));
+    const Replay base = replay(tj, m, f, 0, 0);
+    std::map<std::string, double> env;
+    for (int t = 0; t < kEnvTrials; ++t) {
+        const Replay r = replay(tj, m, f, perturb, 1000 + uint64_t(t));
+        for (size_t i = 0; i < base.q.size(); ++i) {
+            const auto& a = r.q[i].v;
+            const auto& b = base.q[i].v;
+            double& e = env[base.q[i].name];
+            e = std::max(e, golden::rel_err(a.data(), b.data(), int64_t(b.size())));
         }
     }
+    return env;
+}
+
+template <typename T>
+void check(const golden::Trajectory& tj, const std::string& dtype) {
+    const bool f64 = dtype == "f64";
+    pldr::SafetensorsFile f(tj.path(dtype)), exact(tj.path("f64"));
+    const auto m = pldr::load_model<T>(tj.model_dir(dtype));
+    const Replay r = replay(tj, m, f, 0, 0);
+    const auto lr = f.read<double>("traj.lr");
+    const auto clipped = f.read_i64("traj.grad_elements_clipped");
+    const std::string what = tj.name + "." + dtype;
+    ASSERT_EQ(int64_t(r.lr.size()), lr.numel()) << what;
+    EXPECT_TRUE(r.step1_unchanged) << what << ": step 1 runs at lr 0";
+    for (size_t i = 0; i < r.lr.size(); ++i)
+        EXPECT_EQ(r.lr[i], lr[int64_t(i)]) << what << " lr " << i + 1;
+    // Clip counts: exact where the gradients are well conditioned (fixed G; the first step;
+    // float64's second). float32 learned-G gradients are good to ~1e-3 of their max, so a few
+    // elements of step 2 sit within rounding of the threshold: 291 vs 294 measured.
+    const bool learned = m.cfg.learned_g();
+    for (size_t i = 0; i < std::min<size_t>(r.clips.size(), learned ? 2 : r.clips.size()); ++i) {
+        if (!learned || i == 0 || f64)
+            EXPECT_EQ(r.clips[i], clipped[int64_t(i)]) << what << " clip count " << i + 1;
+        else
+            EXPECT_NEAR(double(r.clips[i]), double(clipped[int64_t(i)]),
+                        0.02 * double(clipped[int64_t(i)]))
+                << what << " clip count " << i + 1;
+    }
+    // Losses and snapshots against the exact (float64) reference, within the envelope.
+    const auto env = envelope(tj, f64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24));
+    const auto loss = exact.read<double>("traj.loss");
+    golden::Report rep{what + " trajectory", {}};
+    for (const auto& q : r.q) {
+        std::vector<double> want;
+        if (q.name.rfind("loss.step", 0) == 0)
+            want = {loss[std::stoll(q.name.substr(9)) - 1]};
+        else
+            want = exact.read<double>(q.name).data;
+        const double e = env.at(q.name);
+        rep.rows.push_back({q.name, golden::rel_err(q.v.data(), want.data(), int64_t(want.size())),
+                            std::max(f64 ? kFloor64 : kFloor32, kEnvFactor * e), e});
+    }
+    EXPECT_GE(rep.rows.size(), r.lr.size());
+    rep.expect_pass();
 }
 
 TEST(GoldenTrajectory, Float64) {
-    auto tj = trajectories();
-    if (tj.empty()) GTEST_SKIP() << "no trajectories in " << golden::dir();
-    for (const auto& t : tj) replay<double>(t, "f64");
+    GOLDEN_USE(golden::set().trajectories, "trajectory");
+    for (const auto& t : golden::set().trajectories) check<double>(t, "f64");
 }
 
 TEST(GoldenTrajectory, Float32) {
-    auto tj = trajectories();
-    if (tj.empty()) GTEST_SKIP() << "no trajectories in " << golden::dir();
-    for (const auto& t : tj) replay<float>(t, "f32");
+    GOLDEN_USE(golden::set().trajectories, "trajectory");
+    for (const auto& t : golden::set().trajectories) check<float>(t, "f32");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include "error_util.h"
+#include "golden_util.h"
 
 #include <filesystem>
 #include <fstream>
@@ -16,8 +17,7 @@ using namespace pldr;
 
 namespace {
 
-// Copies of golden configs (/work/shared/golden/models/*/config.json), so that the tests do not
-// need that directory.
+// Inline copies of golden configs (tests/golden/models/*/config.json).
 const char* kTinyV510 = R"({
   "architectures": [
     "PldrllmForCausalLM"
@@ -201,19 +201,11 @@ TEST(ConfigJson, ParsesGoldenExternalAndEval) {
     EXPECT_EQ(e.A_dff, 24);
 }
 
-// Every golden config.json on this machine (skipped where /work/shared is absent, e.g. CI).
-TEST(ConfigJson, ParsesEveryGoldenFileIfPresent) {
-    namespace fs = std::filesystem;
-    std::vector<std::string> found;
-    for (const char* root : {"/work/shared/golden/models", "/work/shared/golden/eval/models",
-                             "/work/shared/golden/trajectory/models"}) {
-        std::error_code ec;
-        if (!fs::is_directory(root, ec)) continue;
-        for (const auto& d : fs::directory_iterator(root))
-            if (fs::exists(d.path() / "config.json")) found.push_back(d.path() / "config.json");
-    }
-    if (found.empty()) GTEST_SKIP() << "no golden models on this machine";
-    for (const auto& p : found) {
+// Every config.json of the golden set (all its model directories).
+TEST(ConfigJson, ParsesEveryGoldenConfig) {
+    GOLDEN_USE(golden::set().model_dirs, "model directory");
+    for (const auto& d : golden::set().model_dirs) {
+        const std::string p = golden::dir() + "/" + d + "/config.json";
         Config c = load_config(p);
         EXPECT_EQ(c.hidden_size, c.num_heads * c.head_dim) << p;
         expect_same(c, config_from_json(config_to_json(c), "round trip"));

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include "error_util.h"
+#include "golden_util.h"
 
 #include <filesystem>
 #include <fstream>
@@ -299,18 +300,11 @@ TEST_F(ModelDirTest, MakeDirs) {
                      "cannot create directory " + p("x/f") + ": a file is in the way");
 }
 
-// The golden model directories, where this machine has them (skipped in CI).
+// Every model directory of the golden set.
 TEST(ModelDirGolden, EveryGoldenDirectoryChecksOut) {
-    namespace fs = std::filesystem;
+    GOLDEN_USE(golden::set().model_dirs, "model directory");
     std::vector<std::string> dirs;
-    for (const char* r : {"/work/shared/golden/models", "/work/shared/golden/eval/models",
-                          "/work/shared/golden/trajectory/models"}) {
-        std::error_code ec;
-        if (!fs::is_directory(r, ec)) continue;
-        for (const auto& d : fs::directory_iterator(r))
-            if (fs::exists(d.path() / "config.json")) dirs.push_back(d.path());
-    }
-    if (dirs.empty()) GTEST_SKIP() << "no golden models on this machine";
+    for (const auto& d : golden::set().model_dirs) dirs.push_back(golden::dir() + "/" + d);
     for (const auto& d : dirs) {
         ModelFiles mf(d);
         EXPECT_NO_THROW(check_params_against_file(mf)) << d;
