@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "core/error.h"
 #include "core/fs.h"
 #include "io/config_json.h"
+#include "model/layout.h"
 
 using namespace pldr;
 
@@ -134,31 +136,13 @@ Config parse(const std::string& text) {
     return config_from_json(text, "cfg.json");
 }
 
+// Every field of the config table compares equal (the table's own comparison: a field added
+// to the table is compared here with no change to this test).
 void expect_same(const Config& a, const Config& b) {
-    EXPECT_EQ(a.vocab_size, b.vocab_size);
-    EXPECT_EQ(a.hidden_size, b.hidden_size);
-    EXPECT_EQ(a.intermediate_size, b.intermediate_size);
-    EXPECT_EQ(a.num_layers, b.num_layers);
-    EXPECT_EQ(a.num_heads, b.num_heads);
-    EXPECT_EQ(a.head_dim, b.head_dim);
-    EXPECT_EQ(a.max_position, b.max_position);
-    EXPECT_EQ(a.layer_norm_eps, b.layer_norm_eps);
-    EXPECT_EQ(a.rope_theta, b.rope_theta);
-    EXPECT_EQ(a.reference_rope, b.reference_rope);
-    EXPECT_EQ(a.attention_bias, b.attention_bias);
-    EXPECT_EQ(a.glu_bias, b.glu_bias);
-    EXPECT_EQ(a.final_bias, b.final_bias);
-    EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
-    EXPECT_EQ(a.num_reslayerA, b.num_reslayerA);
-    EXPECT_EQ(a.num_denseA, b.num_denseA);
-    EXPECT_EQ(a.A_dff, b.A_dff);
-    EXPECT_EQ(a.g_type, b.g_type);
-    EXPECT_EQ(a.cache_first_G, b.cache_first_G);
-    EXPECT_EQ(a.pad_token_id, b.pad_token_id);
-    EXPECT_EQ(a.bos_token_id, b.bos_token_id);
-    EXPECT_EQ(a.eos_token_id, b.eos_token_id);
-    EXPECT_EQ(a.hidden_act, b.hidden_act);
-    EXPECT_EQ(a.dtype, b.dtype);
+    for (const auto& f : config_fields())
+        if (f.same) {
+            EXPECT_TRUE(f.same(a, b)) << "config field " << f.key;
+        }
 }
 
 }  // namespace
@@ -472,7 +456,95 @@ TEST(ConfigJson, ValidateConfigInCode) {
     EXPECT_ERROR_HAS(validate_config(b, "x"), "key 'hidden_act' is 'relu'");
     b = c;
     b.A_dff = 0;
-    EXPECT_ERROR_HAS(validate_config(b, "x"), "key 'A_dff' must be a positive integer, got 0");
+    EXPECT_ERROR_HAS(validate_config(b, "x"), "key 'A_dff' must be a positive integer");
     b.g_type = GType::EXTERNAL;  // unused with a fixed G
     validate_config(b, "x");
 }
+
+namespace {
+
+// Every field of the config table survives write → read with a non-default value, and no
+// other field moves: a key that config_to_json forgot, or that config_from_json reads into the
+// wrong member, fails here.
+TEST(ConfigTable, EveryFieldRoundTrips) {
+    const Config base = parse(kTinyV510);
+    int varied = 0;
+    for (const auto& f : config_fields()) {
+        if (!f.vary) continue;
+        Config c = base;
+        f.vary(c);
+        ASSERT_NO_THROW(validate_config(c, f.key)) << f.key << ": vary() must stay valid";
+        EXPECT_FALSE(f.same(c, base)) << f.key << ": vary() must change the field";
+        const std::string text = config_to_json(c);
+        EXPECT_NE(text.find(std::string("\"") + f.key + "\""), std::string::npos) << f.key;
+        const Config back = config_from_json(text, f.key);
+        expect_same(c, back);
+        EXPECT_FALSE(f.same(back, base)) << f.key << " was dropped on the way";
+        ++varied;
+    }
+    // Every Config member has its row (a member without one would never reach config.json):
+    // the table covers these keys, the constants included.
+    std::set<std::string> keys;
+    for (const auto& f : config_fields()) keys.insert(f.key);
+    for (const char* k : {"vocab_size",
+                          "hidden_size",
+                          "intermediate_size",
+                          "num_hidden_layers",
+                          "num_attention_heads",
+                          "head_dim",
+                          "hidden_act",
+                          "max_position_embeddings",
+                          "layer_norm_eps",
+                          "pad_token_id",
+                          "bos_token_id",
+                          "eos_token_id",
+                          "tie_word_embeddings",
+                          "rope_theta",
+                          "attention_bias",
+                          "glu_bias",
+                          "final_bias",
+                          "reference_rope",
+                          "num_reslayerA",
+                          "num_denseA",
+                          "A_dff",
+                          "custom_G_type",
+                          "cache_first_G",
+                          "dtype"})
+        EXPECT_TRUE(keys.count(k)) << k;
+    EXPECT_GE(varied, 22);
+}
+
+// Null and absent token ids behave as the spec says: null = no such token (-1, written back as
+// null), absent = the §9.2 default. A model with a null pad id loads.
+TEST(ConfigTable, NullAndAbsentTokenIds) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(kTinyV510);
+    j["pad_token_id"] = nullptr;
+    j["bos_token_id"] = nullptr;
+    j.erase("eos_token_id");
+    const Config c = parse(j.dump());
+    EXPECT_EQ(c.pad_token_id, -1);
+    EXPECT_EQ(c.bos_token_id, -1);
+    EXPECT_EQ(c.eos_token_id, Config{}.eos_token_id);
+    const auto back = nlohmann::json::parse(config_to_json(c));
+    EXPECT_TRUE(back["pad_token_id"].is_null());
+    EXPECT_TRUE(back["bos_token_id"].is_null());
+    EXPECT_EQ(back["eos_token_id"], 3);
+    EXPECT_NO_THROW(pldr::make_layout(c));
+}
+
+// The limits are checked before anything is allocated, with the key in the message.
+TEST(ConfigTable, SizeLimits) {
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, int64_t>>{{"num_hidden_layers", 100000},
+                                                      {"num_reslayerA", 2147483647},
+                                                      {"num_denseA", 5000},
+                                                      {"vocab_size", int64_t(1) << 30},
+                                                      {"max_position_embeddings", int64_t(1) << 30},
+                                                      {"A_dff", int64_t(1) << 20}}) {
+        nlohmann::ordered_json j = nlohmann::ordered_json::parse(kTinyV510);
+        j[key] = value;
+        EXPECT_ERROR_HAS(parse(j.dump()), "key '" + key + "' must be a positive integer");
+    }
+}
+
+}  // namespace

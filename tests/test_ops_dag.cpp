@@ -1,6 +1,6 @@
 // Tests for the DAG regularizer (src/ops/dag.*): expm, the overflow-safe log-trace, exact and
-// reference-mode values and gradients, and the golden loss.dag* values (when PLDR_GOLDEN_DIR is
-// set).
+// reference-mode values and gradients, and the golden loss.dag* values of every DAG fixture
+// under PLDR_GOLDEN_DIR.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "golden_util.h"
 #include "io/safetensors.h"
 #include "ops/dag.h"
 
@@ -452,40 +453,44 @@ TEST(DagReference, TinyAndSignConventions) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Golden: loss.dagA / dagAp / dagG of e_tiny_v510_dag (mean over layer, batch, head).
+// Golden: loss.dagA / dagAp / dagG of every DAG fixture (mean over layer, batch, head).
 
-TEST(DagGolden, TinyDagLossValues) {
-    const char* env = std::getenv("PLDR_GOLDEN_DIR");
-    const std::string dir = (env && *env) ? env : PLDR_SOURCE_DIR "/tests/golden";
-    for (const char* dtype : {"f64", "f32"}) {
-        const std::string path = dir + "/e_tiny_v510_dag." + dtype + ".safetensors";
-        if (!std::filesystem::exists(path)) GTEST_SKIP() << "missing " << path;
-        pldr::SafetensorsFile f(path);
-        const struct {
-            const char* fam;
-            const char* loss;
-        } fams[] = {{"A_LM", "loss.dagA"}, {"Ap", "loss.dagAp"}, {"G_LM", "loss.dagG"}};
-        for (const auto& fm : fams) {
-            Mat X;
-            int64_t n = 0;
-            for (int l = 0; l < 2; ++l) {
-                const auto t = f.read<double>("fwd.layer" + std::to_string(l) + "." + fm.fam);
-                n = t.dim(-1);
-                X.insert(X.end(), t.data.begin(), t.data.end());
+TEST(DagGolden, DagLossValues) {
+    GOLDEN_USE(golden::set().steps, "single-step");
+    int sets = 0;
+    for (const auto& fx : golden::set().steps) {
+        if (!fx.dag()) continue;
+        ++sets;
+        const int64_t L = fx.side["config"]["num_layers"].get<int64_t>();
+        for (const char* dtype : {"f64", "f32"}) {
+            pldr::SafetensorsFile f(fx.path(dtype));
+            const struct {
+                const char* fam;
+                const char* loss;
+            } fams[] = {{"A_LM", "loss.dagA"}, {"Ap", "loss.dagAp"}, {"G_LM", "loss.dagG"}};
+            for (const auto& fm : fams) {
+                Mat X;
+                int64_t n = 0;
+                for (int64_t l = 0; l < L; ++l) {
+                    const auto t = f.read<double>("fwd.layer" + std::to_string(l) + "." + fm.fam);
+                    n = t.dim(-1);
+                    X.insert(X.end(), t.data.begin(), t.data.end());
+                }
+                const int64_t count = int64_t(X.size()) / (n * n);
+                const double want = f.read<double>(fm.loss)[0];
+                const double ref = pldr::dag_mean(X.data(), count, n, DagMode::REFERENCE_F32);
+                const double ex = pldr::dag_mean(X.data(), count, n, DagMode::EXACT);
+                const double rr = std::fabs(ref - want) / want, re = std::fabs(ex - want) / want;
+                std::printf(
+                    "[dag golden %s] %-10s want %.9g  REFERENCE_F32 %.9g (rel %.2e)  "
+                    "EXACT %.9g (rel %.2e)\n",
+                    dtype, fm.loss, want, ref, rr, ex, re);
+                EXPECT_LT(rr, 1e-6) << dtype << " " << fm.loss;
+                EXPECT_LT(re, 1e-5) << dtype << " " << fm.loss;
             }
-            const int64_t count = int64_t(X.size()) / (n * n);
-            const double want = f.read<double>(fm.loss)[0];
-            const double ref = pldr::dag_mean(X.data(), count, n, DagMode::REFERENCE_F32);
-            const double ex = pldr::dag_mean(X.data(), count, n, DagMode::EXACT);
-            const double rr = std::fabs(ref - want) / want, re = std::fabs(ex - want) / want;
-            std::printf(
-                "[dag golden %s] %-10s want %.9g  REFERENCE_F32 %.9g (rel %.2e)  "
-                "EXACT %.9g (rel %.2e)\n",
-                dtype, fm.loss, want, ref, rr, ex, re);
-            EXPECT_LT(rr, 1e-6) << dtype << " " << fm.loss;
-            EXPECT_LT(re, 1e-5) << dtype << " " << fm.loss;
         }
     }
+    EXPECT_GT(sets, 0) << "no DAG fixture in " << golden::dir();
 }
 
 }  // namespace

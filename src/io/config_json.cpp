@@ -1,4 +1,4 @@
-// config.json <-> Config (see config_json.h).
+// config.json <-> Config through one table of fields (see config_json.h).
 #include "io/config_json.h"
 
 #include <cmath>
@@ -14,8 +14,6 @@ namespace {
 
 using J = nlohmann::ordered_json;
 
-constexpr int64_t kMaxDim = int64_t(1) << 31;  // keeps every product of sizes inside int64
-
 std::string got(const J& v) {
     std::string s = v.dump();
     if (s.size() > 40) s = s.substr(0, 37) + "...";
@@ -30,13 +28,16 @@ bool as_int(const J& v, int64_t* out) {
     return true;
 }
 
+// Typed access to one config.json object; every failure names `where` and the key.
 struct Reader {
     const J& j;
     const std::string& where;
 
     bool present(const char* key) const { return j.contains(key) && !j[key].is_null(); }
+    bool learned_g() const { return !present("custom_G_type"); }
 
     // Positive integer; `required` makes a missing or null key an error, else `def` is returned.
+    // The upper bounds are validate_config's; this only keeps the value inside int64 products.
     int64_t pos_int(const char* key, bool required, int64_t def) const {
         if (!present(key)) {
             if (required)
@@ -47,8 +48,8 @@ struct Reader {
         int64_t v;
         if (!as_int(j[key], &v))
             fail(where, ": key '", key, "' must be a positive integer, got ", got(j[key]));
-        if (v <= 0 || v > kMaxDim)
-            fail(where, ": key '", key, "' must be a positive integer (at most ", kMaxDim,
+        if (v <= 0 || v > (int64_t(1) << 31))
+            fail(where, ": key '", key, "' must be a positive integer (at most ", int64_t(1) << 31,
                  "), got ", v);
         return v;
     }
@@ -82,149 +83,249 @@ struct Reader {
     }
 };
 
-bool known_dtype(const std::string& s) {
-    return s == "float32" || s == "float64" || s == "float16" || s == "bfloat16";
+// One row of the table. `read` parses the key into c (missing/null ⇒ the default, from a
+// default-constructed Config or derived in resolve()); `write` adds it to the object.
+struct Field {
+    ConfigFieldInfo info;
+    void (*read)(const Reader&, Config&);
+    void (*write)(const Config&, J&);
+};
+
+J id_or_null(int64_t v) {
+    return v < 0 ? J(nullptr) : J(v);
+}
+J dim_or_null(const Config& c, int64_t v) {
+    return (!c.learned_g() && v == 0) ? J(nullptr) : J(v);
+}
+
+// A member compared and written as is.
+#define PLDR_SAME(member) [](const Config& a, const Config& b) { return a.member == b.member; }
+
+// The table, in the order of the shipped config.json files (the order config_to_json writes).
+const std::vector<Field>& fields() {
+    static const std::vector<Field> t = {
+        {{"architectures", nullptr, nullptr},
+         [](const Reader&, Config&) {},
+         [](const Config&, J& j) { j["architectures"] = J::array({"PldrllmForCausalLM"}); }},
+        {{"model_type", nullptr, nullptr},
+         [](const Reader& r, Config&) {
+             const std::string mt = r.string("model_type", "pldrllm");
+             PLDR_REQUIRE(mt == "pldrllm", r.where, ": key 'model_type' is '", mt,
+                          "', not a PLDR-LLM config (expected 'pldrllm')");
+         },
+         [](const Config&, J& j) { j["model_type"] = "pldrllm"; }},
+        {{"vocab_size", PLDR_SAME(vocab_size), [](Config& c) { c.vocab_size += 7; }},
+         [](const Reader& r, Config& c) { c.vocab_size = r.pos_int("vocab_size", true, 0); },
+         [](const Config& c, J& j) { j["vocab_size"] = c.vocab_size; }},
+        // hidden_size and intermediate_size: 0 until resolve() derives the default.
+        {{"hidden_size", PLDR_SAME(hidden_size),
+          [](Config& c) {
+              c.num_heads *= 2;
+              c.hidden_size = c.num_heads * c.head_dim;
+          }},
+         [](const Reader& r, Config& c) { c.hidden_size = r.pos_int("hidden_size", false, 0); },
+         [](const Config& c, J& j) { j["hidden_size"] = c.hidden_size; }},
+        {{"intermediate_size", PLDR_SAME(intermediate_size),
+          [](Config& c) { c.intermediate_size += 5; }},
+         [](const Reader& r, Config& c) {
+             c.intermediate_size = r.pos_int("intermediate_size", false, 0);
+         },
+         [](const Config& c, J& j) { j["intermediate_size"] = c.intermediate_size; }},
+        {{"num_hidden_layers", PLDR_SAME(num_layers), [](Config& c) { c.num_layers += 1; }},
+         [](const Reader& r, Config& c) { c.num_layers = r.pos_int("num_hidden_layers", true, 0); },
+         [](const Config& c, J& j) { j["num_hidden_layers"] = c.num_layers; }},
+        {{"num_attention_heads", PLDR_SAME(num_heads),
+          [](Config& c) {
+              c.num_heads += 1;
+              c.hidden_size = c.num_heads * c.head_dim;
+          }},
+         [](const Reader& r, Config& c) {
+             c.num_heads = r.pos_int("num_attention_heads", true, 0);
+         },
+         [](const Config& c, J& j) { j["num_attention_heads"] = c.num_heads; }},
+        {{"head_dim", PLDR_SAME(head_dim),
+          [](Config& c) {
+              c.head_dim += 2;
+              c.hidden_size = c.num_heads * c.head_dim;
+          }},
+         [](const Reader& r, Config& c) {
+             c.head_dim = r.pos_int("head_dim", true, 0);
+             if (c.head_dim % 2 != 0)
+                 fail(r.where, ": key 'head_dim' must be even (RoPE rotates pairs), got ",
+                      c.head_dim);
+         },
+         [](const Config& c, J& j) { j["head_dim"] = c.head_dim; }},
+        // hidden_act: only "silu" is valid, so there is no other value to vary to.
+        {{"hidden_act", PLDR_SAME(hidden_act), nullptr},
+         [](const Reader& r, Config& c) {
+             c.hidden_act = r.string("hidden_act", Config{}.hidden_act);
+         },
+         [](const Config& c, J& j) { j["hidden_act"] = c.hidden_act; }},
+        {{"max_position_embeddings", PLDR_SAME(max_position),
+          [](Config& c) { c.max_position += 3; }},
+         [](const Reader& r, Config& c) {
+             c.max_position = r.pos_int("max_position_embeddings", false, Config{}.max_position);
+         },
+         [](const Config& c, J& j) { j["max_position_embeddings"] = c.max_position; }},
+        {{"initializer_range", nullptr, nullptr},
+         [](const Reader& r, Config&) { (void)r.number("initializer_range", 0.02); },
+         [](const Config&, J& j) { j["initializer_range"] = 0.02; }},
+        {{"layer_norm_eps", PLDR_SAME(layer_norm_eps), [](Config& c) { c.layer_norm_eps = 1e-5; }},
+         [](const Reader& r, Config& c) {
+             c.layer_norm_eps = r.number("layer_norm_eps", Config{}.layer_norm_eps);
+         },
+         [](const Config& c, J& j) { j["layer_norm_eps"] = c.layer_norm_eps; }},
+        {{"use_cache", nullptr, nullptr},
+         [](const Reader& r, Config&) { (void)r.boolean("use_cache", true); },
+         [](const Config&, J& j) { j["use_cache"] = true; }},
+        {{"output_pldr_attentions", nullptr, nullptr},
+         [](const Reader& r, Config&) { (void)r.boolean("output_pldr_attentions", false); },
+         [](const Config&, J& j) { j["output_pldr_attentions"] = false; }},
+        {{"pad_token_id", PLDR_SAME(pad_token_id), [](Config& c) { c.pad_token_id = -1; }},
+         [](const Reader& r, Config& c) {
+             c.pad_token_id = r.token_id("pad_token_id", Config{}.pad_token_id);
+         },
+         [](const Config& c, J& j) { j["pad_token_id"] = id_or_null(c.pad_token_id); }},
+        {{"bos_token_id", PLDR_SAME(bos_token_id), [](Config& c) { c.bos_token_id = 1; }},
+         [](const Reader& r, Config& c) {
+             c.bos_token_id = r.token_id("bos_token_id", Config{}.bos_token_id);
+         },
+         [](const Config& c, J& j) { j["bos_token_id"] = id_or_null(c.bos_token_id); }},
+        {{"eos_token_id", PLDR_SAME(eos_token_id), [](Config& c) { c.eos_token_id = -1; }},
+         [](const Reader& r, Config& c) {
+             c.eos_token_id = r.token_id("eos_token_id", Config{}.eos_token_id);
+         },
+         [](const Config& c, J& j) { j["eos_token_id"] = id_or_null(c.eos_token_id); }},
+        {{"tie_word_embeddings", PLDR_SAME(tie_word_embeddings),
+          [](Config& c) { c.tie_word_embeddings = !c.tie_word_embeddings; }},
+         [](const Reader& r, Config& c) {
+             c.tie_word_embeddings = r.boolean("tie_word_embeddings", Config{}.tie_word_embeddings);
+         },
+         [](const Config& c, J& j) { j["tie_word_embeddings"] = c.tie_word_embeddings; }},
+        {{"rope_theta", PLDR_SAME(rope_theta), [](Config& c) { c.rope_theta = 500000.0; }},
+         [](const Reader& r, Config& c) {
+             c.rope_theta = r.number("rope_theta", Config{}.rope_theta);
+         },
+         [](const Config& c, J& j) { j["rope_theta"] = c.rope_theta; }},
+        {{"rope_scaling", nullptr, nullptr},
+         [](const Reader& r, Config&) {
+             // Checked against reference_rope in resolve().
+             (void)r;
+         },
+         [](const Config&, J& j) { j["rope_scaling"] = nullptr; }},
+        {{"attention_bias", PLDR_SAME(attention_bias),
+          [](Config& c) { c.attention_bias = !c.attention_bias; }},
+         [](const Reader& r, Config& c) {
+             c.attention_bias = r.boolean("attention_bias", Config{}.attention_bias);
+         },
+         [](const Config& c, J& j) { j["attention_bias"] = c.attention_bias; }},
+        {{"glu_bias", PLDR_SAME(glu_bias), [](Config& c) { c.glu_bias = !c.glu_bias; }},
+         [](const Reader& r, Config& c) { c.glu_bias = r.boolean("glu_bias", Config{}.glu_bias); },
+         [](const Config& c, J& j) { j["glu_bias"] = c.glu_bias; }},
+        {{"final_bias", PLDR_SAME(final_bias), [](Config& c) { c.final_bias = !c.final_bias; }},
+         [](const Reader& r, Config& c) {
+             c.final_bias = r.boolean("final_bias", Config{}.final_bias);
+         },
+         [](const Config& c, J& j) { j["final_bias"] = c.final_bias; }},
+        {{"reference_rope", PLDR_SAME(reference_rope),
+          [](Config& c) { c.reference_rope = !c.reference_rope; }},
+         [](const Reader& r, Config& c) {
+             c.reference_rope = r.boolean("reference_rope", Config{}.reference_rope);
+         },
+         [](const Config& c, J& j) { j["reference_rope"] = c.reference_rope; }},
+        {{"attention_dropout", nullptr, nullptr},
+         [](const Reader& r, Config&) {
+             const double dropout = r.number("attention_dropout", 0.0);
+             if (dropout != 0.0)
+                 fail(r.where, ": key 'attention_dropout' is ", dropout,
+                      " but dropout is not implemented (only 0.0)");
+         },
+         [](const Config&, J& j) { j["attention_dropout"] = 0.0; }},
+        {{"num_reslayerA", PLDR_SAME(num_reslayerA), [](Config& c) { c.num_reslayerA += 1; }},
+         [](const Reader& r, Config& c) {
+             c.num_reslayerA = r.pos_int("num_reslayerA", r.learned_g(), 0);
+         },
+         [](const Config& c, J& j) { j["num_reslayerA"] = dim_or_null(c, c.num_reslayerA); }},
+        {{"num_denseA", PLDR_SAME(num_denseA), [](Config& c) { c.num_denseA += 1; }},
+         [](const Reader& r, Config& c) {
+             c.num_denseA = r.pos_int("num_denseA", r.learned_g(), 0);
+         },
+         [](const Config& c, J& j) { j["num_denseA"] = dim_or_null(c, c.num_denseA); }},
+        {{"A_dff", PLDR_SAME(A_dff), [](Config& c) { c.A_dff += 4; }},
+         [](const Reader& r, Config& c) { c.A_dff = r.pos_int("A_dff", r.learned_g(), 0); },
+         [](const Config& c, J& j) { j["A_dff"] = dim_or_null(c, c.A_dff); }},
+        {{"custom_G_type", PLDR_SAME(g_type), [](Config& c) { c.g_type = GType::RANDOM; }},
+         [](const Reader& r, Config& c) {
+             if (!r.present("custom_G_type")) {
+                 c.g_type = GType::LEARNED;
+                 return;
+             }
+             const std::string g = r.string("custom_G_type", "");
+             if (g == "identity")
+                 c.g_type = GType::IDENTITY;
+             else if (g == "random")
+                 c.g_type = GType::RANDOM;
+             else if (g == "external")
+                 c.g_type = GType::EXTERNAL;
+             else
+                 fail(r.where, ": key 'custom_G_type' is '", g,
+                      "' (expected null, 'identity', 'random' or 'external')");
+         },
+         [](const Config& c, J& j) {
+             j["custom_G_type"] = c.learned_g() ? J(nullptr) : J(g_type_name(c.g_type));
+         }},
+        {{"cache_first_G", PLDR_SAME(cache_first_G),
+          [](Config& c) { c.cache_first_G = !c.cache_first_G; }},
+         [](const Reader& r, Config& c) {
+             c.cache_first_G = r.boolean("cache_first_G", Config{}.cache_first_G);
+         },
+         [](const Config& c, J& j) { j["cache_first_G"] = c.cache_first_G; }},
+        {{"dtype", PLDR_SAME(dtype), [](Config& c) { c.dtype = "bfloat16"; }},
+         [](const Reader& r, Config& c) {
+             // The older torch_dtype is read where dtype is absent.
+             c.dtype = r.string(r.present("dtype") ? "dtype" : "torch_dtype", Config{}.dtype);
+         },
+         [](const Config& c, J& j) { j["dtype"] = c.dtype; }},
+    };
+    return t;
+}
+
+#undef PLDR_SAME
+
+// The defaults that depend on other keys, and the checks across keys that name a key the
+// validator does not see.
+void resolve(const Reader& r, Config& c) {
+    const int64_t d = c.num_heads * c.head_dim;
+    if (c.hidden_size == 0) c.hidden_size = d;
+    if (c.hidden_size != d)
+        fail(r.where, ": key 'hidden_size' is ", c.hidden_size,
+             " but num_attention_heads*head_dim = ", c.num_heads, "*", c.head_dim, " = ", d);
+    if (c.intermediate_size == 0)
+        c.intermediate_size = default_intermediate_size(c.num_heads, c.head_dim);
+    if (r.present("rope_scaling") && !c.reference_rope)
+        fail(r.where, ": key 'rope_scaling' is ", got(r.j["rope_scaling"]),
+             " but RoPE scaling is not implemented (only null is supported when "
+             "reference_rope is false)");
 }
 
 }  // namespace
 
-int64_t default_intermediate_size(int64_t num_heads, int64_t head_dim) {
-    // HF: int(hidden_size * 4 * 2 / 3) — an integer product, then a true division, floored.
-    return num_heads * head_dim * 4 * 2 / 3;
-}
-
-void validate_config(const Config& c, const std::string& where) {
-    auto positive = [&](const char* key, int64_t v) {
-        PLDR_REQUIRE(v > 0 && v <= kMaxDim, where, ": key '", key,
-                     "' must be a positive integer, got ", v);
-    };
-    positive("vocab_size", c.vocab_size);
-    positive("num_hidden_layers", c.num_layers);
-    positive("num_attention_heads", c.num_heads);
-    positive("head_dim", c.head_dim);
-    positive("hidden_size", c.hidden_size);
-    positive("intermediate_size", c.intermediate_size);
-    positive("max_position_embeddings", c.max_position);
-    PLDR_REQUIRE(c.head_dim % 2 == 0, where,
-                 ": key 'head_dim' must be even (RoPE rotates pairs), got ", c.head_dim);
-    PLDR_REQUIRE(c.hidden_size == c.num_heads * c.head_dim, where, ": key 'hidden_size' is ",
-                 c.hidden_size, " but num_attention_heads*head_dim = ", c.num_heads, "*",
-                 c.head_dim, " = ", c.num_heads * c.head_dim);
-    if (c.learned_g()) {
-        positive("A_dff", c.A_dff);
-        positive("num_reslayerA", c.num_reslayerA);
-        positive("num_denseA", c.num_denseA);
-    } else {
-        // Unused with a fixed G: 0 means "not given"; anything else must still be sensible.
-        PLDR_REQUIRE(c.A_dff >= 0 && c.num_reslayerA >= 0 && c.num_denseA >= 0, where,
-                     ": keys 'A_dff', 'num_reslayerA', 'num_denseA' must not be negative");
-    }
-    PLDR_REQUIRE(std::isfinite(c.layer_norm_eps) && c.layer_norm_eps > 0, where,
-                 ": key 'layer_norm_eps' must be > 0, got ", c.layer_norm_eps);
-    PLDR_REQUIRE(std::isfinite(c.rope_theta) && c.rope_theta > 0, where,
-                 ": key 'rope_theta' must be > 0, got ", c.rope_theta);
-    PLDR_REQUIRE(c.hidden_act == "silu", where, ": key 'hidden_act' is '", c.hidden_act,
-                 "' but only 'silu' is implemented");
-    PLDR_REQUIRE(known_dtype(c.dtype), where, ": key 'dtype' is '", c.dtype,
-                 "' (expected float32, float64, float16 or bfloat16)");
-    auto token = [&](const char* key, int64_t v) {
-        PLDR_REQUIRE(v >= -1 && v < c.vocab_size, where, ": key '", key, "' is ", v,
-                     ", outside the vocabulary [0,", c.vocab_size, ")");
-    };
-    token("pad_token_id", c.pad_token_id);
-    token("bos_token_id", c.bos_token_id);
-    token("eos_token_id", c.eos_token_id);
+const std::vector<ConfigFieldInfo>& config_fields() {
+    static const std::vector<ConfigFieldInfo> t = [] {
+        std::vector<ConfigFieldInfo> v;
+        for (const auto& f : fields()) v.push_back(f.info);
+        return v;
+    }();
+    return t;
 }
 
 Config config_from_json(const std::string& json_text, const std::string& where) {
     J j = parse_json_strict(json_text, where);
     if (!j.is_object()) fail(where, ": config.json must be a JSON object, got a ", j.type_name());
-    Reader r{j, where};
+    const Reader r{j, where};
     Config c;
-
-    if (r.present("model_type")) {
-        std::string mt = r.string("model_type", "pldrllm");
-        PLDR_REQUIRE(mt == "pldrllm", where, ": key 'model_type' is '", mt,
-                     "', not a PLDR-LLM config (expected 'pldrllm')");
-    }
-
-    // custom_G_type first: it decides which keys are required.
-    if (r.present("custom_G_type")) {
-        std::string g = r.string("custom_G_type", "");
-        if (g == "identity")
-            c.g_type = GType::IDENTITY;
-        else if (g == "random")
-            c.g_type = GType::RANDOM;
-        else if (g == "external")
-            c.g_type = GType::EXTERNAL;
-        else
-            fail(where, ": key 'custom_G_type' is '", g,
-                 "' (expected null, 'identity', 'random' or 'external')");
-    } else {
-        c.g_type = GType::LEARNED;
-    }
-
-    c.vocab_size = r.pos_int("vocab_size", true, 0);
-    c.num_layers = r.pos_int("num_hidden_layers", true, 0);
-    c.num_heads = r.pos_int("num_attention_heads", true, 0);
-    c.head_dim = r.pos_int("head_dim", true, 0);
-    if (c.head_dim % 2 != 0)
-        fail(where, ": key 'head_dim' must be even (RoPE rotates pairs), got ", c.head_dim);
-    const int64_t d = c.num_heads * c.head_dim;
-    c.hidden_size = r.pos_int("hidden_size", false, d);
-    if (c.hidden_size != d)
-        fail(where, ": key 'hidden_size' is ", c.hidden_size,
-             " but num_attention_heads*head_dim = ", c.num_heads, "*", c.head_dim, " = ", d);
-    c.intermediate_size =
-        r.pos_int("intermediate_size", false, default_intermediate_size(c.num_heads, c.head_dim));
-    c.max_position = r.pos_int("max_position_embeddings", false, c.max_position);
-
-    const bool learned = c.learned_g();
-    c.A_dff = r.pos_int("A_dff", learned, 0);
-    c.num_reslayerA = r.pos_int("num_reslayerA", learned, 0);
-    c.num_denseA = r.pos_int("num_denseA", learned, 0);
-
-    c.hidden_act = r.string("hidden_act", c.hidden_act);
-    if (c.hidden_act != "silu")
-        fail(where, ": key 'hidden_act' is '", c.hidden_act, "' but only 'silu' is implemented");
-
-    c.layer_norm_eps = r.number("layer_norm_eps", c.layer_norm_eps);
-    if (!(c.layer_norm_eps > 0) || !std::isfinite(c.layer_norm_eps))
-        fail(where, ": key 'layer_norm_eps' must be > 0, got ", j["layer_norm_eps"].dump());
-    c.rope_theta = r.number("rope_theta", c.rope_theta);
-    if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
-        fail(where, ": key 'rope_theta' must be > 0, got ", j["rope_theta"].dump());
-
-    c.reference_rope = r.boolean("reference_rope", c.reference_rope);
-    if (r.present("rope_scaling") && !c.reference_rope)
-        fail(where, ": key 'rope_scaling' is ", got(j["rope_scaling"]),
-             " but RoPE scaling is not implemented (only null is supported when "
-             "reference_rope is false)");
-
-    double dropout = r.number("attention_dropout", 0.0);
-    if (dropout != 0.0)
-        fail(where, ": key 'attention_dropout' is ", dropout,
-             " but dropout is not implemented (only 0.0)");
-    (void)r.number("initializer_range", 0.02);
-    (void)r.boolean("use_cache", true);
-    (void)r.boolean("output_pldr_attentions", false);
-
-    c.attention_bias = r.boolean("attention_bias", c.attention_bias);
-    c.glu_bias = r.boolean("glu_bias", c.glu_bias);
-    c.final_bias = r.boolean("final_bias", c.final_bias);
-    c.tie_word_embeddings = r.boolean("tie_word_embeddings", c.tie_word_embeddings);
-    c.cache_first_G = r.boolean("cache_first_G", c.cache_first_G);
-
-    c.pad_token_id = r.token_id("pad_token_id", c.pad_token_id);
-    c.bos_token_id = r.token_id("bos_token_id", c.bos_token_id);
-    c.eos_token_id = r.token_id("eos_token_id", c.eos_token_id);
-
-    const char* dkey = r.present("dtype") ? "dtype" : "torch_dtype";
-    c.dtype = r.string(dkey, "float32");
-    if (!known_dtype(c.dtype))
-        fail(where, ": key '", dkey, "' is '", c.dtype,
-             "' (expected float32, float64, float16 or bfloat16)");
-
+    for (const auto& f : fields()) f.read(r, c);
+    resolve(r, c);
     validate_config(c, where);
     return c;
 }
@@ -234,40 +335,8 @@ Config load_config(const std::string& path) {
 }
 
 std::string config_to_json(const Config& c) {
-    auto id_or_null = [](int64_t v) { return v < 0 ? J(nullptr) : J(v); };
-    auto dim_or_null = [&](int64_t v) { return (!c.learned_g() && v == 0) ? J(nullptr) : J(v); };
     J j = J::object();
-    j["architectures"] = J::array({"PldrllmForCausalLM"});
-    j["model_type"] = "pldrllm";
-    j["vocab_size"] = c.vocab_size;
-    j["hidden_size"] = c.hidden_size;
-    j["intermediate_size"] = c.intermediate_size;
-    j["num_hidden_layers"] = c.num_layers;
-    j["num_attention_heads"] = c.num_heads;
-    j["head_dim"] = c.head_dim;
-    j["hidden_act"] = c.hidden_act;
-    j["max_position_embeddings"] = c.max_position;
-    j["initializer_range"] = 0.02;
-    j["layer_norm_eps"] = c.layer_norm_eps;
-    j["use_cache"] = true;
-    j["output_pldr_attentions"] = false;
-    j["pad_token_id"] = id_or_null(c.pad_token_id);
-    j["bos_token_id"] = id_or_null(c.bos_token_id);
-    j["eos_token_id"] = id_or_null(c.eos_token_id);
-    j["tie_word_embeddings"] = c.tie_word_embeddings;
-    j["rope_theta"] = c.rope_theta;
-    j["rope_scaling"] = nullptr;
-    j["attention_bias"] = c.attention_bias;
-    j["glu_bias"] = c.glu_bias;
-    j["final_bias"] = c.final_bias;
-    j["reference_rope"] = c.reference_rope;
-    j["attention_dropout"] = 0.0;
-    j["num_reslayerA"] = dim_or_null(c.num_reslayerA);
-    j["num_denseA"] = dim_or_null(c.num_denseA);
-    j["A_dff"] = dim_or_null(c.A_dff);
-    j["custom_G_type"] = c.learned_g() ? J(nullptr) : J(g_type_name(c.g_type));
-    j["cache_first_G"] = c.cache_first_G;
-    j["dtype"] = c.dtype;
+    for (const auto& f : fields()) f.write(c, j);
     return j.dump(2) + "\n";
 }
 

@@ -1,5 +1,6 @@
 // Model configuration: the keys of the Hugging Face PLDR-LLM config.json (spec §9.2, §11.6),
-// resolved to concrete integers. Parsing and validation live in io/config_json.
+// resolved to concrete integers. The one validator lives here (validate_config); the one table
+// of config.json fields (key, parse, default, write, compare) lives in io/config_json.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,7 +29,7 @@ struct Config {
     int64_t A_dff = 170;
     GType g_type = GType::LEARNED;
     bool cache_first_G = false;
-    int64_t pad_token_id = 0;
+    int64_t pad_token_id = 0;  // token ids: -1 = null in config.json (no such token)
     int64_t bos_token_id = 2;
     int64_t eos_token_id = 3;
     std::string hidden_act = "silu";
@@ -37,6 +38,29 @@ struct Config {
     int64_t d() const { return hidden_size; }
     bool learned_g() const { return g_type == GType::LEARNED; }
 };
+
+// Upper bounds checked before anything is allocated (a config.json is untrusted input). Every
+// product of sizes the code forms stays far inside int64 and the bounds sit far above any
+// PLDR-LLM (the 110M model: 12 layers, 12 heads, dk 64, vocab 32000, context 1024).
+struct ConfigLimits {
+    static constexpr int64_t vocab = int64_t(1) << 24;
+    static constexpr int64_t layers = 1024;
+    static constexpr int64_t heads = 1024;
+    static constexpr int64_t head_dim = 4096;
+    static constexpr int64_t hidden = int64_t(1) << 16;
+    static constexpr int64_t intermediate = int64_t(1) << 20;
+    static constexpr int64_t positions = int64_t(1) << 22;
+    static constexpr int64_t A_dff = int64_t(1) << 16;
+    static constexpr int64_t res_units = 1024;    // num_reslayerA
+    static constexpr int64_t dense_units = 1024;  // num_denseA
+};
+
+// Checks every rule of spec §9.2/§11.6 and the limits above; throws pldr::Error with one line
+// that starts with `where` and names the config.json key. Token ids may be -1 (null).
+void validate_config(const Config& c, const std::string& where);
+
+// floor(H·dk·4·2/3), the default FFN width (spec §11.6).
+int64_t default_intermediate_size(int64_t num_heads, int64_t head_dim);
 
 inline const char* g_type_name(GType g) {
     switch (g) {

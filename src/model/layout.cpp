@@ -10,39 +10,12 @@ const ParamEntry* Layout::find(const std::string& name) const {
     return it == index.end() ? nullptr : &entries[it->second];
 }
 
-void validate_config(const Config& c) {
-    auto pos = [](int64_t v, const char* k) {
-        PLDR_REQUIRE(v > 0, "config: ", k, " must be a positive integer (got ", v, ")");
-    };
-    pos(c.vocab_size, "vocab_size");
-    pos(c.num_layers, "num_hidden_layers");
-    pos(c.num_heads, "num_attention_heads");
-    pos(c.head_dim, "head_dim");
-    pos(c.intermediate_size, "intermediate_size");
-    pos(c.max_position, "max_position_embeddings");
-    PLDR_REQUIRE(c.head_dim % 2 == 0, "config: head_dim must be even for RoPE (got ", c.head_dim,
-                 ")");
-    PLDR_REQUIRE(c.hidden_size == c.num_heads * c.head_dim, "config: hidden_size ", c.hidden_size,
-                 " must equal num_attention_heads * head_dim = ", c.num_heads * c.head_dim);
-    PLDR_REQUIRE(c.layer_norm_eps > 0, "config: layer_norm_eps must be > 0");
-    PLDR_REQUIRE(c.rope_theta > 0, "config: rope_theta must be > 0");
-    if (c.learned_g()) {
-        pos(c.A_dff, "A_dff");
-        pos(c.num_reslayerA, "num_reslayerA");
-        pos(c.num_denseA, "num_denseA");
-    }
-    PLDR_REQUIRE(c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size,
-                 "config: pad_token_id out of range");
-    PLDR_REQUIRE(c.eos_token_id >= 0 && c.eos_token_id < c.vocab_size,
-                 "config: eos_token_id out of range");
-}
-
 Shape past_g_shape(const Config& c) {
     return {c.num_layers, 3, 1, c.num_heads, c.head_dim, c.head_dim};
 }
 
 Layout make_layout(const Config& c) {
-    validate_config(c);
+    validate_config(c, "config");
     Layout L;
     auto add = [&](const std::string& name, Shape s) {
         ParamEntry e{name, std::move(s), L.total, 0};

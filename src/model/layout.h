@@ -25,9 +25,8 @@ struct Layout {
     const ParamEntry* find(const std::string& name) const;
 };
 
-// Checks the config for internal consistency (throws pldr::Error) and returns the layout.
+// Checks the config (validate_config) and returns the layout.
 Layout make_layout(const Config& cfg);
-void validate_config(const Config& cfg);
 // Shape of the fixed-G buffer `decoder.past_G_values` [L,3,1,H,dk,dk] (fixed-G models only).
 Shape past_g_shape(const Config& cfg);
 
