@@ -22,6 +22,7 @@ struct World {
     int threads = 0;   // OpenMP threads of this rank (set at init: OMP_NUM_THREADS if given, else
                        // max(1, cores / local_size), so the host's cores are not oversubscribed)
     int cores = 0;     // cores of this host (std::thread::hardware_concurrency)
+    int affinity = 0;  // cores this process may run on (its CPU affinity mask; mpirun may bind)
 };
 
 // The job this process belongs to; initialises MPI on first call when launched by mpirun/srun

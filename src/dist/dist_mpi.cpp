@@ -3,6 +3,7 @@
 // and calls MPI_Abort, which stops every rank of the job.
 #include <mpi.h>
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -38,6 +39,9 @@ void finalize_at_exit() {
 World init() {
     World w;
     w.cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    w.affinity = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : w.cores;
     const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") ||
                           std::getenv("PMI_SIZE") || std::getenv("PMI_RANK");
     if (!launched) {
@@ -62,7 +66,8 @@ World init() {
     if (omp && *omp) {
         w.threads = omp_get_max_threads();
     } else {
-        w.threads = std::max(1, w.cores / std::max(1, w.local_size));
+        // cores / ranks on this host, but no more than the cores this rank is bound to.
+        w.threads = std::max(1, std::min(w.affinity, w.cores / std::max(1, w.local_size)));
         omp_set_num_threads(w.threads);
     }
     return w;

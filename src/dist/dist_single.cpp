@@ -19,6 +19,7 @@ const World& world() {
         World x;
         x.cores = int(std::max(1u, std::thread::hardware_concurrency()));
         x.threads = omp_get_max_threads();
+        x.affinity = x.cores;
         return x;
     }();
     return w;

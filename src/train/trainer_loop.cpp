@@ -67,6 +67,7 @@ ojson maths(const TrainOptions& o) {
     j["clip_norm"] = o.clip_norm;
     j["dtype"] = o.dtype;
     j["fixed_g_identity"] = o.fixed_g_identity;
+    if (o.numerics != "reference") j["numerics"] = o.numerics;  // older checkpoints lack it
     j["preset"] = o.preset;
     j["config"] = o.config_path;
     return j;
@@ -92,6 +93,7 @@ void apply_maths(TrainOptions& o, const ojson& j, const std::string& where) {
         o.clip_norm = j.at("clip_norm");
         o.dtype = j.at("dtype");
         o.fixed_g_identity = j.at("fixed_g_identity");
+        o.numerics = j.value("numerics", "reference");
     } catch (const nlohmann::json::exception& e) {
         fail(where, ": the training state's options are incomplete (", e.what(), ")");
     }
@@ -195,6 +197,12 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         apply_maths(merged, stored, o.resume_dir);
         // Explicitly changed maths options are refused (the caller passes them via o.given).
         for (const std::string& k : o.given) {
+            if (k == "numerics") {
+                const std::string was = stored.value("numerics", "reference");
+                PLDR_REQUIRE(was == o.numerics, "--numerics ", o.numerics,
+                             " differs from the checkpoint's ", was, " (", o.resume_dir,
+                             "); a resumed run keeps its training options");
+            }
             if (k == "steps" || !stored.contains(k) || !given.contains(k)) continue;
             if (k == "warmup" && o.warmup < 0) continue;
             PLDR_REQUIRE(stored[k] == given[k], "--", k, " ", given[k].dump(),
@@ -231,6 +239,17 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
                      ": not the training data the checkpoint in ", o.resume_dir,
                      " was trained on (checksum differs)");
         o = merged;
+        if (ck.world_size != P) {
+            // Another number of ranks: keep the global batch (and so the maths), split anew.
+            const int64_t global = ck.world_size * o.batch;
+            PLDR_REQUIRE(global % P == 0, o.resume_dir, ": the checkpoint's global batch of ",
+                         global, " chunks (", ck.world_size, " ranks x ", o.batch,
+                         ") does not split over ", P,
+                         " ranks; resume with a number of ranks "
+                         "that divides ",
+                         global);
+            o.batch = global / P;
+        }
         PLDR_REQUIRE(fs::absolute(o.resume_dir) == fs::absolute(o.out_dir) ||
                          !fs::exists(fs::path(o.out_dir) / kTrainStateFile),
                      o.out_dir, " already holds another training checkpoint; choose another --out");
@@ -273,6 +292,10 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         dist::broadcast(model.params.data(), model.layout.total * int64_t(sizeof(T)), 0,
                         "broadcasting the weights");
     }
+
+    PLDR_REQUIRE(o.numerics == "reference" || o.numerics == "exact",
+                 "--numerics must be reference or exact (got '", o.numerics, "')");
+    model.reference_numerics = o.numerics == "reference";
 
     // Context: the shard's chunk length unless a shorter one is asked for.
     if (o.ctx == 0) o.ctx = train.ctx();
@@ -384,6 +407,9 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
           << world.threads << " OpenMP thread" << (world.threads > 1 ? "s" : "") << " = "
           << world.local_size * world.threads << " threads on the host's " << world.cores
           << " cores" << (world.local_size * world.threads > world.cores ? " (OVERSUBSCRIBED)" : "")
+          << (world.affinity < world.cores
+                  ? ", each rank bound to " + std::to_string(world.affinity) + " core(s)"
+                  : std::string())
           << "; global batch " << P * o.batch
           << (o.accum > 1 ? " x " + std::to_string(o.accum) : "")
           << " chunks; AdamW moments per rank " << double(trainer.optimizer_bytes()) * mib
@@ -392,17 +418,15 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
                       : "unsharded; --zero1 divides it by " + std::to_string(P))
           << ")";
         msg(s.str());
-        if (resume && ck.world_size != P)
-            msg("note: the checkpoint was written by " + std::to_string(ck.world_size) +
-                " rank(s); " + std::to_string(P) +
-                " continue the same data stream, so the global batch is now " +
-                std::to_string(P * o.batch) + " chunks (was " +
-                std::to_string(ck.world_size * o.batch) + ")");
     }
+    if (resume && ck.world_size != P)
+        msg("note: the checkpoint was written by " + std::to_string(ck.world_size) + " rank(s); " +
+            std::to_string(P) + " continue the same data stream with the same global batch of " +
+            std::to_string(P * o.batch) + " chunks (" + std::to_string(o.batch) + " per rank)");
 
     auto do_eval = [&](int64_t step) {
         if (!valid || !root) return;  // rank 0 evaluates; the others wait at the next step
-        const EvalResult e = evaluate_shard(trainer, *valid, o.ctx, o.batch, o.eval_batches);
+        const EvalResult e = evaluate_shard(trainer, *valid, o.ctx, P * o.batch, o.eval_batches);
         out.has_eval = true;
         out.last_eval = e;
         ojson j;

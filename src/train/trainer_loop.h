@@ -24,6 +24,10 @@ struct TrainOptions {
     std::string resume_dir;         // continue from this checkpoint ("" = new run)
     std::string metrics_path;       // "" = <out_dir>/metrics.jsonl
     std::string dtype = "f32";      // compute (and checkpoint) precision
+    // "reference": the reference's float32 islands inside float64 (model.h); "exact": pure
+    // float64 (the data-parallel equivalence test needs it: a float32 rounding of q, k or the
+    // DAG terms turns a summation-order difference of 1e-16 into one of 1e-8).
+    std::string numerics = "reference";
 
     // The training maths: stored in the checkpoint; a resumed run must not change them.
     int64_t steps = 1000;  // total optimizer steps (the LR schedule spans them)

@@ -189,6 +189,10 @@ void add_train(CLI::App& app) {
     m["dtype"] = cmd->add_option("--dtype", o.dtype, "compute precision: f32 or f64")
                      ->check(CLI::IsMember({"f32", "f64"}))
                      ->capture_default_str();
+    m["numerics"] = cmd->add_option("--numerics", o.numerics,
+                                    "f64: reference (the reference's float32 islands) or exact")
+                        ->check(CLI::IsMember({"reference", "exact"}))
+                        ->capture_default_str();
     cmd->add_option("--stop-at", o.stop_at, "stop after this step (as an interruption would)");
     cmd->add_option("--eval-every", o.eval_every, "validation period (0 = only at the end)")
         ->capture_default_str();
