@@ -40,11 +40,14 @@ bool have_mpirun() {
     } while (0)
 
 // mpirun on loopback as root, not bound to cores (other tests run beside it).
-std::string mpirun(int np) {
-    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp "
-           "OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo mpirun --oversubscribe "
-           "--bind-to none -np " +
-           std::to_string(np) + " ";
+// With limit_s > 0, under `timeout`.
+std::string mpirun(int np, int limit_s = 0) {
+    return std::string(
+               "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+               "OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo "
+               "OMPI_MCA_oob_tcp_if_include=lo ") +
+           (limit_s > 0 ? "timeout " + std::to_string(limit_s) + " " : "") +
+           "mpirun --oversubscribe --bind-to none -np " + std::to_string(np) + " ";
 }
 
 std::string pldr_bin() {
@@ -203,14 +206,15 @@ TEST(DistMpi, ResumeRestoresEveryRankAndAcceptsAnotherWorldSize) {
     ASSERT_EQ(r.code, 0) << r.err;
     fs::copy(d + "/part", d + "/part1", fs::copy_options::recursive);
     r = sh(mpirun(2) + P + " train --resume " + d + "/part --data " + data + " --out " + d +
-           "/part");
+           "/part --dtype f64");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(cli_test::slurp(d + "/full/model.safetensors") ==
                 cli_test::slurp(d + "/part/model.safetensors"));
     EXPECT_TRUE(cli_test::slurp(d + "/full/train_state.safetensors") ==
                 cli_test::slurp(d + "/part/train_state.safetensors"));
     // One rank.
-    r = sh(P + " train --resume " + d + "/part1 --data " + data + " --out " + d + "/part1");
+    r = sh(P + " train --resume " + d + "/part1 --data " + data + " --out " + d +
+           "/part1 --dtype f64");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.out.find("written by 2 rank(s); 1 continue"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("global batch of 6 chunks (6 per rank)"), std::string::npos) << r.out;
@@ -221,7 +225,7 @@ TEST(DistMpi, ResumeRestoresEveryRankAndAcceptsAnotherWorldSize) {
     // Three ranks cannot split 6 chunks... they can (2 each); four cannot.
     fs::copy(d + "/part1", d + "/part4", fs::copy_options::recursive);
     r = sh(mpirun(4) + P + " train --resume " + d + "/part4 --data " + data + " --out " + d +
-           "/part4 --steps 12");
+           "/part4 --steps 12 --dtype f64");
     EXPECT_NE(r.code, 0);
     EXPECT_NE(r.err.find("does not split over 4 ranks"), std::string::npos) << r.err;
 }
@@ -234,8 +238,8 @@ TEST(DistMpi, AFailingRankStopsTheJob) {
     const std::string P = pldr_bin();
     // MPMD: rank 1 is given a data directory that does not exist.
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = sh("timeout 120 " + mpirun(1) + P + train_args(data, d + "/o", 5, 2) + " : -np 1 " +
-                P + train_args(d + "/missing", d + "/o", 5, 2));
+    auto r = sh(mpirun(1, 120) + P + train_args(data, d + "/o", 5, 2) + " : -np 1 " + P +
+                train_args(d + "/missing", d + "/o", 5, 2));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_NE(r.code, 0);
     EXPECT_NE(r.code, 124) << "the job hung";
@@ -254,10 +258,9 @@ TEST(DistMpi, AHungOrKilledRankStopsTheJob) {
     for (int sig : {SIGSTOP, SIGKILL}) {
         fs::remove_all(d + "/o");
         const std::string log = d + "/log" + std::to_string(sig);
-        const std::string cmd = "timeout 120 " + mpirun(2) + P +
-                                train_args(data, d + "/o", 100000, 2) +
-                                " --dist-timeout 3 --save-every 0 >" + log + ".out 2>" + log +
-                                ".err; echo $? >" + log + ".rc";
+        const std::string cmd = mpirun(2, 120) + P + train_args(data, d + "/o", 100000, 2) +
+                                " --dist-timeout 3 >" + log + ".out 2>" + log + ".err; echo $? >" +
+                                log + ".rc";
         const pid_t child = fork();
         if (child == 0) {
             execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
