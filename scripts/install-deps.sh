@@ -11,6 +11,8 @@ PKGS=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libpng-dev zlib1g-dev
   clang-format
+  libopenmpi-dev openmpi-bin  # data-parallel training (PLDR_MPI, docs/distributed.md)
+  iproute2                    # ip netns: the two-host test (tests/dist_two_hosts.sh)
 )
 if [ "${PLDR_WITH_BROWSER:-0}" = "1" ]; then PKGS+=(chromium); fi
 missing=()
