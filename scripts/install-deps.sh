@@ -12,6 +12,8 @@ PKGS=(
   libpng-dev zlib1g-dev
   libsleef-dev               # torch's float32 cos/sin (the reference's RoPE table)
   clang-format
+  libopenmpi-dev openmpi-bin  # data-parallel training (PLDR_MPI, docs/distributed.md)
+  iproute2                    # ip netns: the two-host test (tests/dist_two_hosts.sh)
 )
 if [ "${PLDR_WITH_BROWSER:-0}" = "1" ]; then PKGS+=(chromium); fi
 missing=()

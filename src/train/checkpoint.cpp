@@ -92,6 +92,7 @@ void save_checkpoint(const std::string& dir, const Model<T>& m, const AdamWState
     w.set_metadata("train_shard_fnv1a64", hex64(info.train_shard_fnv));
     w.set_metadata("model_fnv1a64", hex64(file_fnv((nd / "model.safetensors").string())));
     w.set_metadata("options", info.options_json);
+    w.set_metadata("world_size", std::to_string(info.world_size));
     w.set_metadata("config", read_file((nd / "config.json").string()));
     w.write((nd / kTrainStateFile).string());
     write_file_atomic((nd / kCommit).string(), std::to_string(opt.step) + "\n");
@@ -144,6 +145,10 @@ CheckpointInfo info_from(const SafetensorsFile& f, const std::string& dir) {
     PLDR_REQUIRE(k == 4 && i == rng.size() + 1, dir, ": data_epoch_rng must hold 4 words");
     info.train_shard_fnv = parse_hex64(get("train_shard_fnv1a64"), dir + ": train_shard_fnv1a64");
     info.options_json = get("options");
+    if (md.count("world_size")) {
+        info.world_size = parse_i64(md.at("world_size"), dir + ": world_size");
+        PLDR_REQUIRE(info.world_size >= 1, dir, ": world_size must be >= 1");
+    }
     return info;
 }
 

@@ -7,7 +7,7 @@
 //   format "pldr-train-state", version "1", step, dtype ("f32"|"f64"), data_position,
 //   data_epoch_rng (4 × u64 hex), train_shard_fnv1a64 (hex), model_fnv1a64 (hex FNV-1a 64 of
 //   the model.safetensors bytes it belongs to), options (the training options as JSON),
-//   config (config.json text).
+//   config (config.json text), world_size (data-parallel ranks; optional, default 1).
 //
 // Writing is transactional: the three files go to DIR/.ckpt-new/, then a COMMIT marker is
 // written there, then the files are renamed into DIR one by one, then the marker and the
@@ -32,6 +32,8 @@ struct CheckpointInfo {
     LoaderState data;
     uint64_t train_shard_fnv = 0;
     std::string options_json;  // the training options (trainer_loop.h), JSON text
+    int64_t world_size = 1;    // data-parallel ranks that wrote it (metadata "world_size";
+                               // absent in older checkpoints: 1). data.position is global.
 };
 
 inline constexpr const char* kTrainStateFile = "train_state.safetensors";

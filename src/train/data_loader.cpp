@@ -52,7 +52,16 @@ TokenBatch ChunkLoader::next(int64_t B, std::vector<int64_t>& buf) {
         const int64_t c = chunk_at(pos_++);
         shard_->read(c * shard_->ctx(), ctx_, buf.data() + b * ctx_);
     }
+    // A batch that ends on an epoch boundary draws the next epoch's permutation now, so that
+    // state() records the Rng of the epoch that pos_ is in and a restore redraws the same one.
+    chunk_at(pos_);
     return TokenBatch{buf.data(), B, ctx_};
+}
+
+void ChunkLoader::skip(int64_t n) {
+    PLDR_REQUIRE(n >= 0, "data loader: negative skip ", n);
+    pos_ += n;
+    chunk_at(pos_);  // draws the permutations up to the epoch of pos_ (see next())
 }
 
 void ChunkLoader::restore(const LoaderState& s) {

@@ -32,6 +32,9 @@ class ChunkLoader {
     // points into buf.
     TokenBatch next(int64_t B, std::vector<int64_t>& buf);
 
+    // Skips n chunks of the stream (data parallel: the other ranks' share of a batch).
+    void skip(int64_t n);
+
     LoaderState state() const { return {pos_, epoch_rng_}; }
     // Restores a state from state() of a loader over the same shard, seed and shuffle flag.
     void restore(const LoaderState& s);

@@ -63,7 +63,8 @@ std::vector<DeductiveGrads<T>> dag_terms(const Model<T>& m, const Activations<T>
 
 template <typename T>
 LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
-                          const DagCoeffs& dag, Activations<T>& acts, T* grads, double grad_scale) {
+                          const DagCoeffs& dag, Activations<T>& acts, T* grads, double grad_scale,
+                          double ce_denominator) {
     PLDR_REQUIRE(S1 >= 2, "a training sequence needs at least 2 tokens (got ", S1, ")");
     PLDR_REQUIRE(dag.A >= 0 && dag.Ap >= 0 && dag.G >= 0, "DAG coefficients must be >= 0 (got ",
                  dag.A, ",", dag.Ap, ",", dag.G, ")");
@@ -78,19 +79,21 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     forward(m, in.data(), B, S, acts);
     LossResult r;
     for (int64_t n = 0; n < N; ++n) r.scored += tgt[size_t(n)] != m.cfg.pad_token_id;
-    PLDR_REQUIRE(r.scored > 0, "no scored target tokens in the batch (all are pad)");
+    PLDR_REQUIRE(r.scored > 0 || (grads && ce_denominator > 0),
+                 "no scored target tokens in the batch (all are pad)");
+    const double denominator = ce_denominator > 0 ? ce_denominator : double(r.scored);
     double total = 0;
     Tensor<T>& dlogits = acts.dlogits;
     if (grads) {  // the loss and d loss / d logits in one pass over the logits
         dlogits.resize_for_overwrite({B, S, V});
         total = cross_entropy_fused<T>(dlogits.ptr(), &r.correct, acts.logits.ptr(), tgt.data(), N,
-                                       V, m.cfg.pad_token_id, T(grad_scale / double(r.scored)));
+                                       V, m.cfg.pad_token_id, T(grad_scale / denominator));
     } else {
         total = cross_entropy_forward<T>(nullptr, &r.scored, &r.correct, acts.logits.ptr(),
                                          tgt.data(), N, V, m.cfg.pad_token_id);
     }
-    r.ce = total / double(r.scored);
-    r.accuracy = double(r.correct) / double(r.scored);
+    r.ce = r.scored > 0 ? total / double(r.scored) : 0.0;
+    r.accuracy = r.scored > 0 ? double(r.correct) / double(r.scored) : 0.0;
     r.value = r.ce;
     std::vector<DeductiveGrads<T>> extra;
     if (m.cfg.learned_g()) {
@@ -103,8 +106,10 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
 }
 
 template LossResult loss_and_grads<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
-                                          const DagCoeffs&, Activations<float>&, float*, double);
+                                          const DagCoeffs&, Activations<float>&, float*, double,
+                                          double);
 template LossResult loss_and_grads<double>(const Model<double>&, const int64_t*, int64_t, int64_t,
-                                           const DagCoeffs&, Activations<double>&, double*, double);
+                                           const DagCoeffs&, Activations<double>&, double*, double,
+                                           double);
 
 }  // namespace pldr

@@ -25,9 +25,12 @@ struct LossResult {
 // Runs the forward into `acts`; when grads != null also runs the backward and ACCUMULATES
 // d value / d params · grad_scale into grads. The DAG metrics are computed whenever the model
 // has a learned G, and enter the loss only for positive coefficients.
+// ce_denominator > 0 replaces this batch's scored-token count as the divisor of the CE
+// gradient (data parallel: the gradient of Σ CE / N_global, train/step.h); the batch may then
+// have no scored token at all. The reported ce and accuracy stay this batch's own means.
 template <typename T>
 LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
                           const DagCoeffs& dag, Activations<T>& acts, T* grads,
-                          double grad_scale = 1.0);
+                          double grad_scale = 1.0, double ce_denominator = 0);
 
 }  // namespace pldr

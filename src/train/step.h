@@ -28,6 +28,7 @@ struct StepResult {
     int64_t clipped = 0;   // gradient elements with |g| > clip_value (VALUE mode)
     double grad_norm = 0;  // global 2-norm before clipping
     int64_t step = 0;      // optimizer steps taken after this one
+    double comm_s = 0;     // data parallel: seconds in the gradient and parameter collectives
 };
 
 // A batch of training sequences: tokens [B, S1] (input = tokens[:, :-1], targets = [:, 1:]).
@@ -36,10 +37,24 @@ struct TokenBatch {
     int64_t B = 0, S1 = 0;
 };
 
+// Data parallelism (docs/distributed.md). Under mpirun (dist::world().size > 1) every rank
+// calls step() with its own micro-batches, the same number of the same shape on every rank;
+// the step is that of one process given the union of the ranks' micro-batches j as its
+// micro-batch j: the CE gradient is divided by the global count of scored tokens of each
+// micro-batch (not averaged over ranks' means), the DAG terms are averaged over the global
+// batch. The summed gradient is reduce-scattered (each rank gets one contiguous shard),
+// clipped, and then either all-gathered for an identical full AdamW step on every rank, or,
+// with zero1, only the rank's shard of the parameters is updated with its shard of the moments
+// (ZeRO stage 1: optimizer memory / N) and the parameters are all-gathered. Both give the same
+// bits. Outside mpirun these options change nothing.
+struct DistOptions {
+    bool zero1 = false;
+};
+
 template <typename T>
 class Trainer {
   public:
-    Trainer(Model<T>& model, const TrainConfig& cfg);
+    Trainer(Model<T>& model, const TrainConfig& cfg, const DistOptions& dist = {});
 
     // One optimizer step over `micro` micro-batches (gradient accumulation: the loss is the
     // mean of the micro-batch losses). Step k (1-based) uses lr = schedule.lr(k − 1), so the
@@ -52,17 +67,35 @@ class Trainer {
     LossResult evaluate(const TokenBatch& b);
 
     Model<T>& model() { return model_; }
+    // This rank's optimizer state: the whole buffer, or with zero1 the rank's shard
+    // [shard_begin(), shard_begin() + optimizer().size()).
     AdamWState<T>& optimizer() { return opt_; }
     const AdamWState<T>& optimizer() const { return opt_; }
     const TrainConfig& config() const { return cfg_; }
     int64_t steps_done() const { return opt_.step; }
+    bool sharded() const { return sharded_; }
+    int64_t shard_begin() const { return lo_; }
+    // Bytes of AdamW moments this rank holds.
+    int64_t optimizer_bytes() const { return 2 * opt_.size() * int64_t(sizeof(T)); }
+
+    // Collective. The full optimizer state for a checkpoint, valid on rank 0: `opt_` itself,
+    // or the shards gathered into `scratch`.
+    const AdamWState<T>& full_optimizer(AdamWState<T>& scratch);
+    // Collective. Installs rank 0's full optimizer state `full` (ignored on other ranks) on
+    // every rank (broadcast, or scattered into the shards with zero1).
+    void set_optimizer(AdamWState<T>&& full);
 
   private:
+    StepResult step_distributed(const std::vector<TokenBatch>& micro);
+
     Model<T>& model_;
     TrainConfig cfg_;
     AdamWState<T> opt_;
     std::vector<T> grads_;
     Activations<T> acts_;
+    bool distributed_ = false, sharded_ = false;
+    int64_t lo_ = 0, shard_n_ = 0;  // this rank's shard of the flat parameter buffer
+    std::vector<T> gshard_;         // the reduced gradient of the shard
 };
 
 }  // namespace pldr

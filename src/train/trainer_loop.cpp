@@ -6,12 +6,14 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "dist/dist.h"
 #include "io/config_json.h"
 #include "model/init.h"
 #include "train/checkpoint.h"
@@ -65,6 +67,7 @@ ojson maths(const TrainOptions& o) {
     j["clip_norm"] = o.clip_norm;
     j["dtype"] = o.dtype;
     j["fixed_g_identity"] = o.fixed_g_identity;
+    if (o.numerics != "reference") j["numerics"] = o.numerics;  // older checkpoints lack it
     j["preset"] = o.preset;
     j["config"] = o.config_path;
     return j;
@@ -90,6 +93,7 @@ void apply_maths(TrainOptions& o, const ojson& j, const std::string& where) {
         o.clip_norm = j.at("clip_norm");
         o.dtype = j.at("dtype");
         o.fixed_g_identity = j.at("fixed_g_identity");
+        o.numerics = j.value("numerics", "reference");
     } catch (const nlohmann::json::exception& e) {
         fail(where, ": the training state's options are incomplete (", e.what(), ")");
     }
@@ -136,10 +140,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// FNV-1a 64 of a buffer (the parameters' agreement check across ranks).
+template <typename T>
+uint64_t buffer_fnv(const std::vector<T>& v) {
+    return fnv1a64(v.data(), v.size() * sizeof(T));
+}
+
 template <typename T>
 TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
+    const dist::World& world = dist::world();
+    const int P = world.size;
+    const bool root = world.rank == 0;
     auto msg = [&](const std::string& s) {
-        if (hooks.message) hooks.message(s);
+        if (root && hooks.message) hooks.message(s);
     };
     PLDR_REQUIRE(!o.out_dir.empty(), "--out is required");
     PLDR_REQUIRE(!o.data_dir.empty(), "--data is required");
@@ -166,7 +179,9 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
     Model<T> model;
     AdamWState<T> opt;
     CheckpointInfo ck;
-    if (resume) {
+    // Rank 0 builds the model (new run) or loads the checkpoint; the others receive it below.
+    if (!root) {
+    } else if (resume) {
         PLDR_REQUIRE(recover_checkpoint(o.resume_dir), o.resume_dir,
                      ": not a training checkpoint (no ", kTrainStateFile, ")");
         const CheckpointInfo peek = read_checkpoint_info(o.resume_dir);
@@ -182,6 +197,12 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         apply_maths(merged, stored, o.resume_dir);
         // Explicitly changed maths options are refused (the caller passes them via o.given).
         for (const std::string& k : o.given) {
+            if (k == "numerics") {
+                const std::string was = stored.value("numerics", "reference");
+                PLDR_REQUIRE(was == o.numerics, "--numerics ", o.numerics,
+                             " differs from the checkpoint's ", was, " (", o.resume_dir,
+                             "); a resumed run keeps its training options");
+            }
             if (k == "steps" || !stored.contains(k) || !given.contains(k)) continue;
             if (k == "warmup" && o.warmup < 0) continue;
             PLDR_REQUIRE(stored[k] == given[k], "--", k, " ", given[k].dump(),
@@ -218,6 +239,17 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
                      ": not the training data the checkpoint in ", o.resume_dir,
                      " was trained on (checksum differs)");
         o = merged;
+        if (ck.world_size != P) {
+            // Another number of ranks: keep the global batch (and so the maths), split anew.
+            const int64_t global = ck.world_size * o.batch;
+            PLDR_REQUIRE(global % P == 0, o.resume_dir, ": the checkpoint's global batch of ",
+                         global, " chunks (", ck.world_size, " ranks x ", o.batch,
+                         ") does not split over ", P,
+                         " ranks; resume with a number of ranks "
+                         "that divides ",
+                         global);
+            o.batch = global / P;
+        }
         PLDR_REQUIRE(fs::absolute(o.resume_dir) == fs::absolute(o.out_dir) ||
                          !fs::exists(fs::path(o.out_dir) / kTrainStateFile),
                      o.out_dir, " already holds another training checkpoint; choose another --out");
@@ -232,6 +264,38 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         init_weights(model, o.seed);
         opt = AdamWState<T>(model.layout.total);
     }
+    if (P > 1) {
+        // Rank 0's options, model config and data position, then its weights, to every rank.
+        std::string blob;
+        if (root) {
+            ojson b;
+            b["options"] = maths(o);
+            b["config"] = config_to_json(model.cfg);
+            b["step"] = ck.step;
+            b["position"] = ck.data.position;
+            b["rng"] = ck.data.epoch_rng;
+            b["world_size"] = ck.world_size;
+            blob = b.dump();
+        }
+        dist::broadcast(blob, 0, "broadcasting the run's setup");
+        if (!root) {
+            const ojson b = ojson::parse(blob);
+            apply_maths(o, b.at("options"), "rank 0");
+            o.preset = b["options"].value("preset", "");
+            o.config_path = b["options"].value("config", "");
+            model = Model<T>(config_from_json(b.at("config").get<std::string>(), "rank 0"));
+            ck.step = b.at("step");
+            ck.data.position = b.at("position");
+            ck.data.epoch_rng = b.at("rng");
+            ck.world_size = b.at("world_size");
+        }
+        dist::broadcast(model.params.data(), model.layout.total * int64_t(sizeof(T)), 0,
+                        "broadcasting the weights");
+    }
+
+    PLDR_REQUIRE(o.numerics == "reference" || o.numerics == "exact",
+                 "--numerics must be reference or exact (got '", o.numerics, "')");
+    model.reference_numerics = o.numerics == "reference";
 
     // Context: the shard's chunk length unless a shorter one is asked for.
     if (o.ctx == 0) o.ctx = train.ctx();
@@ -253,8 +317,11 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
     const TrainConfig tc = o.train_config();
     tc.validate();
 
-    Trainer<T> trainer(model, tc);
-    trainer.optimizer() = std::move(opt);
+    Trainer<T> trainer(model, tc, DistOptions{o.zero1});
+    trainer.set_optimizer(std::move(opt));
+    // The global data stream, the same on every rank: each step consumes P·batch chunks per
+    // micro-batch, of which rank r takes the r-th run of `batch`. The position is global, so a
+    // checkpoint resumes with any number of ranks.
     ChunkLoader loader(train, o.ctx, o.seed, o.shuffle);
     if (resume) loader.restore(ck.data);
 
@@ -262,11 +329,13 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
     out.start_step = trainer.steps_done();
     out.step = out.start_step;
     out.num_params = model.num_params();
-    if (valid) out.valid_unigram_entropy = unigram_entropy(*valid, model.cfg.pad_token_id);
+    out.ranks = P;
+    if (valid && root) out.valid_unigram_entropy = unigram_entropy(*valid, model.cfg.pad_token_id);
 
     const std::string metrics_path =
         o.metrics_path.empty() ? (fs::path(o.out_dir) / "metrics.jsonl").string() : o.metrics_path;
-    MetricsLog metrics(metrics_path, resume ? out.start_step : -1);
+    std::optional<MetricsLog> metrics;  // rank 0 writes the metrics
+    if (root) metrics.emplace(metrics_path, resume ? out.start_step : -1);
     const std::string options_json = maths(o).dump();
     std::string tokenizer_src;  // from the prepared corpus' meta.json, when it is there
     {
@@ -289,8 +358,25 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         info.data = loader.state();
         info.train_shard_fnv = train.checksum();
         info.options_json = options_json;
-        save_checkpoint(o.out_dir, model, trainer.optimizer(), info);
+        info.world_size = P;
+        AdamWState<T> scratch;
+        const AdamWState<T>& full = trainer.full_optimizer(scratch);  // collective
+        if (P > 1) {
+            // Every rank must hold the same parameters (the step is identical on every rank);
+            // checked at each checkpoint through their hashes.
+            const uint64_t h = buffer_fnv(model.params);
+            const double mine[2] = {double(h >> 32), double(h & 0xffffffffu)};
+            std::vector<double> all(size_t(2 * P));
+            dist::allgather_values(mine, all.data(), 2, "comparing the parameters across ranks");
+            for (int r = 1; r < P; ++r)
+                if (all[size_t(2 * r)] != all[0] || all[size_t(2 * r + 1)] != all[1])
+                    dist::abort_all(cat("the parameters of rank ", r,
+                                        " differ from rank 0's at step ", info.step,
+                                        " (the ranks diverged)"));
+        }
         last_saved = info.step;
+        if (!root) return;
+        save_checkpoint(o.out_dir, model, full, info);
         // The tokenizer the shards were prepared with, so that DIR is a complete model directory.
         const fs::path tok = fs::path(o.out_dir) / "tokenizer.model";
         if (!tokenizer_src.empty() && !fs::exists(tok)) {
@@ -313,10 +399,34 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
               << out.valid_unigram_entropy << " nats/token";
         msg(s.str());
     }
+    if (P > 1) {
+        const double mib = 1.0 / (1 << 20);
+        const int64_t plain = 2 * model.layout.total * int64_t(sizeof(T));
+        std::ostringstream s;
+        s << "data parallel: " << P << " ranks (" << world.local_size << " on this host) x "
+          << world.threads << " OpenMP thread" << (world.threads > 1 ? "s" : "") << " = "
+          << world.local_size * world.threads << " threads on the host's " << world.cores
+          << " cores" << (world.local_size * world.threads > world.cores ? " (OVERSUBSCRIBED)" : "")
+          << (world.affinity < world.cores
+                  ? ", each rank bound to " + std::to_string(world.affinity) + " core(s)"
+                  : std::string())
+          << "; global batch " << P * o.batch
+          << (o.accum > 1 ? " x " + std::to_string(o.accum) : "")
+          << " chunks; AdamW moments per rank " << double(trainer.optimizer_bytes()) * mib
+          << " MiB ("
+          << (o.zero1 ? "ZeRO-1; unsharded " + std::to_string(double(plain) * mib) + " MiB"
+                      : "unsharded; --zero1 divides it by " + std::to_string(P))
+          << ")";
+        msg(s.str());
+    }
+    if (resume && ck.world_size != P)
+        msg("note: the checkpoint was written by " + std::to_string(ck.world_size) + " rank(s); " +
+            std::to_string(P) + " continue the same data stream with the same global batch of " +
+            std::to_string(P * o.batch) + " chunks (" + std::to_string(o.batch) + " per rank)");
 
     auto do_eval = [&](int64_t step) {
-        if (!valid) return;
-        const EvalResult e = evaluate_shard(trainer, *valid, o.ctx, o.batch, o.eval_batches);
+        if (!valid || !root) return;  // rank 0 evaluates; the others wait at the next step
+        const EvalResult e = evaluate_shard(trainer, *valid, o.ctx, P * o.batch, o.eval_batches);
         out.has_eval = true;
         out.last_eval = e;
         ojson j;
@@ -330,20 +440,24 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         j["dagAp"] = e.dagAp;
         j["dagG"] = e.dagG;
         j["tokens"] = e.tokens;
-        metrics.write(j);
+        if (metrics) metrics->write(j);
         if (hooks.on_eval) hooks.on_eval(EvalReport{e, step});
     };
 
     const auto t0 = std::chrono::steady_clock::now();
     double train_seconds = 0;
     int64_t tokens_done = 0;
-    const int64_t tokens_per_step = o.batch * o.accum * (o.ctx - 1);
+    const int64_t tokens_per_step = int64_t(P) * o.batch * o.accum * (o.ctx - 1);
+    double comm_seconds = 0;
     std::vector<std::vector<int64_t>> bufs(size_t(o.accum));
     std::vector<TokenBatch> micro(size_t(o.accum));
     while (trainer.steps_done() < o.steps) {
         const auto ts = std::chrono::steady_clock::now();
-        for (int64_t a = 0; a < o.accum; ++a)
+        for (int64_t a = 0; a < o.accum; ++a) {
+            loader.skip(world.rank * o.batch);
             micro[size_t(a)] = loader.next(o.batch, bufs[size_t(a)]);
+            loader.skip((P - 1 - world.rank) * o.batch);
+        }
         StepResult r;
         try {
             r = trainer.step(micro);
@@ -354,6 +468,7 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
                                  : std::string("no checkpoint had been written yet"));
         }
         train_seconds += seconds_since(ts);
+        comm_seconds += r.comm_s;
         tokens_done += tokens_per_step;
         const int64_t step = trainer.steps_done();
         out.step = step;
@@ -381,13 +496,20 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         j["tokens"] = step * tokens_per_step;
         j["tokens_per_s"] = rep.tokens_per_s;
         j["elapsed_s"] = rep.elapsed_s;
-        metrics.write(j);
-        if (hooks.on_step) hooks.on_step(rep);
+        if (P > 1) {
+            j["ranks"] = P;
+            j["comm_s"] = r.comm_s;
+        }
+        if (metrics) metrics->write(j);
+        if (root && hooks.on_step) hooks.on_step(rep);
 
         const bool last = step == o.steps;
         if ((o.eval_every > 0 && step % o.eval_every == 0) || last) do_eval(step);
         const bool stop_at = o.stop_at > 0 && step == o.stop_at && !last;
-        const bool interrupted = hooks.stop_flag && hooks.stop_flag->load() && !last;
+        // Every rank stops at the same step when any of them was asked to.
+        const bool interrupted =
+            dist::any(hooks.stop_flag && hooks.stop_flag->load(), "agreeing on a stop request") &&
+            !last;
         if (last || stop_at || interrupted || (o.save_every > 0 && step % o.save_every == 0))
             save();
         if (stop_at || interrupted) {
@@ -396,7 +518,10 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         }
     }
     if (trainer.steps_done() == o.steps && last_saved != o.steps) save();
+    dist::barrier("waiting for rank 0 to write the checkpoint");
     out.tokens_per_s = train_seconds > 0 ? double(tokens_done) / train_seconds : 0;
+    out.comm_s_per_step =
+        out.step > out.start_step ? comm_seconds / double(out.step - out.start_step) : 0;
     return out;
 }
 
@@ -407,9 +532,18 @@ std::string TrainOptions::maths_json() const {
 }
 
 TrainOutcome run_training(const TrainOptions& opts, const TrainHooks& hooks) {
-    if (opts.dtype == "f32") return run_typed<float>(opts, hooks);
-    if (opts.dtype == "f64") return run_typed<double>(opts, hooks);
-    fail("--dtype must be f32 or f64 (got '", opts.dtype, "')");
+    PLDR_REQUIRE(opts.dist_timeout >= 0 && std::isfinite(opts.dist_timeout),
+                 "--dist-timeout must be > 0 seconds (got ", opts.dist_timeout, ")");
+    if (opts.dist_timeout > 0) dist::set_timeout(opts.dist_timeout);
+    const bool multi = dist::world().size > 1;
+    try {
+        if (opts.dtype == "f32") return run_typed<float>(opts, hooks);
+        if (opts.dtype == "f64") return run_typed<double>(opts, hooks);
+        fail("--dtype must be f32 or f64 (got '", opts.dtype, "')");
+    } catch (const Error& e) {
+        if (multi) dist::abort_all(e.what());  // stops every rank, never a hang
+        throw;
+    }
 }
 
 }  // namespace pldr

@@ -24,6 +24,10 @@ struct TrainOptions {
     std::string resume_dir;         // continue from this checkpoint ("" = new run)
     std::string metrics_path;       // "" = <out_dir>/metrics.jsonl
     std::string dtype = "f32";      // compute (and checkpoint) precision
+    // "reference": the reference's float32 islands inside float64 (model.h); "exact": pure
+    // float64 (the data-parallel equivalence test needs it: a float32 rounding of q, k or the
+    // DAG terms turns a summation-order difference of 1e-16 into one of 1e-8).
+    std::string numerics = "reference";
 
     // The training maths: stored in the checkpoint; a resumed run must not change them.
     int64_t steps = 1000;  // total optimizer steps (the LR schedule spans them)
@@ -45,6 +49,10 @@ struct TrainOptions {
     int64_t eval_every = 100;  // validation period in steps (0 = only at the end)
     int64_t eval_batches = 8;  // validation batches of `batch` chunks
     int64_t save_every = 500;  // checkpoint period in steps (0 = only at the end / on stop)
+
+    // Data parallel (under mpirun; docs/distributed.md). No effect in a single process.
+    bool zero1 = false;       // shard the AdamW moments across ranks (ZeRO stage 1)
+    double dist_timeout = 0;  // seconds a collective may wait (0: PLDR_DIST_TIMEOUT or 300)
 
     // Names of the maths options set explicitly (maths_json keys, e.g. "lr"). On resume, these
     // must equal the checkpoint's (an error otherwise), except "steps", which may extend or
@@ -81,6 +89,8 @@ struct TrainOutcome {
     bool has_eval = false;
     EvalResult last_eval;
     double valid_unigram_entropy = -1;  // nats/token of the valid shard (−1: no valid shard)
+    double comm_s_per_step = 0;         // data parallel: mean seconds per step in the collectives
+    int ranks = 1;                      // data-parallel ranks
 };
 
 struct TrainHooks {
@@ -94,6 +104,12 @@ struct TrainHooks {
 // Runs training. Throws pldr::Error (one line) on bad options, bad data, a checkpoint that does
 // not fit, or a refused (non-finite) step — in the last case the checkpoint on disk (the last
 // good one) is left untouched and the message says which step it holds.
+//
+// Under mpirun (dist::world().size > 1) every rank calls it with the same options: rank 0
+// builds or loads the model and broadcasts it, each rank trains on its slice of every global
+// batch (rank r takes chunks r·batch … (r+1)·batch − 1 of each group of size·batch in the data
+// stream), rank 0 alone evaluates, calls the hooks and writes metrics and checkpoints, and an
+// error on any rank prints "pldr: error: rank R of N: …" and stops every rank (MPI_Abort).
 TrainOutcome run_training(const TrainOptions& opts, const TrainHooks& hooks = {});
 
 }  // namespace pldr

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "common.h"
+#include "dist/dist.h"
 #include "train/trainer_loop.h"
 
 namespace pldr::cli {
@@ -122,8 +123,13 @@ int run_train(TrainArgs& a) {
     const char* why = out.reason == StopReason::COMPLETED ? "finished"
                       : out.reason == StopReason::STOP_AT ? "stopped (--stop-at)"
                                                           : "interrupted";
-    std::printf("%s at step %lld: checkpoint in %s (%.0f tokens/s)", why, (long long)out.step,
+    if (!dist::is_root()) return 0;  // rank 0 reports
+    std::printf("%s at step %lld: checkpoint in %s (%.0f tokens/s", why, (long long)out.step,
                 o.out_dir.c_str(), out.tokens_per_s);
+    if (out.ranks > 1)
+        std::printf(" over %d ranks; collectives %.1f ms per step", out.ranks,
+                    1e3 * out.comm_s_per_step);
+    std::printf(")");
     if (out.has_eval)
         std::printf("; last validation loss %.4f (unigram entropy %.4f)", out.last_eval.loss,
                     out.valid_unigram_entropy);
@@ -183,6 +189,10 @@ void add_train(CLI::App& app) {
     m["dtype"] = cmd->add_option("--dtype", o.dtype, "compute precision: f32 or f64")
                      ->check(CLI::IsMember({"f32", "f64"}))
                      ->capture_default_str();
+    m["numerics"] = cmd->add_option("--numerics", o.numerics,
+                                    "f64: reference (the reference's float32 islands) or exact")
+                        ->check(CLI::IsMember({"reference", "exact"}))
+                        ->capture_default_str();
     cmd->add_option("--stop-at", o.stop_at, "stop after this step (as an interruption would)");
     cmd->add_option("--eval-every", o.eval_every, "validation period (0 = only at the end)")
         ->capture_default_str();
@@ -192,6 +202,11 @@ void add_train(CLI::App& app) {
     cmd->add_option("--metrics", o.metrics_path, "metrics JSONL (default: OUT/metrics.jsonl)");
     cmd->add_option("--log-every", a->log_every, "log-line period when stdout is not a terminal")
         ->capture_default_str();
+    cmd->add_flag("--zero1", o.zero1,
+                  "under mpirun: shard the AdamW moments across ranks (ZeRO-1, same result)");
+    cmd->add_option("--dist-timeout", o.dist_timeout,
+                    "under mpirun: seconds a collective may wait before every rank is stopped "
+                    "(default: PLDR_DIST_TIMEOUT or 300)");
     cmd->callback([a]() { return run_train(*a); });
 }
 
