@@ -73,7 +73,7 @@ TEST(DistUnit, SkipServesTheSameStream) {
 TEST(DistUnit, GlobalDenominatorGivesTheWholeBatchGradient) {
     Model<double> m(preset_config("tiny", 41));
     init_weights(m, 4);
-    m.reference_numerics = false;
+    m.set_reference_numerics(false);
     const int64_t B = 4, S1 = 9;
     std::vector<int64_t> tok(size_t(B * S1));
     Rng rng(8);

@@ -295,7 +295,7 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
 
     PLDR_REQUIRE(o.numerics == "reference" || o.numerics == "exact",
                  "--numerics must be reference or exact (got '", o.numerics, "')");
-    model.reference_numerics = o.numerics == "reference";
+    model.set_reference_numerics(o.numerics == "reference");
 
     // Context: the shard's chunk length unless a shorter one is asked for.
     if (o.ctx == 0) o.ctx = train.ctx();
