@@ -63,7 +63,9 @@ int guarded(F&& f) {
     } catch (const pldr::InternalError& e) {
         std::fprintf(stderr, "internal error: %s\n", e.what());
         std::abort();
-    } catch (const pldr::Error&) {
+    } catch (const pldr::Error& e) {
+        static const bool verbose = std::getenv("PLDR_FUZZ_VERBOSE") != nullptr;
+        if (verbose) std::fprintf(stderr, "rejected: %s\n", e.what());
     } catch (const std::exception& e) {
         std::fprintf(stderr, "unexpected exception: %s\n", e.what());
         std::abort();

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Builds the seed corpora of the fuzz targets (fuzz/corpus/<target>/) from real files: the
 golden models, the bundled data, and files written by the built `pldr` (G-caches, a training
 checkpoint, a small tokenizer). Run once from the repository root after building `build/pldr`:
@@ -141,10 +141,10 @@ def main():
     with open(txt, "wb") as f:
         f.write(read(os.path.join(ROOT, "data/corpus/tinyshakespeare/valid.txt"))[:60000])
     run("tokenizer", "train", "--input", txt, "--out", os.path.join(tmp, "tok"),
-        "--vocab-size", "300", "--threads", "1", env=env)
-    put("tokenizer", "small300", read(os.path.join(tmp, "tok.model")))
+        "--vocab-size", "400", "--threads", "1", env=env)
+    put("tokenizer", "small400", read(os.path.join(tmp, "tok.model")))
     run("tokenizer", "train", "--input", txt, "--out", os.path.join(tmp, "tokc"),
-        "--vocab-size", "270", "--model-type", "char", "--threads", "1", env=env)
+        "--vocab-size", "400", "--model-type", "char", "--threads", "1", env=env)
     put("tokenizer", "char", read(os.path.join(tmp, "tokc.model")))
 
     # A training checkpoint of a_tiny's shape (vocab 50) on a hand-made shard; its model is the

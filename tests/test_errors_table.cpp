@@ -116,11 +116,14 @@ std::string resume(const std::string& ck) {
 }
 
 struct Case {
+    Case(std::string i, std::function<std::string()> a, std::string n, int c = 1,
+         std::string e = "")
+        : id(std::move(i)), args(std::move(a)), needle(std::move(n)), code(c), env(std::move(e)) {}
     std::string id;
     std::function<std::string()> args;  // sets up the files, returns the pldr arguments
     std::string needle;
-    int code = 1;
-    std::string env;  // environment assignments put before the command
+    int code;
+    std::string env;  // NAME=VALUE set in the environment of the command
 };
 
 std::vector<Case> cases() {

@@ -155,8 +155,10 @@ void check_checkpoint_position(const CheckpointInfo& ck, const TrainOptions& o,
     // Each optimizer step serves batch × accum chunks: any other position is a corrupt or
     // hand-edited state (and a far one would replay or skip data silently).
     PLDR_REQUIRE(o.batch > 0 && o.accum > 0, where, ": batch and accum must be positive");
-    const __int128 want = __int128(ck.step) * o.batch * o.accum;
-    PLDR_REQUIRE(__int128(ck.data.position) == want, where, ": the training state's data_position ",
+    int64_t per_step = 0, want = 0;
+    const bool overflow = __builtin_mul_overflow(o.batch, o.accum, &per_step) ||
+                          __builtin_mul_overflow(ck.step, per_step, &want);
+    PLDR_REQUIRE(!overflow && ck.data.position == want, where, ": the training state's data_position ",
                  ck.data.position, " disagrees with step ", ck.step, " x batch ", o.batch,
                  " x accum ", o.accum, " (corrupt or edited train_state.safetensors)");
 }
