@@ -23,8 +23,12 @@ head -c 40000 "$ROOT/data/corpus/tinyshakespeare/valid.txt" > "$W/text.txt"
 TRAIN=(train --preset tiny --data "$W/data" --steps "$STEPS" --batch 2 --save-every 1
        --eval-every 0 --eval-batches 1 --log-every 1000)
 
-# The uninterrupted reference.
+# The uninterrupted reference; its duration sets the range of the random kill times.
+t0=$(date +%s%N)
 "$PLDR" "${TRAIN[@]}" --out "$W/ref" > /dev/null
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ "$ms" -ge 20 ] || ms=20
+echo "reference run: $STEPS steps in ${ms} ms"
 
 points=(write.partial write.renamed ckpt.model ckpt.state ckpt.commit ckpt.rename
         ckpt.uncommit ckpt.done)
@@ -51,13 +55,14 @@ while [ "$kills" -lt "$KILLS" ]; do
     how="at $p"
   else
     launch PLDR_CRASH_AT=
-    delay=$(printf '0.%03d' $((RANDOM % 1000)))
+    d=$(( (RANDOM * 32768 + RANDOM) % ms ))
+    delay=$(printf '%d.%03d' $((d / 1000)) $((d % 1000)))
     sleep "$delay"
     kill -KILL "$pid" 2>/dev/null || true
     how="after ${delay}s"
   fi
   set +e
-  wait "$pid"
+  { wait "$pid"; } 2>/dev/null
   rc=$?
   set -e
   if [ "$rc" -eq 137 ]; then

@@ -1,6 +1,7 @@
 // Expected checkpoint tensors (see param_names.h).
 #include "io/param_names.h"
 
+#include <cstdio>
 #include <functional>
 #include <map>
 
@@ -120,11 +121,14 @@ std::vector<std::string> param_problems(const ModelFiles& mf) {
     // Before any per-tensor work: a config that implies more tensors than the file holds is
     // reported from the counts alone (the name lists would be as large as the config claims).
     const double want = expected_tensor_count(c);
-    if (want > double(names.size()))
-        return {cat(mf.weights_path(), ": config.json implies ", want,
+    if (want > double(names.size())) {
+        char n[64];
+        std::snprintf(n, sizeof n, "%.0f", want);
+        return {cat(mf.weights_path(), ": config.json implies ", n,
                     " tensors (num_hidden_layers ", c.num_layers, ", num_reslayerA ",
                     c.num_reslayerA, ", num_denseA ", c.num_denseA, ") but the file holds ",
                     names.size())};
+    }
     std::vector<const TensorInfo*> ptrs;
     for (const auto& nm : names) ptrs.push_back(&mf.info(nm));
     return problems_impl(

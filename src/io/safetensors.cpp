@@ -159,7 +159,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     ::close(fd);
     if (map_ == MAP_FAILED) {
         map_ = nullptr;
-        fail("cannot map ", path, ": ", std::strerror(errno));
+        const int e = errno;
+        fail("cannot map ", path, " (", map_size_, " bytes): ", std::strerror(e),
+             e == ENOMEM ? " (the file does not fit in the memory available to this process)"
+                         : "");
     }
     try {
         const uint8_t* base = static_cast<const uint8_t*>(map_);
