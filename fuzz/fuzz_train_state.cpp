@@ -23,8 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                           fs::path(d) / f, fs::copy_options::overwrite_existing);
         return d;
     }();
-    fuzz::write_bytes("ckpt/train_state.safetensors",
-                      {reinterpret_cast<const char*>(data), size});
+    fuzz::write_bytes("ckpt/train_state.safetensors", {reinterpret_cast<const char*>(data), size});
     return fuzz::guarded([&] {
         const CheckpointInfo peek = read_checkpoint_info(dir);
         (void)peek;

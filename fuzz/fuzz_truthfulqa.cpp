@@ -4,7 +4,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using namespace pldr;
-    const std::string p = fuzz::write_bytes("mc_task.json", {reinterpret_cast<const char*>(data), size});
+    const std::string p =
+        fuzz::write_bytes("mc_task.json", {reinterpret_cast<const char*>(data), size});
     return fuzz::guarded([&] {
         std::vector<McItem> mc1, mc2;
         load_truthfulqa(p, &mc1, &mc2);

@@ -30,7 +30,7 @@ ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 [ "$ms" -ge 20 ] || ms=20
 echo "reference run: $STEPS steps in ${ms} ms"
 
-points=(write.partial write.renamed ckpt.model ckpt.state ckpt.commit ckpt.rename
+points=(write.partial write.unsynced write.renamed ckpt.model ckpt.state ckpt.commit ckpt.rename
         ckpt.uncommit ckpt.done)
 D="$W/run"
 launch() {  # launch [env assignments...]: resume when a (possibly half-swapped) checkpoint exists

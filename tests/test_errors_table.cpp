@@ -30,7 +30,9 @@ std::string work() {
     return w;
 }
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
+std::string q(const std::string& s) {
+    return "'" + s + "'";
+}
 
 void write(const std::string& path, const std::string& bytes) {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -67,7 +69,9 @@ std::string st_bytes(const std::string& header, const std::string& data) {
     const uint64_t n = header.size();
     return std::string(reinterpret_cast<const char*>(&n), 8) + header + data;
 }
-void write_st(const std::string& p, const St& s) { write(p, st_bytes(s.header.dump(), s.data)); }
+void write_st(const std::string& p, const St& s) {
+    write(p, st_bytes(s.header.dump(), s.data));
+}
 
 // A G-cache written by pldr generate (learned-G model), copied for editing.
 std::string gcache(const std::string& name) {
@@ -132,97 +136,114 @@ std::vector<Case> cases() {
         return "dump " + q(d) + " --tokens 1,2,3 --out " + q(out);
     };
     // --- outputs that would overwrite inputs ---
-    c.push_back({"OVR-dump-weights", [&] {
+    c.push_back({"OVR-dump-weights",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr1");
                      return dump(d, d + "/model.safetensors");
                  },
                  "would overwrite the input"});
-    c.push_back({"OVR-dump-config", [&] {
+    c.push_back({"OVR-dump-config",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr2");
                      return dump(d, d + "/config.json");
                  },
                  "config.json would overwrite the input"});
-    c.push_back({"OVR-dump-npy-dir", [&] {
+    c.push_back({"OVR-dump-npy-dir",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr3");
                      return dump(d, d);
                  },
                  "is the input directory"});
-    c.push_back({"OVR-dump-symlink", [&] {
+    c.push_back({"OVR-dump-symlink",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr4");
                      fs::remove(work() + "/ovr4-link.safetensors");
-                     fs::create_symlink(d + "/model.safetensors", work() + "/ovr4-link.safetensors");
+                     fs::create_symlink(d + "/model.safetensors",
+                                        work() + "/ovr4-link.safetensors");
                      return dump(d, work() + "/ovr4-link.safetensors");
                  },
                  "would overwrite the input"});
-    c.push_back({"OVR-dump-hardlink", [&] {
+    c.push_back({"OVR-dump-hardlink",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr5");
                      fs::remove(work() + "/ovr5-hard.safetensors");
-                     fs::create_hard_link(d + "/model.safetensors", work() + "/ovr5-hard.safetensors");
+                     fs::create_hard_link(d + "/model.safetensors",
+                                          work() + "/ovr5-hard.safetensors");
                      return dump(d, work() + "/ovr5-hard.safetensors");
                  },
                  "would overwrite the input"});
-    c.push_back({"OVR-grad-weights", [&] {
+    c.push_back({"OVR-grad-weights",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr6");
                      return "grad " + q(d) + " --tokens 1,2,3 --out " + q(d + "/model.safetensors");
                  },
                  "would overwrite the input"});
-    c.push_back({"OVR-generate-gcache", [&] {
+    c.push_back({"OVR-generate-gcache",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr7");
                      return "generate " + q(d) + " --ids 1,2 -n 1 --greedy --save-g-cache " +
                             q(d + "/model.safetensors");
                  },
                  "would overwrite the input"});
-    c.push_back({"OVR-collapse-self", [&] {
+    c.push_back({"OVR-collapse-self",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr8");
                      return "collapse " + q(d) + " --out " + q(d);
                  },
                  "is the input directory"});
-    c.push_back({"OVR-collapse-link", [&] {
+    c.push_back({"OVR-collapse-link",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr9");
                      fs::remove(work() + "/ovr9-link");
                      fs::create_directory_symlink(d, work() + "/ovr9-link");
                      return "collapse " + q(d) + " --out " + q(work() + "/ovr9-link");
                  },
                  "is the input directory"});
-    c.push_back({"OVR-train-model-dir", [&] {
+    c.push_back({"OVR-train-model-dir",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr10");
                      return "train --config " + q(kLearned + "/config.json") + " --data " +
                             q(data_dir()) + " --out " + q(d) + " --steps 2 --batch 2";
                  },
                  "is a model directory that is not a pldr training checkpoint"});
-    c.push_back({"OVR-train-config", [&] {
+    c.push_back({"OVR-train-config",
+                 [&] {
                      auto d = copy_dir(kLearned, "ovr11");
                      fs::remove(d + "/model.safetensors");
                      return "train --config " + q(d + "/config.json") + " --data " + q(data_dir()) +
                             " --out " + q(d) + " --steps 2 --batch 2";
                  },
                  "config.json would overwrite the input"});
-    c.push_back({"OVR-score-requests", [&] {
+    c.push_back({"OVR-score-requests",
+                 [&] {
                      const std::string r = work() + "/ovr12.jsonl";
                      write(r, "{\"context_ids\":[1,2],\"continuation_ids\":[3]}\n");
                      return "score " + q(kLearned) + " --requests " + q(r) + " --out " + q(r);
                  },
                  "would overwrite the input"});
-    c.push_back({"OVR-plot-metrics", [&] {
+    c.push_back({"OVR-plot-metrics",
+                 [&] {
                      const std::string m = work() + "/ovr13.jsonl";
                      write(m, "{\"type\":\"train\",\"step\":1,\"loss\":2.0}\n");
                      return "plot " + q(m) + " --out " + q(m);
                  },
                  "would overwrite the input"});
     // --- unbounded sizes ---
-    for (const auto& [key, v] : std::vector<std::pair<std::string, int64_t>>{
-             {"num_hidden_layers", 100000},
-             {"num_hidden_layers", 2147483647},
-             {"num_reslayerA", 2147483647},
-             {"num_denseA", 2147483647}}) {
-        c.push_back({"SIZE-" + key + "-" + std::to_string(v), [key, v] {
+    for (const auto& [key, v] :
+         std::vector<std::pair<std::string, int64_t>>{{"num_hidden_layers", 100000},
+                                                      {"num_hidden_layers", 2147483647},
+                                                      {"num_reslayerA", 2147483647},
+                                                      {"num_denseA", 2147483647}}) {
+        c.push_back({"SIZE-" + key + "-" + std::to_string(v),
+                     [key, v] {
                          auto d = copy_dir(kLearned, "size-" + key + std::to_string(v));
                          set_config(d, key, v);
                          return "inspect " + q(d);
                      },
                      "tensors (num_hidden_layers"});
     }
-    c.push_back({"SIZE-header-limit", [&] {
+    c.push_back({"SIZE-header-limit",
+                 [&] {
                      // A sparse file: a 101 MiB header is refused before it is read.
                      const std::string p = work() + "/big.safetensors";
                      write(p, "");
@@ -237,14 +258,19 @@ std::vector<Case> cases() {
                      return "inspect " + q(d);
                  },
                  "exceeds the limit of 104857600 bytes"});
-    c.push_back({"SIZE-rank", [&] {
-                     const std::string p = work() + "/rank.safetensors";
-                     write(p, st_bytes(R"({"x":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})",
-                                       std::string(4, '\0')));
-                     return "generate " + q(kLearned) + " --ids 1 -n 1 --greedy --g-cache " + q(p);
-                 },
-                 "rank 9, more than the limit of 8"});
-    c.push_back({"SIZE-numel-vs-file", [&] {
+    c.push_back(
+        {"SIZE-rank",
+         [&] {
+             const std::string p = work() + "/rank.safetensors";
+             write(p,
+                   st_bytes(
+                       R"({"x":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})",
+                       std::string(4, '\0')));
+             return "generate " + q(kLearned) + " --ids 1 -n 1 --greedy --g-cache " + q(p);
+         },
+         "rank 9, more than the limit of 8"});
+    c.push_back({"SIZE-numel-vs-file",
+                 [&] {
                      auto d = copy_dir(kLearned, "size-numel");
                      St s = read_st(d + "/model.safetensors");
                      s.header["final_layer.bias"]["shape"] = {1000000000};
@@ -252,13 +278,15 @@ std::vector<Case> cases() {
                      return "inspect " + q(d);
                  },
                  "needs 4000000000"});
-    c.push_back({"SIZE-json-depth", [&] {
+    c.push_back({"SIZE-json-depth",
+                 [&] {
                      auto d = copy_dir(kLearned, "size-depth");
                      write(d + "/config.json", std::string(100, '[') + std::string(100, ']'));
                      return "inspect " + q(d);
                  },
                  "nested deeper than 64 levels"});
-    c.push_back({"SIZE-jsonl-line", [&] {
+    c.push_back({"SIZE-jsonl-line",
+                 [&] {
                      const std::string r = work() + "/long.jsonl";
                      write(r, "{\"context\":\"" + std::string(17u << 20, 'a') +
                                   "\",\"continuation\":\"b\"}\n");
@@ -266,17 +294,20 @@ std::vector<Case> cases() {
                  },
                  "exceeds the limit of 16777216 bytes"});
     // --- non-finite results ---
-    c.push_back({"NAN-weight-dump", [&] {
+    c.push_back({"NAN-weight-dump",
+                 [&] {
                      auto d = copy_dir(kLearned, "nan1");
                      St s = read_st(d + "/model.safetensors");
-                     const auto off = s.header["decoder.embedding.weight"]["data_offsets"][0].get<size_t>();
+                     const auto off =
+                         s.header["decoder.embedding.weight"]["data_offsets"][0].get<size_t>();
                      const float nan = std::numeric_limits<float>::quiet_NaN();
                      std::memcpy(s.data.data() + off + 4 * 16, &nan, 4);  // token 1, element 0
                      write_st(d + "/model.safetensors", s);
                      return dump(d, work() + "/nan1.safetensors");
                  },
                  "non-finite values; they first appear in fwd.embed_ln"});
-    c.push_back({"NAN-weight-score", [&] {
+    c.push_back({"NAN-weight-score",
+                 [&] {
                      auto d = copy_dir(kLearned, "nan2");
                      St s = read_st(d + "/model.safetensors");
                      const auto off = s.header["final_layer.bias"]["data_offsets"][0].get<size_t>();
@@ -288,18 +319,21 @@ std::vector<Case> cases() {
                      return "score " + q(d) + " --requests " + q(r);
                  },
                  "non-finite logits"});
-    c.push_back({"NAN-weight-grad", [&] {
-                     auto d = copy_dir(kLearned, "nan3");
-                     St s = read_st(d + "/model.safetensors");
-                     const auto off =
-                         s.header["decoder.dec_layers.1.ffn.gluw1.weight"]["data_offsets"][0].get<size_t>();
-                     const float nan = std::numeric_limits<float>::quiet_NaN();
-                     std::memcpy(s.data.data() + off, &nan, 4);
-                     write_st(d + "/model.safetensors", s);
-                     return "grad " + q(d) + " --tokens 1,2,3 --out " + q(work() + "/nan3.safetensors");
-                 },
-                 "non-finite values first appear in fwd.layer1.ffn_out"});
-    c.push_back({"NAN-rope-theta-dump", [&] {
+    c.push_back(
+        {"NAN-weight-grad",
+         [&] {
+             auto d = copy_dir(kLearned, "nan3");
+             St s = read_st(d + "/model.safetensors");
+             const auto off =
+                 s.header["decoder.dec_layers.1.ffn.gluw1.weight"]["data_offsets"][0].get<size_t>();
+             const float nan = std::numeric_limits<float>::quiet_NaN();
+             std::memcpy(s.data.data() + off, &nan, 4);
+             write_st(d + "/model.safetensors", s);
+             return "grad " + q(d) + " --tokens 1,2,3 --out " + q(work() + "/nan3.safetensors");
+         },
+         "non-finite values first appear in fwd.layer1.ffn_out"});
+    c.push_back({"NAN-rope-theta-dump",
+                 [&] {
                      auto d = copy_dir(kLearned, "nan4");
                      set_config(d, "rope_theta", 1e-100);
                      return dump(d, work() + "/nan4.safetensors");
@@ -315,25 +349,34 @@ std::vector<Case> cases() {
             return "generate " + q(kLearned) + " --ids 1,2 -n 1 --greedy --g-cache " + q(p);
         };
     };
-    c.push_back({"META-gcache-format", gmeta("g1", [](St& s) { s.header["__metadata__"]["format"] = "pldr-gcache-9"; }),
+    c.push_back({"META-gcache-format",
+                 gmeta("g1", [](St& s) { s.header["__metadata__"]["format"] = "pldr-gcache-9"; }),
                  "G-cache format 'pldr-gcache-9' is not supported"});
-    c.push_back({"META-gcache-no-format", gmeta("g2", [](St& s) { s.header["__metadata__"].erase("format"); }),
+    c.push_back({"META-gcache-no-format",
+                 gmeta("g2", [](St& s) { s.header["__metadata__"].erase("format"); }),
                  "not a pldr G-cache (no 'format'"});
-    c.push_back({"META-gcache-heads", gmeta("g3", [](St& s) { s.header["__metadata__"]["num_heads"] = "3"; }),
+    c.push_back({"META-gcache-heads",
+                 gmeta("g3", [](St& s) { s.header["__metadata__"]["num_heads"] = "3"; }),
                  "G-cache num_heads '3' does not match the model's 2"});
-    c.push_back({"META-gcache-layers", gmeta("g4", [](St& s) { s.header["__metadata__"]["num_layers"] = "7"; }),
+    c.push_back({"META-gcache-layers",
+                 gmeta("g4", [](St& s) { s.header["__metadata__"]["num_layers"] = "7"; }),
                  "G-cache num_layers '7' does not match the model's 2"});
-    c.push_back({"META-gcache-extra-tensor", gmeta("g5", [](St& s) {
-                     auto e = s.header["gcache.layer0.A_P"];
-                     s.header.erase("gcache.layer0.A_P");
-                     s.header["gcache.layer9.A_P"] = e;
-                 }),
+    c.push_back({"META-gcache-extra-tensor",
+                 gmeta("g5",
+                       [](St& s) {
+                           auto e = s.header["gcache.layer0.A_P"];
+                           s.header.erase("gcache.layer0.A_P");
+                           s.header["gcache.layer9.A_P"] = e;
+                       }),
                  "unexpected tensor 'gcache.layer9.A_P'"});
-    c.push_back({"META-gcache-nan", gmeta("g6", [](St& s) {
-                     const auto off = s.header["gcache.layer1.G_LM"]["data_offsets"][0].get<size_t>();
-                     const float nan = std::numeric_limits<float>::quiet_NaN();
-                     std::memcpy(s.data.data() + off, &nan, 4);
-                 }),
+    c.push_back({"META-gcache-nan",
+                 gmeta("g6",
+                       [](St& s) {
+                           const auto off =
+                               s.header["gcache.layer1.G_LM"]["data_offsets"][0].get<size_t>();
+                           const float nan = std::numeric_limits<float>::quiet_NaN();
+                           std::memcpy(s.data.data() + off, &nan, 4);
+                       }),
                  "'gcache.layer1.G_LM' holds a non-finite value"});
     auto state = [&](const std::string& name, const std::function<void(json&)>& f) {
         return [=] {
@@ -353,7 +396,8 @@ std::vector<Case> cases() {
                  "option 'clip' 'bogus' is not a clip mode"});
     c.push_back({"META-state-position", state("s2", [](json& m) { m["data_position"] = "999999"; }),
                  "data_position 999999 disagrees with step 2"});
-    c.push_back({"META-state-position-negative", state("s3", [](json& m) { m["data_position"] = "-4"; }),
+    c.push_back({"META-state-position-negative",
+                 state("s3", [](json& m) { m["data_position"] = "-4"; }),
                  "negative data_position -4"});
     c.push_back({"META-state-dtype", state("s4", [](json& m) { m["dtype"] = "f64"; }),
                  "was trained with --dtype f64, not f32"});
@@ -361,16 +405,21 @@ std::vector<Case> cases() {
                  "training state dtype 'f16' is not f32 or f64"});
     c.push_back({"META-state-options-dtype", state("s6", opt("dtype", "f64")),
                  "options say dtype f64 but its metadata says f32"});
-    c.push_back({"META-state-rng-zero", state("s7", [](json& m) {
-                     m["data_epoch_rng"] = "0000000000000000,0000000000000000,0000000000000000,0000000000000000";
-                 }),
-                 "data_epoch_rng is all zero"});
+    c.push_back(
+        {"META-state-rng-zero",
+         state("s7",
+               [](json& m) {
+                   m["data_epoch_rng"] =
+                       "0000000000000000,0000000000000000,0000000000000000,0000000000000000";
+               }),
+         "data_epoch_rng is all zero"});
     c.push_back({"META-state-batch-type", state("s8", opt("batch", 2.5)),
                  "option 'batch' is not an integer"});
     c.push_back({"META-state-lr-type", state("s9", opt("lr", "fast")),
                  "option 'lr' is not a finite number"});
     // --- other file formats ---
-    c.push_back({"FMT-piqa-label", [&] {
+    c.push_back({"FMT-piqa-label",
+                 [&] {
                      const std::string j = work() + "/piqa.jsonl", l = work() + "/piqa.lst";
                      write(j, "{\"goal\":\"g\",\"sol1\":\"a\",\"sol2\":\"b\"}\n");
                      write(l, "2\n");
@@ -378,22 +427,26 @@ std::vector<Case> cases() {
                             " piqa --data " + q(j) + " --labels " + q(l);
                  },
                  "label must be 0 or 1 (got '2')"});
-    c.push_back({"FMT-truthfulqa-label", [&] {
+    c.push_back({"FMT-truthfulqa-label",
+                 [&] {
                      const std::string j = work() + "/tqa.json";
                      write(j, R"([{"question":"q","mc1_targets":{"a":5},"mc2_targets":{"a":1}}])");
                      return "eval " + q(kSrc + "/tests/golden/eval/models/eval_v510_s2024") +
                             " truthfulqa --data " + q(j);
                  },
                  "has a label that is not 0 or 1"});
-    c.push_back({"FMT-request-negative-id", [&] {
+    c.push_back({"FMT-request-negative-id",
+                 [&] {
                      const std::string r = work() + "/neg.jsonl";
                      write(r, "{\"context_ids\":[1,-2],\"continuation_ids\":[3]}\n");
                      return "score " + q(kLearned) + " --requests " + q(r);
                  },
                  "context_ids must be non-negative token ids"});
-    c.push_back({"FMT-request-duplicate-key", [&] {
+    c.push_back({"FMT-request-duplicate-key",
+                 [&] {
                      const std::string r = work() + "/dup.jsonl";
-                     write(r, "{\"context_ids\":[1],\"context_ids\":[2],\"continuation_ids\":[3]}\n");
+                     write(r,
+                           "{\"context_ids\":[1],\"context_ids\":[2],\"continuation_ids\":[3]}\n");
                      return "score " + q(kLearned) + " --requests " + q(r);
                  },
                  "duplicate key 'context_ids'"});
@@ -402,10 +455,9 @@ std::vector<Case> cases() {
                  "internal error: internal check failed", 2, "PLDR_TEST_FAULT=internal"});
     c.push_back({"EXIT-std-exception", [] { return std::string("inspect x"); },
                  "internal error: simulated logic error", 2, "PLDR_TEST_FAULT=exception"});
-    c.push_back({"EXIT-signal", [] { return std::string("inspect x"); },
-                 "internal error: SIGSEGV", 2, "PLDR_TEST_FAULT=segv"});
-    c.push_back({"EXIT-usage", [] { return std::string("dump --no-such-option"); },
-                 "error:", 1});
+    c.push_back({"EXIT-signal", [] { return std::string("inspect x"); }, "internal error: SIGSEGV",
+                 2, "PLDR_TEST_FAULT=segv"});
+    c.push_back({"EXIT-usage", [] { return std::string("dump --no-such-option"); }, "error:", 1});
     return c;
 }
 
@@ -427,8 +479,10 @@ TEST(ErrorsTable, DocumentMatchesTests) {
     std::set<std::string> tested;
     for (const Case& c : cases()) EXPECT_TRUE(tested.insert(c.id).second) << "duplicate " << c.id;
     const std::set<std::string> doc = doc_ids();
-    for (const auto& id : doc) EXPECT_TRUE(tested.count(id)) << id << " is in docs/errors.md but not tested";
-    for (const auto& id : tested) EXPECT_TRUE(doc.count(id)) << id << " is tested but not in docs/errors.md";
+    for (const auto& id : doc)
+        EXPECT_TRUE(tested.count(id)) << id << " is in docs/errors.md but not tested";
+    for (const auto& id : tested)
+        EXPECT_TRUE(doc.count(id)) << id << " is tested but not in docs/errors.md";
 }
 
 TEST(ErrorsTable, EveryRowGetsItsError) {

@@ -76,9 +76,9 @@ template Tensor<double> heads_first<double>(const Tensor<double>&, int64_t, int6
 template <typename T>
 std::string first_non_finite(const std::vector<NamedTensor<T>>& ts) {
     for (const auto& nt : ts) {
-        const bool masked = nt.name == "fwd.mask" || (nt.name.size() > 14 &&
-                                                      nt.name.compare(nt.name.size() - 14, 14,
-                                                                      ".scores_masked") == 0);
+        const bool masked = nt.name == "fwd.mask" ||
+                            (nt.name.size() > 14 &&
+                             nt.name.compare(nt.name.size() - 14, 14, ".scores_masked") == 0);
         for (size_t i = 0; i < nt.t.data.size(); ++i) {
             const double v = double(nt.t.data[i]);
             if (std::isnan(v) || (std::isinf(v) && !(masked && v < 0)))

@@ -49,9 +49,9 @@ template <typename... A>
     } while (0)
 
 // Internal invariant (a bug if it fires): throws with file and line.
-#define PLDR_CHECK(cond)                                                                     \
-    do {                                                                                     \
-        if (!(cond))                                                                         \
-            throw ::pldr::InternalError(                                                     \
+#define PLDR_CHECK(cond)                                                                         \
+    do {                                                                                         \
+        if (!(cond))                                                                             \
+            throw ::pldr::InternalError(                                                         \
                 ::pldr::cat("internal check failed: ", #cond, " at ", __FILE__, ":", __LINE__)); \
     } while (0)

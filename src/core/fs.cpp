@@ -5,11 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <csignal>
-#include <cstdlib>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -49,8 +49,7 @@ void crash_point(const char* name) {
     static std::atomic<long> hits{0};
     const std::string sp(spec);
     const size_t colon = sp.find(':');
-    if (sp.compare(0, colon, name) != 0 || std::strlen(name) != std::min(colon, sp.size()))
-        return;
+    if (sp.compare(0, colon, name) != 0 || std::strlen(name) != std::min(colon, sp.size())) return;
     const long k = colon == std::string::npos ? 1 : std::atol(sp.c_str() + colon + 1);
     if (++hits == k) ::kill(::getpid(), SIGKILL);
 }
@@ -62,8 +61,13 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) fail("cannot write ", path, ": ", std::strerror(errno));
     size_t off = 0;
+    const size_t half = bytes.size() / 2;
+    bool halfway = false;
     while (off < bytes.size()) {
-        ssize_t w = ::write(fd, bytes.data() + off, bytes.size() - off);
+        // The crash tests stop here with half of the file written.
+        if (!halfway && off >= half) halfway = true, crash_point("write.partial");
+        const size_t n = off < half ? half - off : bytes.size() - off;
+        ssize_t w = ::write(fd, bytes.data() + off, n);
         if (w < 0) {
             if (errno == EINTR) continue;
             int e = errno;
@@ -73,7 +77,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
         }
         off += size_t(w);
     }
-    crash_point("write.partial");
+    crash_point("write.unsynced");
     if (::fsync(fd) != 0) {
         int e = errno;
         ::close(fd);

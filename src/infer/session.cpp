@@ -255,11 +255,12 @@ GCache<T> load_g_cache(const std::string& path, const Config& c) {
                 const bool digits = !layer.empty() && layer.size() < 10 &&
                                     layer.find_first_not_of("0123456789") == std::string::npos;
                 known = digits && std::stoll(layer) < c.num_layers &&
-                        (part == "G_LM" || (c.learned_g() && (part == "A" || part == "A_LM" ||
-                                                              part == "A_P")));
+                        (part == "G_LM" ||
+                         (c.learned_g() && (part == "A" || part == "A_LM" || part == "A_P")));
             }
-            PLDR_REQUIRE(known, path, ": unexpected tensor '", n, "' in the G-cache (the model has ",
-                         c.num_layers, " layers", c.learned_g() ? "" : " and a fixed G_LM", ")");
+            PLDR_REQUIRE(known, path, ": unexpected tensor '", n,
+                         "' in the G-cache (the model has ", c.num_layers, " layers",
+                         c.learned_g() ? "" : " and a fixed G_LM", ")");
         }
     return g;
 }

@@ -124,10 +124,9 @@ std::vector<std::string> param_problems(const ModelFiles& mf) {
     if (want > double(names.size())) {
         char n[64];
         std::snprintf(n, sizeof n, "%.0f", want);
-        return {cat(mf.weights_path(), ": config.json implies ", n,
-                    " tensors (num_hidden_layers ", c.num_layers, ", num_reslayerA ",
-                    c.num_reslayerA, ", num_denseA ", c.num_denseA, ") but the file holds ",
-                    names.size())};
+        return {cat(mf.weights_path(), ": config.json implies ", n, " tensors (num_hidden_layers ",
+                    c.num_layers, ", num_reslayerA ", c.num_reslayerA, ", num_denseA ",
+                    c.num_denseA, ") but the file holds ", names.size())};
     }
     std::vector<const TensorInfo*> ptrs;
     for (const auto& nm : names) ptrs.push_back(&mf.info(nm));

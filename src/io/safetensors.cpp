@@ -161,8 +161,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         map_ = nullptr;
         const int e = errno;
         fail("cannot map ", path, " (", map_size_, " bytes): ", std::strerror(e),
-             e == ENOMEM ? " (the file does not fit in the memory available to this process)"
-                         : "");
+             e == ENOMEM ? " (the file does not fit in the memory available to this process)" : "");
     }
     try {
         const uint8_t* base = static_cast<const uint8_t*>(map_);

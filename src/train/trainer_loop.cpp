@@ -79,13 +79,15 @@ void apply_maths(TrainOptions& o, const ojson& j, const std::string& where) {
         fail(where, ": the training state's option '", k, "' ", why);
     };
     auto at = [&](const char* k) -> const ojson& {
-        if (!j.contains(k)) fail(where, ": the training state's options are incomplete (no '", k, "')");
+        if (!j.contains(k))
+            fail(where, ": the training state's options are incomplete (no '", k, "')");
         return j.at(k);
     };
     auto geti = [&](const char* k, int64_t lo) {
         const ojson& v = at(k);
         if (!v.is_number_integer()) bad(k, "is not an integer");
-        if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) bad(k, "is too large");
+        if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+            bad(k, "is too large");
         const int64_t x = v.get<int64_t>();
         if (x < lo) bad(k, cat("is ", x, ", below ", lo));
         return x;
@@ -158,9 +160,10 @@ void check_checkpoint_position(const CheckpointInfo& ck, const TrainOptions& o,
     int64_t per_step = 0, want = 0;
     const bool overflow = __builtin_mul_overflow(o.batch, o.accum, &per_step) ||
                           __builtin_mul_overflow(ck.step, per_step, &want);
-    PLDR_REQUIRE(!overflow && ck.data.position == want, where, ": the training state's data_position ",
-                 ck.data.position, " disagrees with step ", ck.step, " x batch ", o.batch,
-                 " x accum ", o.accum, " (corrupt or edited train_state.safetensors)");
+    PLDR_REQUIRE(!overflow && ck.data.position == want, where,
+                 ": the training state's data_position ", ck.data.position, " disagrees with step ",
+                 ck.step, " x batch ", o.batch, " x accum ", o.accum,
+                 " (corrupt or edited train_state.safetensors)");
 }
 
 namespace {
@@ -229,14 +232,15 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         in.add_file(o.config_path);
         if (resume && !own) in.add_dir(o.resume_dir);
         require_dir_not_input(o.out_dir, in, "--out",
-                              {"config.json", "model.safetensors", kTrainStateFile,
-                               "metrics.jsonl", "tokenizer.model"});
+                              {"config.json", "model.safetensors", kTrainStateFile, "metrics.jsonl",
+                               "tokenizer.model"});
         if (!o.metrics_path.empty()) require_not_input(o.metrics_path, in, "--metrics");
-        PLDR_REQUIRE(!is_model_dir(o.out_dir) || fs::exists(fs::path(o.out_dir) / kTrainStateFile) ||
-                         fs::exists(fs::path(o.out_dir) / ".ckpt-new"),
-                     "--out ", o.out_dir,
-                     " is a model directory that is not a pldr training checkpoint (no ",
-                     kTrainStateFile, "); training would overwrite its model; choose another --out");
+        PLDR_REQUIRE(
+            !is_model_dir(o.out_dir) || fs::exists(fs::path(o.out_dir) / kTrainStateFile) ||
+                fs::exists(fs::path(o.out_dir) / ".ckpt-new"),
+            "--out ", o.out_dir,
+            " is a model directory that is not a pldr training checkpoint (no ", kTrainStateFile,
+            "); training would overwrite its model; choose another --out");
     }
     const std::string train_path = (fs::path(o.data_dir) / "train.pldrtok").string();
     const std::string valid_path = (fs::path(o.data_dir) / "valid.pldrtok").string();
@@ -307,8 +311,9 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         PLDR_REQUIRE(ck.train_shard_fnv == train.checksum(), train_path,
                      ": not the training data the checkpoint in ", o.resume_dir,
                      " was trained on (checksum differs)");
-        PLDR_REQUIRE(merged.dtype == ck.dtype, o.resume_dir, ": the training state's options say dtype ",
-                     merged.dtype, " but its metadata says ", ck.dtype);
+        PLDR_REQUIRE(merged.dtype == ck.dtype, o.resume_dir,
+                     ": the training state's options say dtype ", merged.dtype,
+                     " but its metadata says ", ck.dtype);
         o = merged;
         PLDR_REQUIRE(fs::absolute(o.resume_dir) == fs::absolute(o.out_dir) ||
                          !fs::exists(fs::path(o.out_dir) / kTrainStateFile),

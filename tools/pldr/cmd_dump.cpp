@@ -52,8 +52,9 @@ int run_dump(const DumpArgs& a) {
     {
         // A numerical blow-up is an error, not a dump of NaNs with exit 0.
         const std::string bad = first_non_finite(named);
-        PLDR_REQUIRE(bad.empty(), "the forward pass produced non-finite values; they first appear in ",
-                     bad, "; nothing written");
+        PLDR_REQUIRE(bad.empty(),
+                     "the forward pass produced non-finite values; they first appear in ", bad,
+                     "; nothing written");
     }
     if (st) {
         SafetensorsWriter w;

@@ -37,8 +37,8 @@ int run_grad(const GradArgs& a) {
     }
     for (const ParamEntry& e : m.layout.entries)
         for (int64_t i = 0; i < e.numel; ++i)
-            PLDR_REQUIRE(std::isfinite(double(grads[size_t(e.offset + i)])),
-                         "the gradient of ", e.name, " is not finite (element ", i, ")");
+            PLDR_REQUIRE(std::isfinite(double(grads[size_t(e.offset + i)])), "the gradient of ",
+                         e.name, " is not finite (element ", i, ")");
     SafetensorsWriter w;
     auto scalar = [&](const std::string& n, double v) {
         Tensor<T> t({1}, T(v));

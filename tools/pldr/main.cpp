@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <stdexcept>
-#include <string>
 #include <exception>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include "common.h"
 #include "core/alloc.h"
