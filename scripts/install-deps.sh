@@ -11,6 +11,7 @@ PKGS=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libpng-dev zlib1g-dev
   clang-format
+  clang libclang-rt-14-dev libomp-dev   # the libFuzzer targets (scripts/fuzz.sh, fuzz/README.md)
 )
 if [ "${PLDR_WITH_BROWSER:-0}" = "1" ]; then PKGS+=(chromium); fi
 missing=()

@@ -79,7 +79,13 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
 
 template <typename T>
 LossResult Trainer<T>::evaluate(const TokenBatch& b) {
-    return loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, nullptr);
+    LossResult l = loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, nullptr);
+    if (!std::isfinite(l.value)) {
+        const std::string bad = first_non_finite(forward_tensors(model_, acts_));
+        fail("non-finite validation loss (", l.value, ")",
+             bad.empty() ? std::string() : "; non-finite values first appear in " + bad);
+    }
+    return l;
 }
 
 template class Trainer<float>;

@@ -16,6 +16,7 @@
 #include "io/json_util.h"
 #include "model/init.h"
 #include "train/checkpoint.h"
+#include "train/clip.h"
 #include "train/metrics.h"
 #include "train/presets.h"
 
@@ -381,6 +382,19 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
     int64_t last_saved =
         resume && fs::absolute(o.resume_dir) == fs::absolute(o.out_dir) ? out.start_step : -1;
     auto save = [&]() {
+        // A checkpoint is only ever a good one: non-finite weights or moments (an update that
+        // overflowed) are refused, and the previous checkpoint stays.
+        for (const ParamEntry& e : model.layout.entries)
+            for (const T* p :
+                 {model.params.data(), trainer.optimizer().m.data(), trainer.optimizer().v.data()})
+                PLDR_REQUIRE(all_finite(p + e.offset, e.numel), "training stopped at step ",
+                             trainer.steps_done(), ": ",
+                             p == model.params.data() ? "parameter " : "optimizer moment of ",
+                             e.name, " is not finite; checkpoint not written; ",
+                             last_saved >= 0
+                                 ? "the last good checkpoint (step " + std::to_string(last_saved) +
+                                       ") is kept in " + o.out_dir
+                                 : std::string("no checkpoint had been written yet"));
         CheckpointInfo info;
         info.step = trainer.steps_done();
         info.dtype = o.dtype;
@@ -412,7 +426,17 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
 
     auto do_eval = [&](int64_t step) {
         if (!valid) return;
-        const EvalResult e = evaluate_shard(trainer, *valid, o.ctx, o.batch, o.eval_batches);
+        EvalResult e;
+        try {
+            e = evaluate_shard(trainer, *valid, o.ctx, o.batch, o.eval_batches);
+        } catch (const InternalError&) {
+            throw;
+        } catch (const Error& err) {
+            fail("training stopped at step ", step, ": ", err.what(), "; ",
+                 last_saved >= 0 ? "the last good checkpoint (step " + std::to_string(last_saved) +
+                                       ") is kept in " + o.out_dir
+                                 : std::string("no checkpoint had been written yet"));
+        }
         out.has_eval = true;
         out.last_eval = e;
         ojson j;
@@ -443,6 +467,8 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         StepResult r;
         try {
             r = trainer.step(micro);
+        } catch (const InternalError&) {
+            throw;
         } catch (const Error& e) {
             fail("training stopped: ", e.what(), "; ",
                  last_saved >= 0 ? "the last good checkpoint (step " + std::to_string(last_saved) +
