@@ -357,10 +357,10 @@ std::vector<Case> cases() {
                  "not a pldr G-cache (no 'format'"});
     c.push_back({"META-gcache-heads",
                  gmeta("g3", [](St& s) { s.header["__metadata__"]["num_heads"] = "3"; }),
-                 "G-cache num_heads '3' does not match the model's 2"});
+                 "G-cache shape: num_heads '3' does not match the model's 2"});
     c.push_back({"META-gcache-layers",
                  gmeta("g4", [](St& s) { s.header["__metadata__"]["num_layers"] = "7"; }),
-                 "G-cache num_layers '7' does not match the model's 2"});
+                 "G-cache shape: num_layers '7' does not match the model's 2"});
     c.push_back({"META-gcache-extra-tensor",
                  gmeta("g5",
                        [](St& s) {

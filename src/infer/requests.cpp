@@ -30,7 +30,7 @@ std::vector<RawScoreRequest> parse_score_requests(std::string_view text, const s
     for_each_jsonl_line(text, where, [&](int64_t ln, std::string_view line) {
         if (line.find_first_not_of(" \t") == std::string_view::npos) return;
         const std::string at = cat(where, ":", ln);
-        const nlohmann::ordered_json j = parse_json_strict(line, at);
+        const nlohmann::json j = parse_json_strict_map(line, at);
         PLDR_REQUIRE(j.is_object(), at, ": expected a JSON object");
         RawScoreRequest r;
         r.line = ln;

@@ -215,7 +215,7 @@ GCache<T> load_g_cache(const std::string& path, const Config& c) {
     for (const auto& [k, v] : {std::pair<const char*, int64_t>{"num_layers", c.num_layers},
                                {"num_heads", c.num_heads},
                                {"head_dim", c.head_dim}})
-        PLDR_REQUIRE(meta(k) == std::to_string(v), path, ": G-cache ", k, " '", meta(k),
+        PLDR_REQUIRE(meta(k) == std::to_string(v), path, ": G-cache shape: ", k, " '", meta(k),
                      "' does not match the model's ", v);
     const Shape want{c.num_heads, c.head_dim, c.head_dim};
     GCache<T> g(static_cast<size_t>(c.num_layers));

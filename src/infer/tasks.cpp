@@ -69,7 +69,7 @@ std::vector<McItem> load_piqa(const std::string& jsonl, const std::string& label
     for_each_jsonl_line(text, jsonl, [&](int64_t n, std::string_view line) {
         if (line.empty()) return;
         const std::string at = cat(jsonl, ":", n);
-        const nlohmann::ordered_json j = parse_json_strict(line, at);
+        const nlohmann::json j = parse_json_strict_map(line, at);
         PLDR_REQUIRE(j.is_object() && j.contains("goal") && j.contains("sol1") &&
                          j.contains("sol2") && j["goal"].is_string() && j["sol1"].is_string() &&
                          j["sol2"].is_string(),

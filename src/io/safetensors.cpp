@@ -176,8 +176,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         data_ = base + 8 + n;
         size_t data_size = map_size_ - 8 - n;
         const char* hb = reinterpret_cast<const char*>(base + 8);
-        nlohmann::ordered_json h =
-            parse_json_strict(std::string_view(hb, n), path + ": safetensors header");
+        nlohmann::json h =
+            parse_json_strict_map(std::string_view(hb, n), path + ": safetensors header",
+                                  kMaxSafetensorsTensors + 1);  // the tensors and __metadata__
         if (!h.is_object())
             fail(path, ": malformed safetensors header: a JSON ", h.type_name(), ", not an object");
         if (h.size() > kMaxSafetensorsTensors + 1)

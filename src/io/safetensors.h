@@ -15,7 +15,7 @@ namespace pldr {
 // (the reference library's own limit), the number of tensors and the rank of each. The data
 // of a tensor must lie inside the file, so element counts are bounded by the file size.
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
-inline constexpr size_t kMaxSafetensorsTensors = 1u << 20;
+inline constexpr size_t kMaxSafetensorsTensors = 1u << 16;
 inline constexpr size_t kMaxSafetensorsRank = 8;
 
 enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
