@@ -7,7 +7,7 @@ set -euo pipefail
 exe=$1 secs=$2 work=$3 seeds=$4 regress=$5 dict=${6:-}
 mkdir -p "$work/corpus"
 args=(-max_total_time="$secs" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=20
-      -max_len=1048576 -print_final_stats=1 -jobs=1 -workers=1 -artifact_prefix="$work/")
+      -max_len=1048576 -print_final_stats=1 -artifact_prefix="$work/")
 [ -n "$dict" ] && [ -f "$dict" ] && args+=(-dict="$dict")
 dirs=("$work/corpus" "$seeds")
 [ -d "$regress" ] && dirs+=("$regress")
