@@ -14,6 +14,7 @@ PKGS=(
   clang-format
   libopenmpi-dev openmpi-bin  # data-parallel training (PLDR_MPI, docs/distributed.md)
   iproute2                    # ip netns: the two-host test (tests/dist_two_hosts.sh)
+  clang libclang-rt-14-dev libomp-dev   # the libFuzzer targets (scripts/fuzz.sh, fuzz/README.md)
 )
 if [ "${PLDR_WITH_BROWSER:-0}" = "1" ]; then PKGS+=(chromium); fi
 missing=()

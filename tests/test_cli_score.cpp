@@ -122,14 +122,14 @@ TEST(CliEval, BadInput) {
     const std::string data = kSrc + "/data/eval/";
     cli_test::expect_error("eval " + kEval + " hellaswag --data x", "unknown task");
     cli_test::expect_error("eval " + kEval + " truthfulqa --data " + data + "piqa/valid.jsonl",
-                           "not valid JSON");
+                           "malformed JSON");
     cli_test::expect_error(
         "eval " + kEval + " truthfulqa --data " + write_tmp("o.json", "{\"question\": 1}"),
         "expected a JSON array");
     cli_test::expect_error("eval " + kEval + " piqa --data " + data +
                                "truthfulqa/mc_task.dev.json --labels " + data +
                                "piqa/valid-labels.lst",
-                           ":1: malformed JSON line");
+                           ":1: malformed JSON");
     cli_test::expect_error("eval " + kEval + " piqa --data " +
                                write_tmp("p.jsonl", "{\"goal\": \"x\"}\n") + " --labels " + data +
                                "piqa/valid-labels.lst",

@@ -1,6 +1,8 @@
 // Forward-pass dumps in golden naming (see dump.h).
 #include "audit/dump.h"
 
+#include <cmath>
+
 namespace pldr {
 
 template <typename T>
@@ -70,5 +72,22 @@ template std::vector<NamedTensor<double>> forward_tensors<double>(const Model<do
 template Tensor<float> heads_first<float>(const Tensor<float>&, int64_t, int64_t, int64_t, int64_t);
 template Tensor<double> heads_first<double>(const Tensor<double>&, int64_t, int64_t, int64_t,
                                             int64_t);
+
+template <typename T>
+std::string first_non_finite(const std::vector<NamedTensor<T>>& ts) {
+    for (const auto& nt : ts) {
+        const bool masked = nt.name == "fwd.mask" ||
+                            (nt.name.size() > 14 &&
+                             nt.name.compare(nt.name.size() - 14, 14, ".scores_masked") == 0);
+        for (size_t i = 0; i < nt.t.data.size(); ++i) {
+            const double v = double(nt.t.data[i]);
+            if (std::isnan(v) || (std::isinf(v) && !(masked && v < 0)))
+                return cat(nt.name, " (", v, " at element ", i, ")");
+        }
+    }
+    return "";
+}
+template std::string first_non_finite<float>(const std::vector<NamedTensor<float>>&);
+template std::string first_non_finite<double>(const std::vector<NamedTensor<double>>&);
 
 }  // namespace pldr

@@ -20,6 +20,13 @@ struct NamedTensor {
 template <typename T>
 std::vector<NamedTensor<T>> forward_tensors(const Model<T>& m, const Activations<T>& a);
 
+// The first tensor, in forward order (mask, embedding, layer 0 from q_rope to hidden, layer 1,
+// ..., logits), that holds a NaN or an infinity, as "fwd.layer2.A_LM (nan at element 17)"; ""
+// when every value is finite. fwd.mask and fwd.layer{i}.scores_masked hold −inf by design: only
+// NaN and +inf count there.
+template <typename T>
+std::string first_non_finite(const std::vector<NamedTensor<T>>& ts);
+
 // [B,S,H,D] → [B,H,S,D]
 template <typename T>
 Tensor<T> heads_first(const Tensor<T>& x, int64_t B, int64_t S, int64_t H, int64_t D);

@@ -1,5 +1,6 @@
 // Error handling: pldr::Error for recoverable problems (bad input, files, configs);
-// the CLI turns it into one line on stderr and exit code 1. PLDR_CHECK guards invariants.
+// the CLI turns it into one line on stderr and exit code 1. PLDR_CHECK guards invariants: it
+// throws pldr::InternalError (a bug, exit code 2; docs/errors.md).
 #pragma once
 #include <sstream>
 #include <stdexcept>
@@ -9,6 +10,12 @@ namespace pldr {
 
 struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
+};
+
+// A broken internal invariant (a bug, not bad input). Derives from Error so that library code
+// that reports errors generically still sees it.
+struct InternalError : Error {
+    using Error::Error;
 };
 
 namespace detail {
@@ -42,8 +49,9 @@ template <typename... A>
     } while (0)
 
 // Internal invariant (a bug if it fires): throws with file and line.
-#define PLDR_CHECK(cond)                                                                     \
-    do {                                                                                     \
-        if (!(cond))                                                                         \
-            ::pldr::fail("internal check failed: ", #cond, " at ", __FILE__, ":", __LINE__); \
+#define PLDR_CHECK(cond)                                                                         \
+    do {                                                                                         \
+        if (!(cond))                                                                             \
+            throw ::pldr::InternalError(                                                         \
+                ::pldr::cat("internal check failed: ", #cond, " at ", __FILE__, ":", __LINE__)); \
     } while (0)

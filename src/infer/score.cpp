@@ -52,6 +52,11 @@ namespace {
 // log_softmax(row)[id] and argmax(row), in double.
 template <typename T>
 std::pair<double, int64_t> row_logprob(const T* row, int64_t V, int64_t id) {
+    // A numerical blow-up (NaN or inf logits) is an error, never a score.
+    for (int64_t v = 0; v < V; ++v)
+        if (!std::isfinite(double(row[v])))
+            fail("non-finite logits (", double(row[v]), " at token id ", v,
+                 "): the model's forward pass blew up; no score is returned");
     int64_t am = 0;
     for (int64_t v = 1; v < V; ++v)
         if (row[v] > row[am]) am = v;

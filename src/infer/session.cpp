@@ -2,6 +2,7 @@
 #include "infer/session.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "io/safetensors.h"
 #include "model/plga_layer.h"
@@ -202,8 +203,23 @@ void save_g_cache(const GCache<T>& g, const Config& c, const std::string& path) 
 template <typename T>
 GCache<T> load_g_cache(const std::string& path, const Config& c) {
     SafetensorsFile f(path);
+    const auto& md = f.metadata();
+    auto meta = [&](const char* k) -> const std::string& {
+        auto it = md.find(k);
+        PLDR_REQUIRE(it != md.end(), path, ": not a pldr G-cache (no '", k,
+                     "' in __metadata__; write one with pldr generate --save-g-cache)");
+        return it->second;
+    };
+    PLDR_REQUIRE(meta("format") == "pldr-gcache-1", path, ": G-cache format '", meta("format"),
+                 "' is not supported (this pldr reads pldr-gcache-1)");
+    for (const auto& [k, v] : {std::pair<const char*, int64_t>{"num_layers", c.num_layers},
+                               {"num_heads", c.num_heads},
+                               {"head_dim", c.head_dim}})
+        PLDR_REQUIRE(meta(k) == std::to_string(v), path, ": G-cache shape: ", k, " '", meta(k),
+                     "' does not match the model's ", v);
     const Shape want{c.num_heads, c.head_dim, c.head_dim};
     GCache<T> g(static_cast<size_t>(c.num_layers));
+    size_t used = 0;
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::string p = "gcache.layer" + std::to_string(l) + ".";
         auto get = [&](const std::string& n, Tensor<T>& dst, bool required) {
@@ -214,15 +230,38 @@ GCache<T> load_g_cache(const std::string& path, const Config& c) {
             }
             PLDR_REQUIRE(t->shape == want, path, ": tensor '", p + n, "' has shape ",
                          shape_str(t->shape), " but the model needs ", shape_str(want));
+            PLDR_REQUIRE(dtype_is_float(t->dtype), path, ": tensor '", p + n, "' has dtype ",
+                         dtype_name(t->dtype), " (a G-cache holds F32 or F64)");
             dst = f.read<T>(p + n);
+            for (T v : dst.data)
+                PLDR_REQUIRE(std::isfinite(double(v)), path, ": tensor '", p + n,
+                             "' holds a non-finite value");
+            ++used;
         };
         get("G_LM", g[size_t(l)].G, true);
-        get("A", g[size_t(l)].A, c.learned_g());
-        get("A_LM", g[size_t(l)].A_LM, c.learned_g());
-        get("A_P", g[size_t(l)].A_P, false);
+        if (c.learned_g()) {
+            get("A", g[size_t(l)].A, true);
+            get("A_LM", g[size_t(l)].A_LM, true);
+            get("A_P", g[size_t(l)].A_P, false);
+        }
     }
-    PLDR_REQUIRE(!f.has("gcache.layer" + std::to_string(c.num_layers) + ".G_LM"), path,
-                 ": G-cache has more layers than the model (", c.num_layers, ")");
+    if (used != f.tensors().size())
+        for (const auto& t : f.tensors()) {
+            const std::string& n = t.name;
+            const size_t dot = n.rfind('.');
+            bool known = false;
+            if (n.rfind("gcache.layer", 0) == 0 && dot != std::string::npos) {
+                const std::string layer = n.substr(12, dot - 12), part = n.substr(dot + 1);
+                const bool digits = !layer.empty() && layer.size() < 10 &&
+                                    layer.find_first_not_of("0123456789") == std::string::npos;
+                known = digits && std::stoll(layer) < c.num_layers &&
+                        (part == "G_LM" ||
+                         (c.learned_g() && (part == "A" || part == "A_LM" || part == "A_P")));
+            }
+            PLDR_REQUIRE(known, path, ": unexpected tensor '", n,
+                         "' in the G-cache (the model has ", c.num_layers, " layers",
+                         c.learned_g() ? "" : " and a fixed G_LM", ")");
+        }
     return g;
 }
 

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/fs.h"
+#include "infer/requests.h"
+#include "io/json_util.h"
 
 namespace pldr {
 
@@ -30,12 +32,7 @@ std::string truthfulqa_context(const std::string& question) {
 }
 
 void load_truthfulqa(const std::string& path, std::vector<McItem>* mc1, std::vector<McItem>* mc2) {
-    nlohmann::ordered_json j;
-    try {
-        j = nlohmann::ordered_json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-        fail(path, ": not valid JSON (", e.what(), ")");
-    }
+    const nlohmann::ordered_json j = parse_json_strict(read_file(path), path);
     PLDR_REQUIRE(j.is_array(), path, ": expected a JSON array of TruthfulQA items (mc_task.json)");
     PLDR_REQUIRE(!j.empty(), path, ": no items");
     for (size_t i = 0; i < j.size(); ++i) {
@@ -52,8 +49,9 @@ void load_truthfulqa(const std::string& path, std::vector<McItem>* mc1, std::vec
             const auto& t = it[which == 1 ? "mc1_targets" : "mc2_targets"];
             PLDR_REQUIRE(!t.empty(), path, ": item ", i, " has no mc", which, " choices");
             for (auto c = t.begin(); c != t.end(); ++c) {
-                PLDR_REQUIRE(c.value().is_number_integer(), path, ": item ", i,
-                             " has a non-integer label");
+                PLDR_REQUIRE(c.value().is_number_integer() &&
+                                 (c.value().get<int64_t>() == 0 || c.value().get<int64_t>() == 1),
+                             path, ": item ", i, " has a label that is not 0 or 1");
                 m.choices.push_back(c.key());
                 m.labels.push_back(c.value().get<int>());
             }
@@ -64,32 +62,29 @@ void load_truthfulqa(const std::string& path, std::vector<McItem>* mc1, std::vec
 }
 
 std::vector<McItem> load_piqa(const std::string& jsonl, const std::string& labels) {
-    std::istringstream in(read_file(jsonl)), lab(read_file(labels));
+    const std::string text = read_file(jsonl);
+    std::istringstream lab(read_file(labels));
     std::vector<McItem> out;
-    std::string line, l;
-    int64_t n = 0;
-    while (std::getline(in, line)) {
-        ++n;
-        if (line.empty()) continue;
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception&) {
-            fail(jsonl, ":", n, ": malformed JSON line");
-        }
+    std::string l;
+    for_each_jsonl_line(text, jsonl, [&](int64_t n, std::string_view line) {
+        if (line.empty()) return;
+        const std::string at = cat(jsonl, ":", n);
+        const nlohmann::json j = parse_json_strict_map(line, at);
         PLDR_REQUIRE(j.is_object() && j.contains("goal") && j.contains("sol1") &&
                          j.contains("sol2") && j["goal"].is_string() && j["sol1"].is_string() &&
                          j["sol2"].is_string(),
-                     jsonl, ":", n, ": not a PIQA item (goal, sol1, sol2)");
-        PLDR_REQUIRE(bool(std::getline(lab, l)), labels, ": fewer labels than items (", n, ")");
-        PLDR_REQUIRE(l == "0" || l == "1", labels, ":", n, ": label must be 0 or 1 (got '", l,
-                     "')");
+                     at, ": not a PIQA item (goal, sol1, sol2)");
+        PLDR_REQUIRE(bool(std::getline(lab, l)), labels, ": fewer labels than items (",
+                     out.size() + 1, ")");
+        if (!l.empty() && l.back() == '\r') l.pop_back();
+        PLDR_REQUIRE(l == "0" || l == "1", labels, ":", out.size() + 1,
+                     ": label must be 0 or 1 (got '", l.substr(0, 40), "')");
         McItem m;
         m.context = "Question: " + j["goal"].get<std::string>() + "\nAnswer:";
         m.choices = {j["sol1"].get<std::string>(), j["sol2"].get<std::string>()};
         m.gold = l == "1";
         out.push_back(std::move(m));
-    }
+    });
     PLDR_REQUIRE(!out.empty(), jsonl, ": no items");
     PLDR_REQUIRE(!std::getline(lab, l) || l.empty(), labels, ": more labels than items (",
                  out.size(), ")");

@@ -22,6 +22,16 @@ std::string join(const std::string& dir, const std::string& name) {
     return dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
+// JSON files of a model directory are small; a huge one is refused before it is read.
+constexpr uintmax_t kMaxJsonFileBytes = uintmax_t(64) << 20;
+
+void check_json_size(const std::string& path) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && uintmax_t(st.st_size) > kMaxJsonFileBytes)
+        fail(path, ": ", uintmax_t(st.st_size), " bytes, more than the limit of ",
+             kMaxJsonFileBytes, " bytes for a JSON file of a model directory");
+}
+
 bool is_dir(const std::string& p) {
     struct stat st;
     return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -59,6 +69,7 @@ ModelFiles::ModelFiles(const std::string& dir) : dir_(dir) {
     if (!S_ISDIR(st.st_mode)) fail("model directory ", dir, " is not a directory");
     const std::string cfg_path = join(dir, "config.json");
     if (!file_exists(cfg_path)) fail(dir, ": no config.json in the model directory");
+    check_json_size(cfg_path);
     config_ = load_config(cfg_path);
 
     const std::string single = join(dir, "model.safetensors");
@@ -70,7 +81,8 @@ ModelFiles::ModelFiles(const std::string& dir) : dir_(dir) {
     } else if (file_exists(index)) {
         weights_path_ = index;
         sharded_ = true;
-        nlohmann::ordered_json j = parse_json_strict(read_file(index), index);
+        check_json_size(index);
+        nlohmann::json j = parse_json_strict_map(read_file(index), index);
         if (!j.is_object()) fail(index, ": not a JSON object");
         if (!j.contains("weight_map") || !j["weight_map"].is_object())
             fail(index, ": no 'weight_map' object");

@@ -1,6 +1,7 @@
 // Expected checkpoint tensors (see param_names.h).
 #include "io/param_names.h"
 
+#include <cstdio>
 #include <functional>
 #include <map>
 
@@ -92,9 +93,43 @@ std::vector<std::string> param_problems(const Config& c, const std::vector<Tenso
         c, ptrs, [&](const std::string&) { return where; }, where);
 }
 
+double expected_tensor_count(const Config& c) {
+    // The count is affine in the layer count L and, per layer, in the residual units R and
+    // their dense layers N: probe small configs (cheap layouts) and extrapolate, so that a
+    // config claiming 2^31 layers is never expanded into names.
+    auto n = [&](int64_t L, int64_t R, int64_t N) {
+        Config p = c;
+        p.num_layers = L;
+        if (c.learned_g()) {
+            p.num_reslayerA = R;
+            p.num_denseA = N;
+        }
+        return double(expected_params(p).size());
+    };
+    auto per_layer = [&](int64_t R, int64_t N) { return n(2, R, N) - n(1, R, N); };
+    const double q11 = per_layer(1, 1), q12 = per_layer(1, 2);
+    const double s1 = per_layer(2, 1) - q11, s2 = per_layer(2, 2) - q12;
+    const double R = c.learned_g() ? double(c.num_reslayerA) : 1.0;
+    const double N = c.learned_g() ? double(c.num_denseA) : 1.0;
+    const double q = q11 + (N - 1) * (q12 - q11) + (R - 1) * (s1 + (N - 1) * (s2 - s1));
+    return n(1, 1, 1) - q11 + double(c.num_layers) * q;
+}
+
 std::vector<std::string> param_problems(const ModelFiles& mf) {
+    const std::vector<std::string> names = mf.names();
+    const Config& c = mf.config();
+    // Before any per-tensor work: a config that implies more tensors than the file holds is
+    // reported from the counts alone (the name lists would be as large as the config claims).
+    const double want = expected_tensor_count(c);
+    if (want > double(names.size())) {
+        char n[64];
+        std::snprintf(n, sizeof n, "%.0f", want);
+        return {cat(mf.weights_path(), ": config.json implies ", n, " tensors (num_hidden_layers ",
+                    c.num_layers, ", num_reslayerA ", c.num_reslayerA, ", num_denseA ",
+                    c.num_denseA, ") but the file holds ", names.size())};
+    }
     std::vector<const TensorInfo*> ptrs;
-    for (const auto& n : mf.names()) ptrs.push_back(&mf.info(n));
+    for (const auto& nm : names) ptrs.push_back(&mf.info(nm));
     return problems_impl(
         mf.config(), ptrs, [&](const std::string& n) { return mf.file_of(n); }, mf.weights_path());
 }

@@ -48,6 +48,10 @@ std::vector<std::string> param_problems(const Config& c, const std::vector<Tenso
                                         const std::string& where);
 std::vector<std::string> param_problems(const ModelFiles& mf);
 
+// len(expected_params(c)) computed without building the list (a double: a hostile config can
+// claim more layers than an int64 count of tensors would hold).
+double expected_tensor_count(const Config& c);
+
 // Throws pldr::Error with the first problem (plus "(and N more problems)") if there is any.
 void check_params_against_file(const ModelFiles& mf);
 

@@ -159,7 +159,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     ::close(fd);
     if (map_ == MAP_FAILED) {
         map_ = nullptr;
-        fail("cannot map ", path, ": ", std::strerror(errno));
+        const int e = errno;
+        fail("cannot map ", path, " (", map_size_, " bytes): ", std::strerror(e),
+             e == ENOMEM ? " (the file does not fit in the memory available to this process)" : "");
     }
     try {
         const uint8_t* base = static_cast<const uint8_t*>(map_);
@@ -168,13 +170,20 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
             fail(path, ": header length ", n, " runs past the end of the file (", map_size_,
                  " bytes); truncated or not a safetensors file?");
         if (n == 0) fail(path, ": malformed safetensors header: empty");
+        if (n > kMaxSafetensorsHeaderBytes)
+            fail(path, ": safetensors header of ", n, " bytes exceeds the limit of ",
+                 kMaxSafetensorsHeaderBytes, " bytes");
         data_ = base + 8 + n;
         size_t data_size = map_size_ - 8 - n;
         const char* hb = reinterpret_cast<const char*>(base + 8);
-        nlohmann::ordered_json h =
-            parse_json_strict(std::string_view(hb, n), path + ": safetensors header");
+        nlohmann::json h =
+            parse_json_strict_map(std::string_view(hb, n), path + ": safetensors header",
+                                  kMaxSafetensorsTensors + 1);  // the tensors and __metadata__
         if (!h.is_object())
             fail(path, ": malformed safetensors header: a JSON ", h.type_name(), ", not an object");
+        if (h.size() > kMaxSafetensorsTensors + 1)
+            fail(path, ": safetensors header lists ", h.size(), " entries, more than the limit of ",
+                 kMaxSafetensorsTensors, " tensors");
         for (auto it = h.begin(); it != h.end(); ++it) {
             const std::string& name = it.key();
             const auto& v = it.value();
@@ -208,22 +217,26 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
             std::string dt = v["dtype"].get<std::string>();
             if (!dtype_from_name(dt, &t.dtype))
                 fail(path, ": tensor '", name, "' has unknown dtype '", dt, "'");
+            if (v["shape"].size() > kMaxSafetensorsRank)
+                fail(path, ": tensor '", name, "' has rank ", v["shape"].size(),
+                     ", more than the limit of ", kMaxSafetensorsRank);
             int64_t numel = 1;
             for (const auto& d : v["shape"]) {
                 if (!d.is_number_integer() ||
                     (d.is_number_unsigned() && d.get<uint64_t>() > uint64_t(INT64_MAX)) ||
                     d.get<int64_t>() < 0)
-                    fail(path, ": tensor '", name, "' has an invalid shape ", d.dump(), " in ",
-                         v["shape"].dump(), " (dimensions are non-negative integers)");
+                    fail(path, ": tensor '", name, "' has an invalid shape ", json_excerpt(d),
+                         " in ", json_excerpt(v["shape"]),
+                         " (dimensions are non-negative integers)");
                 t.shape.push_back(d.get<int64_t>());
                 if (t.shape.back() != 0 && numel > (int64_t(1) << 48) / t.shape.back())
-                    fail(path, ": tensor '", name, "' is too large (shape ", v["shape"].dump(),
-                         ")");
+                    fail(path, ": tensor '", name, "' is too large (shape ",
+                         json_excerpt(v["shape"]), ")");
                 numel *= t.shape.back();
             }
             const auto& off = v["data_offsets"];
             if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-                fail(path, ": tensor '", name, "' has invalid data offsets ", off.dump(),
+                fail(path, ": tensor '", name, "' has invalid data offsets ", json_excerpt(off),
                      " (expected two non-negative integers)");
             uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
             if (b > e || e > data_size)

@@ -11,6 +11,13 @@
 
 namespace pldr {
 
+// Hard limits, checked before anything is allocated for the header: the JSON header's size
+// (the reference library's own limit), the number of tensors and the rank of each. The data
+// of a tensor must lie inside the file, so element counts are bounded by the file size.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
+inline constexpr size_t kMaxSafetensorsTensors = 1u << 16;
+inline constexpr size_t kMaxSafetensorsRank = 8;
+
 enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
 
 const char* dtype_name(DType t);

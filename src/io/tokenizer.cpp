@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -30,6 +33,109 @@ std::string one_line(std::string s) {
         if (c == '\n' || c == '\r') c = ' ';
     while (!s.empty() && s.back() == ' ') s.pop_back();
     return s;
+}
+
+// --- A check of the normalization tables before libsentencepiece sees them ---------------
+// libsentencepiece (0.1.97) trusts the precompiled_charsmap of a model: a malformed double-array
+// trie sends its normalizer outside the table (found by fuzz/fuzz_tokenizer: a heap read after
+// the end). Every state of the trie reachable by some input is walked here, with the exact
+// transitions of darts-clone's commonPrefixSearch, and every index and value is bounds-checked.
+
+bool read_varint(const uint8_t*& p, const uint8_t* end, uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+        const uint8_t b = *p++;
+        *v |= uint64_t(b & 0x7f) << shift;
+        if (!(b & 0x80)) return true;
+    }
+    return false;
+}
+
+// Calls f(field, wire_type, payload) for each field of a protobuf message; false if malformed.
+template <typename F>
+bool for_each_field(std::string_view msg, F&& f) {
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(msg.data());
+    const uint8_t* end = p + msg.size();
+    while (p < end) {
+        uint64_t key, v;
+        if (!read_varint(p, end, &key)) return false;
+        const uint32_t wt = uint32_t(key & 7);
+        std::string_view payload;
+        if (wt == 0) {
+            if (!read_varint(p, end, &v)) return false;
+        } else if (wt == 1 || wt == 5) {
+            const size_t n = wt == 1 ? 8 : 4;
+            if (size_t(end - p) < n) return false;
+            p += n;
+        } else if (wt == 2) {
+            if (!read_varint(p, end, &v) || v > uint64_t(end - p)) return false;
+            payload = std::string_view(reinterpret_cast<const char*>(p), size_t(v));
+            p += v;
+        } else {
+            return false;
+        }
+        if (!f(key >> 3, wt, payload)) return false;
+    }
+    return true;
+}
+
+// "" when the charsmap is safe, else what is wrong with it.
+std::string check_charsmap(std::string_view blob) {
+    if (blob.empty()) return "";
+    if (blob.size() < 4) return "a normalization table shorter than its header";
+    uint32_t trie_size;
+    std::memcpy(&trie_size, blob.data(), 4);
+    if (trie_size >= blob.size() - 4 + 1 || trie_size % 4 != 0 || trie_size == 0)
+        return "a normalization table whose trie size does not fit";
+    const size_t n = trie_size / 4;
+    std::vector<uint32_t> units(n);
+    std::memcpy(units.data(), blob.data() + 4, trie_size);
+    const std::string_view normalized = blob.substr(4 + trie_size);
+    auto has_leaf = [](uint32_t u) { return ((u >> 8) & 1) == 1; };
+    auto value = [](uint32_t u) { return u & ((1u << 31) - 1); };
+    auto label = [](uint32_t u) { return u & ((1u << 31) | 0xFF); };
+    auto offset = [](uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); };
+    std::vector<bool> seen(n, false);
+    std::vector<size_t> stack{size_t(0) ^ offset(units[0])};
+    while (!stack.empty()) {
+        const size_t base = stack.back();
+        stack.pop_back();
+        if (base < n) {
+            if (seen[base]) continue;
+            seen[base] = true;
+        }
+        for (uint32_t c = 0; c < 256; ++c) {
+            const size_t child = base ^ c;
+            if (child >= n) return "a normalization trie that leads outside itself";
+            const uint32_t u = units[child];
+            if (label(u) != c) continue;
+            const size_t next = child ^ offset(u);
+            if (has_leaf(u)) {
+                if (next >= n) return "a normalization trie that leads outside itself";
+                const size_t v = value(units[next]);
+                if (v >= normalized.size() || normalized.find('\0', v) == std::string_view::npos)
+                    return "a normalization rule outside the table";
+            }
+            if (next >= n || !seen[next]) stack.push_back(next);
+        }
+    }
+    return "";
+}
+
+// "" when the normalizer and denormalizer tables of a serialized ModelProto are safe.
+std::string check_model_tables(std::string_view proto) {
+    std::string bad;
+    const bool ok = for_each_field(proto, [&](uint64_t field, uint32_t wt, std::string_view m) {
+        if ((field == 3 || field == 5) && wt == 2) {  // normalizer_spec, denormalizer_spec
+            return for_each_field(m, [&](uint64_t f2, uint32_t wt2, std::string_view b) {
+                if (f2 == 2 && wt2 == 2 && bad.empty()) bad = check_charsmap(b);
+                return true;
+            });
+        }
+        return true;
+    });
+    if (!ok) return "malformed protobuf";
+    return bad;
 }
 
 }  // namespace
@@ -87,6 +193,9 @@ Tokenizer::Tokenizer(const std::string& model_path)
     // Read the bytes ourselves so that I/O problems and parse problems read differently.
     const std::string bytes = read_file(model_path);
     if (bytes.empty()) fail("tokenizer ", model_path, ": empty file, not a SentencePiece model");
+    const std::string bad = check_model_tables(bytes);
+    if (!bad.empty())
+        fail("tokenizer ", model_path, ": not a valid SentencePiece model (", bad, ")");
     const auto st2 = sp_->LoadFromSerializedProto(bytes);
     if (!st2.ok())
         fail("tokenizer ", model_path, ": not a valid SentencePiece model (",

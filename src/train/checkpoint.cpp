@@ -1,6 +1,7 @@
 // Training checkpoints (see checkpoint.h).
 #include "train/checkpoint.h"
 
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -38,8 +39,11 @@ uint64_t parse_hex64(const std::string& s, const std::string& what) {
 
 int64_t parse_i64(const std::string& s, const std::string& what) {
     char* end = nullptr;
+    errno = 0;
     const long long v = std::strtoll(s.c_str(), &end, 10);
-    PLDR_REQUIRE(!s.empty() && end && *end == '\0', what, ": not an integer ('", s, "')");
+    PLDR_REQUIRE(!s.empty() && end && *end == '\0' && errno == 0 &&
+                     s.find_first_of(" \t\n+") == std::string::npos,
+                 what, ": not an integer ('", s.substr(0, 40), "')");
     return int64_t(v);
 }
 
@@ -72,6 +76,7 @@ void save_checkpoint(const std::string& dir, const Model<T>& m, const AdamWState
     fs::remove_all(nd, ec);
     make_dirs(nd.string());
     save_model(m, nd.string(), dtype_of<T>());
+    crash_point("ckpt.model");
 
     SafetensorsWriter w;
     for (const ParamEntry& e : m.layout.entries) {
@@ -95,8 +100,11 @@ void save_checkpoint(const std::string& dir, const Model<T>& m, const AdamWState
     w.set_metadata("world_size", std::to_string(info.world_size));
     w.set_metadata("config", read_file((nd / "config.json").string()));
     w.write((nd / kTrainStateFile).string());
+    crash_point("ckpt.state");
     write_file_atomic((nd / kCommit).string(), std::to_string(opt.step) + "\n");
+    crash_point("ckpt.commit");
     recover_checkpoint(dir);  // performs the swap
+    crash_point("ckpt.done");
 }
 
 bool recover_checkpoint(const std::string& dir) {
@@ -108,10 +116,16 @@ bool recover_checkpoint(const std::string& dir) {
                 fs::rename(nd / f, d / f, ec);
                 PLDR_REQUIRE(!ec, dir, ": cannot move the new checkpoint's ", f,
                              " into place: ", ec.message());
+                crash_point("ckpt.rename");
             }
+        fsync_dir(dir);  // the renames are durable before the marker goes
         fs::remove(nd / kCommit, ec);
+        crash_point("ckpt.uncommit");
     }
-    if (fs::exists(nd)) fs::remove_all(nd, ec);
+    if (fs::exists(nd)) {
+        fs::remove_all(nd, ec);
+        fsync_dir(dir);
+    }
     return fs::exists(d / kTrainStateFile);
 }
 
@@ -133,7 +147,10 @@ CheckpointInfo info_from(const SafetensorsFile& f, const std::string& dir) {
     info.step = parse_i64(get("step"), dir + ": step");
     PLDR_REQUIRE(info.step >= 0, dir, ": negative step");
     info.dtype = get("dtype");
+    PLDR_REQUIRE(info.dtype == "f32" || info.dtype == "f64", dir, ": training state dtype '",
+                 info.dtype, "' is not f32 or f64");
     info.data.position = parse_i64(get("data_position"), dir + ": data_position");
+    PLDR_REQUIRE(info.data.position >= 0, dir, ": negative data_position ", info.data.position);
     const std::string& rng = get("data_epoch_rng");
     size_t i = 0, k = 0;
     for (; k < 4 && i <= rng.size(); ++k) {
@@ -143,6 +160,9 @@ CheckpointInfo info_from(const SafetensorsFile& f, const std::string& dir) {
         i = j + 1;
     }
     PLDR_REQUIRE(k == 4 && i == rng.size() + 1, dir, ": data_epoch_rng must hold 4 words");
+    PLDR_REQUIRE(info.data.epoch_rng[0] | info.data.epoch_rng[1] | info.data.epoch_rng[2] |
+                     info.data.epoch_rng[3],
+                 dir, ": data_epoch_rng is all zero (not a state the generator can reach)");
     info.train_shard_fnv = parse_hex64(get("train_shard_fnv1a64"), dir + ": train_shard_fnv1a64");
     info.options_json = get("options");
     if (md.count("world_size")) {
@@ -176,6 +196,15 @@ CheckpointInfo load_checkpoint(const std::string& dir, Model<T>* m, AdamWState<T
     PLDR_REQUIRE(hex64(file_fnv(mp)) == f.metadata().at("model_fnv1a64"), dir,
                  ": model.safetensors does not belong to the training state (it was changed or "
                  "replaced after the checkpoint was written)");
+    {
+        // A resume continues from the exact bits: the weights must be stored in the compute
+        // dtype the state says, not converted from another one.
+        SafetensorsFile mf(mp);
+        for (const TensorInfo& t : mf.tensors())
+            PLDR_REQUIRE(!dtype_is_float(t.dtype) || t.dtype == dtype_of<T>(), dir,
+                         ": model.safetensors stores '", t.name, "' as ", dtype_name(t.dtype),
+                         " but the training state's dtype is ", info.dtype);
+    }
     *m = load_model<T>(dir);
     const std::string cfg_text = read_file((fs::path(dir) / "config.json").string());
     PLDR_REQUIRE(f.metadata().count("config") && f.metadata().at("config") == cfg_text, dir,

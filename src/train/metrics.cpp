@@ -27,12 +27,11 @@ MetricsLog::MetricsLog(const std::string& path, int64_t keep_through_step) : pat
             if (j["step"].get<int64_t>() <= keep_through_step) kept += line + "\n";
         }
     }
-    f_ = std::fopen(path.c_str(), "wb");
+    // The kept lines replace the file atomically (a crash never loses them), then new lines are
+    // appended.
+    write_file_atomic(path, kept);
+    f_ = std::fopen(path.c_str(), "ab");
     PLDR_REQUIRE(f_, "cannot write the metrics file ", path);
-    if (!kept.empty()) {
-        std::fwrite(kept.data(), 1, kept.size(), f_);
-        std::fflush(f_);
-    }
 }
 
 MetricsLog::~MetricsLog() {

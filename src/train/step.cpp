@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "audit/dump.h"
 #include "dist/dist.h"
 #include "train/clip.h"
 
@@ -212,10 +213,23 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
         r.loss.correct += l.correct;
     }
     const int64_t n = int64_t(grads_.size());
-    PLDR_REQUIRE(std::isfinite(r.loss.value), "non-finite loss (", r.loss.value, ") at step ",
-                 opt_.step + 1, ": step refused, parameters unchanged");
-    PLDR_REQUIRE(all_finite(grads_.data(), n), "non-finite gradient at step ", opt_.step + 1,
-                 ": step refused, parameters unchanged");
+    if (!std::isfinite(r.loss.value)) {
+        const std::string bad = first_non_finite(forward_tensors(model_, acts_));
+        fail("non-finite loss (", r.loss.value, ") at step ", opt_.step + 1,
+             bad.empty() ? std::string() : "; non-finite values first appear in " + bad,
+             ": step refused, parameters unchanged");
+    }
+    if (!all_finite(grads_.data(), n)) {
+        std::string where = "?";
+        // Backward order (head first): where the blow-up appears first.
+        for (auto e = model_.layout.entries.rbegin(); e != model_.layout.entries.rend(); ++e)
+            if (!all_finite(grads_.data() + e->offset, e->numel)) {
+                where = e->name;
+                break;
+            }
+        fail("non-finite gradient at step ", opt_.step + 1, " (first, in backward order, in grad.",
+             where, "): step refused, parameters unchanged");
+    }
     double ss = 0;
     for (T g : grads_) ss += double(g) * double(g);
     r.grad_norm = std::sqrt(ss);
@@ -231,7 +245,13 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
 
 template <typename T>
 LossResult Trainer<T>::evaluate(const TokenBatch& b) {
-    return loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, nullptr);
+    LossResult l = loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, nullptr);
+    if (!std::isfinite(l.value)) {
+        const std::string bad = first_non_finite(forward_tensors(model_, acts_));
+        fail("non-finite validation loss (", l.value, ")",
+             bad.empty() ? std::string() : "; non-finite values first appear in " + bad);
+    }
+    return l;
 }
 
 template class Trainer<float>;

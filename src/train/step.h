@@ -63,7 +63,8 @@ class Trainer {
     // left untouched.
     StepResult step(const std::vector<TokenBatch>& micro);
     StepResult step(const TokenBatch& b) { return step(std::vector<TokenBatch>{b}); }
-    // Loss without gradients (validation).
+    // Loss without gradients (validation). A non-finite loss throws pldr::Error naming the
+    // tensor where non-finite values first appear.
     LossResult evaluate(const TokenBatch& b);
 
     Model<T>& model() { return model_; }

@@ -15,8 +15,10 @@
 #include "core/fs.h"
 #include "dist/dist.h"
 #include "io/config_json.h"
+#include "io/json_util.h"
 #include "model/init.h"
 #include "train/checkpoint.h"
+#include "train/clip.h"
 #include "train/metrics.h"
 #include "train/presets.h"
 
@@ -75,29 +77,106 @@ ojson maths(const TrainOptions& o) {
 
 // Overwrites the maths fields of `o` with the checkpoint's.
 void apply_maths(TrainOptions& o, const ojson& j, const std::string& where) {
-    try {
-        o.steps = j.at("steps");
-        o.batch = j.at("batch");
-        o.accum = j.at("accum");
-        o.ctx = j.at("ctx");
-        o.seed = j.at("seed");
-        o.shuffle = j.at("shuffle");
-        o.lr = j.at("lr");
-        o.warmup = j.at("warmup");
-        o.lr_alpha = j.at("lr_alpha");
-        o.weight_decay = j.at("weight_decay");
-        o.dag = {j.at("dag").at(0), j.at("dag").at(1), j.at("dag").at(2)};
-        const std::string c = j.at("clip");
-        o.clip = c == "value" ? ClipMode::VALUE : c == "norm" ? ClipMode::NORM : ClipMode::NONE;
-        o.clip_value = j.at("clip_value");
-        o.clip_norm = j.at("clip_norm");
-        o.dtype = j.at("dtype");
-        o.fixed_g_identity = j.at("fixed_g_identity");
-        o.numerics = j.value("numerics", "reference");
-    } catch (const nlohmann::json::exception& e) {
-        fail(where, ": the training state's options are incomplete (", e.what(), ")");
+    // Every field is checked for its type and range: a hand-edited or corrupt state must not
+    // change the maths silently (an unknown clip mode is not "no clipping").
+    auto bad = [&](const char* k, const std::string& why) {
+        fail(where, ": the training state's option '", k, "' ", why);
+    };
+    auto at = [&](const char* k) -> const ojson& {
+        if (!j.contains(k))
+            fail(where, ": the training state's options are incomplete (no '", k, "')");
+        return j.at(k);
+    };
+    auto geti = [&](const char* k, int64_t lo) {
+        const ojson& v = at(k);
+        if (!v.is_number_integer()) bad(k, "is not an integer");
+        if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+            bad(k, "is too large");
+        const int64_t x = v.get<int64_t>();
+        if (x < lo) bad(k, cat("is ", x, ", below ", lo));
+        return x;
+    };
+    auto getd = [&](const char* k) {
+        const ojson& v = at(k);
+        if (!v.is_number() || !std::isfinite(v.get<double>())) bad(k, "is not a finite number");
+        return v.get<double>();
+    };
+    auto getb = [&](const char* k) {
+        const ojson& v = at(k);
+        if (!v.is_boolean()) bad(k, "is not true or false");
+        return v.get<bool>();
+    };
+    auto gets = [&](const char* k) {
+        const ojson& v = at(k);
+        if (!v.is_string()) bad(k, "is not a string");
+        return v.get<std::string>();
+    };
+    o.steps = geti("steps", 1);
+    o.batch = geti("batch", 1);
+    o.accum = geti("accum", 1);
+    o.ctx = geti("ctx", 0);
+    {
+        const ojson& v = at("seed");
+        if (!v.is_number_unsigned()) bad("seed", "is not a non-negative integer");
+        o.seed = v.get<uint64_t>();
     }
+    o.shuffle = getb("shuffle");
+    o.lr = getd("lr");
+    o.warmup = geti("warmup", -1);
+    o.lr_alpha = getd("lr_alpha");
+    o.weight_decay = getd("weight_decay");
+    const ojson& dag = at("dag");
+    if (!dag.is_array() || dag.size() != 3) bad("dag", "is not an array of three numbers");
+    for (const auto& x : dag)
+        if (!x.is_number() || !std::isfinite(x.get<double>()))
+            bad("dag", "is not an array of three numbers");
+    o.dag = {dag[0].get<double>(), dag[1].get<double>(), dag[2].get<double>()};
+    const std::string c = gets("clip");
+    if (c == "value")
+        o.clip = ClipMode::VALUE;
+    else if (c == "norm")
+        o.clip = ClipMode::NORM;
+    else if (c == "none")
+        o.clip = ClipMode::NONE;
+    else
+        bad("clip", "'" + c + "' is not a clip mode (value, norm or none)");
+    o.clip_value = getd("clip_value");
+    o.clip_norm = getd("clip_norm");
+    o.dtype = gets("dtype");
+    if (o.dtype != "f32" && o.dtype != "f64") bad("dtype", "'" + o.dtype + "' is not f32 or f64");
+    o.fixed_g_identity = getb("fixed_g_identity");
+    o.numerics = j.contains("numerics") ? gets("numerics") : "reference";
+    if (o.numerics != "reference" && o.numerics != "exact")
+        bad("numerics", "'" + o.numerics + "' is not reference or exact");
 }
+
+}  // namespace
+
+void apply_checkpoint_options(TrainOptions& o, const std::string& options_json,
+                              const std::string& where) {
+    const ojson j = parse_json_strict(options_json, where + ": the training state's options");
+    PLDR_REQUIRE(j.is_object(), where, ": the training state's options are not a JSON object");
+    apply_maths(o, j, where);
+}
+
+void check_checkpoint_position(const CheckpointInfo& ck, const TrainOptions& o,
+                               const std::string& where) {
+    // Each optimizer step serves ranks × batch × accum chunks of the global stream (the batch
+    // stored is per rank, the world size the checkpoint's): any other position is a corrupt or
+    // hand-edited state (and a far one would replay or skip data silently).
+    PLDR_REQUIRE(o.batch > 0 && o.accum > 0, where, ": batch and accum must be positive");
+    PLDR_REQUIRE(ck.world_size > 0, where, ": the training state's world_size must be positive");
+    int64_t per_rank = 0, per_step = 0, want = 0;
+    const bool overflow = __builtin_mul_overflow(o.batch, o.accum, &per_rank) ||
+                          __builtin_mul_overflow(per_rank, ck.world_size, &per_step) ||
+                          __builtin_mul_overflow(ck.step, per_step, &want);
+    PLDR_REQUIRE(!overflow && ck.data.position == want, where,
+                 ": the training state's data_position ", ck.data.position, " disagrees with step ",
+                 ck.step, " x ranks ", ck.world_size, " x batch ", o.batch, " x accum ", o.accum,
+                 " (corrupt or edited train_state.safetensors)");
+}
+
+namespace {
 
 // First line where two texts differ, for "does not match" messages.
 std::string first_difference(const std::string& a, const std::string& b) {
@@ -162,6 +241,26 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
     PLDR_REQUIRE(o.preset.empty() || o.config_path.empty(),
                  "give only one of --preset and --config");
 
+    {
+        // The output is this run's own checkpoint directory: never an input, never another
+        // model's directory.
+        const bool own = resume && fs::exists(o.out_dir) && fs::exists(o.resume_dir) &&
+                         fs::equivalent(o.out_dir, o.resume_dir);
+        InputSet in;
+        in.add_dir(o.data_dir);
+        in.add_file(o.config_path);
+        if (resume && !own) in.add_dir(o.resume_dir);
+        require_dir_not_input(o.out_dir, in, "--out",
+                              {"config.json", "model.safetensors", kTrainStateFile, "metrics.jsonl",
+                               "tokenizer.model"});
+        if (!o.metrics_path.empty()) require_not_input(o.metrics_path, in, "--metrics");
+        PLDR_REQUIRE(
+            !is_model_dir(o.out_dir) || fs::exists(fs::path(o.out_dir) / kTrainStateFile) ||
+                fs::exists(fs::path(o.out_dir) / ".ckpt-new"),
+            "--out ", o.out_dir,
+            " is a model directory that is not a pldr training checkpoint (no ", kTrainStateFile,
+            "); training would overwrite its model; choose another --out");
+    }
     const std::string train_path = (fs::path(o.data_dir) / "train.pldrtok").string();
     const std::string valid_path = (fs::path(o.data_dir) / "valid.pldrtok").string();
     PLDR_REQUIRE(fs::is_directory(o.data_dir), o.data_dir, ": data directory does not exist");
@@ -188,9 +287,10 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         PLDR_REQUIRE(peek.dtype == o.dtype, o.resume_dir,
                      ": the checkpoint was trained with --dtype ", peek.dtype, ", not ", o.dtype);
         ck = load_checkpoint<T>(o.resume_dir, &model, &opt);
-        const ojson stored = ojson::parse(ck.options_json, nullptr, false);
-        PLDR_REQUIRE(!stored.is_discarded() && stored.is_object(), o.resume_dir,
-                     ": the training state's options are not JSON");
+        const ojson stored =
+            parse_json_strict(ck.options_json, o.resume_dir + ": the training state's options");
+        PLDR_REQUIRE(stored.is_object(), o.resume_dir,
+                     ": the training state's options are not a JSON object");
         const ojson given = maths(o);
         const int64_t new_steps = o.steps;
         TrainOptions merged = o;
@@ -238,6 +338,9 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         PLDR_REQUIRE(ck.train_shard_fnv == train.checksum(), train_path,
                      ": not the training data the checkpoint in ", o.resume_dir,
                      " was trained on (checksum differs)");
+        PLDR_REQUIRE(merged.dtype == ck.dtype, o.resume_dir,
+                     ": the training state's options say dtype ", merged.dtype,
+                     " but its metadata says ", ck.dtype);
         o = merged;
         if (ck.world_size != P) {
             // Another number of ranks: keep the global batch (and so the maths), split anew.
@@ -309,6 +412,12 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
     PLDR_REQUIRE(o.batch > 0, "--batch must be > 0 (got ", o.batch, ")");
     PLDR_REQUIRE(o.accum > 0, "--accum must be > 0 (got ", o.accum, ")");
     PLDR_REQUIRE(o.stop_at >= 0, "--stop-at must be >= 0");
+    if (resume) {
+        // The position counts the checkpoint's ranks × its per-rank batch (= P × o.batch now).
+        CheckpointInfo at = ck;
+        at.world_size = P;
+        check_checkpoint_position(at, o, o.resume_dir);
+    }
     PLDR_REQUIRE(o.eval_every >= 0 && o.eval_batches > 0 && o.save_every >= 0,
                  "--eval-every and --save-every must be >= 0, --eval-batches > 0");
     if (valid)
@@ -352,6 +461,19 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
     int64_t last_saved =
         resume && fs::absolute(o.resume_dir) == fs::absolute(o.out_dir) ? out.start_step : -1;
     auto save = [&]() {
+        // A checkpoint is only ever a good one: non-finite weights or moments (an update that
+        // overflowed) are refused, and the previous checkpoint stays.
+        for (const ParamEntry& e : model.layout.entries)
+            for (const T* p :
+                 {model.params.data(), trainer.optimizer().m.data(), trainer.optimizer().v.data()})
+                PLDR_REQUIRE(all_finite(p + e.offset, e.numel), "training stopped at step ",
+                             trainer.steps_done(), ": ",
+                             p == model.params.data() ? "parameter " : "optimizer moment of ",
+                             e.name, " is not finite; checkpoint not written; ",
+                             last_saved >= 0
+                                 ? "the last good checkpoint (step " + std::to_string(last_saved) +
+                                       ") is kept in " + o.out_dir
+                                 : std::string("no checkpoint had been written yet"));
         CheckpointInfo info;
         info.step = trainer.steps_done();
         info.dtype = o.dtype;
@@ -379,10 +501,8 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         save_checkpoint(o.out_dir, model, full, info);
         // The tokenizer the shards were prepared with, so that DIR is a complete model directory.
         const fs::path tok = fs::path(o.out_dir) / "tokenizer.model";
-        if (!tokenizer_src.empty() && !fs::exists(tok)) {
-            std::error_code ec;
-            fs::copy_file(tokenizer_src, tok, ec);
-        }
+        if (!tokenizer_src.empty() && !fs::exists(tok))
+            write_file_atomic(tok.string(), read_file(tokenizer_src));  // never a partial copy
     };
 
     {
@@ -426,7 +546,17 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
 
     auto do_eval = [&](int64_t step) {
         if (!valid || !root) return;  // rank 0 evaluates; the others wait at the next step
-        const EvalResult e = evaluate_shard(trainer, *valid, o.ctx, P * o.batch, o.eval_batches);
+        EvalResult e;
+        try {
+            e = evaluate_shard(trainer, *valid, o.ctx, P * o.batch, o.eval_batches);
+        } catch (const InternalError&) {
+            throw;
+        } catch (const Error& err) {
+            fail("training stopped at step ", step, ": ", err.what(), "; ",
+                 last_saved >= 0 ? "the last good checkpoint (step " + std::to_string(last_saved) +
+                                       ") is kept in " + o.out_dir
+                                 : std::string("no checkpoint had been written yet"));
+        }
         out.has_eval = true;
         out.last_eval = e;
         ojson j;
@@ -461,6 +591,8 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         StepResult r;
         try {
             r = trainer.step(micro);
+        } catch (const InternalError&) {
+            throw;
         } catch (const Error& e) {
             fail("training stopped: ", e.what(), "; ",
                  last_saved >= 0 ? "the last good checkpoint (step " + std::to_string(last_saved) +

@@ -101,6 +101,16 @@ struct TrainHooks {
     const std::atomic<bool>* stop_flag = nullptr;
 };
 
+struct CheckpointInfo;
+
+// Applies a checkpoint's stored training options (its "options" JSON) to `o`, checking every
+// field's type and range (an unknown clip mode or dtype is an error). Errors name `where`.
+void apply_checkpoint_options(TrainOptions& o, const std::string& options_json,
+                              const std::string& where);
+// A checkpoint's data position must be step × batch × accum (the chunks its steps consumed).
+void check_checkpoint_position(const CheckpointInfo& ck, const TrainOptions& o,
+                               const std::string& where);
+
 // Runs training. Throws pldr::Error (one line) on bad options, bad data, a checkpoint that does
 // not fit, or a refused (non-finite) step — in the last case the checkpoint on disk (the last
 // good one) is left untouched and the message says which step it holds.

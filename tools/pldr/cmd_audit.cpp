@@ -42,6 +42,14 @@ std::string trim(std::string s) {
 template <typename T>
 int run_audit_cmd(const AuditArgs& a) {
     PLDR_REQUIRE(file_exists(a.dir + "/config.json"), "model directory ", a.dir, " not found");
+    {
+        InputSet in;
+        in.add_dir(a.dir);
+        in.add_file(a.prompts);
+        in.add_file(a.text);
+        in.add_file(a.tqa);
+        require_dir_not_input(a.out, in, "--out", {"audit.json", "report.html"});
+    }
     Model<T> m = a.mo.load<T>(a.dir);
     const std::string tok_path = a.dir + "/tokenizer.model";
     std::unique_ptr<Tokenizer> tok;

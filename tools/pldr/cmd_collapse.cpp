@@ -22,6 +22,13 @@ struct CollapseArgs {
 
 template <typename T>
 int run_collapse(const CollapseArgs& a) {
+    {
+        InputSet in;
+        in.add_dir(a.dir);
+        in.add_file(a.text);
+        require_dir_not_input(a.out, in, "--out",
+                              {"config.json", "model.safetensors", "tokenizer.model"});
+    }
     Model<T> m = a.mo.load<T>(a.dir);
     const std::string tok_path = a.dir + "/tokenizer.model";
     std::unique_ptr<Tokenizer> tok;
@@ -48,9 +55,7 @@ int run_collapse(const CollapseArgs& a) {
     }
     Model<T> c = collapse_model(m, g);
     save_model(c, a.out, a.save_dtype == "f64" ? DType::F64 : DType::F32);
-    if (tok)
-        std::filesystem::copy_file(tok_path, a.out + "/tokenizer.model",
-                                   std::filesystem::copy_options::overwrite_existing);
+    if (tok) write_file_atomic(a.out + "/tokenizer.model", read_file(tok_path));
     std::printf(
         "collapsed %s → %s (custom_G_type external, %lld → %lld parameters)\nG_LM from %s\n",
         a.dir.c_str(), a.out.c_str(), (long long)m.num_params(), (long long)c.num_params(),

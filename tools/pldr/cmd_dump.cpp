@@ -24,6 +24,17 @@ struct DumpArgs {
 template <typename T>
 int run_dump(const DumpArgs& a) {
     PLDR_REQUIRE(a.tokens.empty() != a.prompt.empty(), "give --tokens or --prompt (one of them)");
+    const std::string ext = ".safetensors";
+    // A path ending in .safetensors, or an existing non-directory (e.g. /dev/null): one file.
+    const bool st = (a.out.size() >= ext.size() &&
+                     a.out.compare(a.out.size() - ext.size(), ext.size(), ext) == 0) ||
+                    (std::filesystem::exists(a.out) && !std::filesystem::is_directory(a.out));
+    InputSet in;
+    in.add_dir(a.dir);
+    if (st)
+        require_not_input(a.out, in, "--out");
+    else
+        require_dir_not_input(a.out, in, "--out");
     int64_t B = 1, S = 0;
     std::vector<int64_t> ids;
     if (!a.prompt.empty()) {
@@ -38,11 +49,13 @@ int run_dump(const DumpArgs& a) {
     Activations<T> acts;
     forward(m, ids.data(), B, S, acts);
     auto named = forward_tensors(m, acts);
-    const std::string ext = ".safetensors";
-    // A path ending in .safetensors, or an existing non-directory (e.g. /dev/null): one file.
-    const bool st = (a.out.size() >= ext.size() &&
-                     a.out.compare(a.out.size() - ext.size(), ext.size(), ext) == 0) ||
-                    (std::filesystem::exists(a.out) && !std::filesystem::is_directory(a.out));
+    {
+        // A numerical blow-up is an error, not a dump of NaNs with exit 0.
+        const std::string bad = first_non_finite(named);
+        PLDR_REQUIRE(bad.empty(),
+                     "the forward pass produced non-finite values; they first appear in ", bad,
+                     "; nothing written");
+    }
     if (st) {
         SafetensorsWriter w;
         for (const auto& nt : named) w.add(nt.name, nt.t);

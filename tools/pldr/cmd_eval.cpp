@@ -24,6 +24,14 @@ int run_eval(const EvalArgs& a) {
     const ScoreMode mode = score_mode_from_name(a.mode);
     PLDR_REQUIRE(a.task == "truthfulqa" || a.task == "piqa" || a.task == "perplexity",
                  "unknown task '", a.task, "' (known: truthfulqa, piqa, perplexity)");
+    {
+        InputSet in;
+        in.add_dir(a.dir);
+        in.add_file(a.data);
+        in.add_file(a.labels);
+        in.add_file(a.tokenizer);
+        require_not_input(a.out, in, "--out");
+    }
     const std::string tp = a.tokenizer.empty() ? a.dir + "/tokenizer.model" : a.tokenizer;
     PLDR_REQUIRE(file_exists(tp), "eval needs a tokenizer: ", tp, " not found");
     Tokenizer tok(tp);

@@ -44,6 +44,13 @@ int run_generate(const GenArgs& a) {
                  "give prompts with -p TEXT or token ids with "
                  "--ids, not both (and at least one)");
     const bool text = !a.prompts.empty();
+    {
+        InputSet in;
+        in.add_dir(a.dir);
+        in.add_file(a.tokenizer);
+        in.add_file(a.g_cache);
+        require_not_input(a.save_g_cache, in, "--save-g-cache");
+    }
     auto tok = open_tokenizer(a, text);
     Model<T> m = a.mo.load<T>(a.dir);
     if (tok)

@@ -2,7 +2,9 @@
 // its parts and the gradient of every parameter (golden naming: loss.*, grad.<name>).
 #include <cstdio>
 
+#include "audit/dump.h"
 #include "common.h"
+#include "core/fs.h"
 #include "train/loss.h"
 
 namespace pldr::cli {
@@ -17,6 +19,9 @@ struct GradArgs {
 
 template <typename T>
 int run_grad(const GradArgs& a) {
+    InputSet in;
+    in.add_dir(a.dir);
+    require_not_input(a.out, in, "--out");
     int64_t B = 0, S1 = 0;
     std::vector<int64_t> tok = rows_to_batch(a.tokens, &B, &S1);
     const DagCoeffs dag = a.dag.empty() ? DagCoeffs{} : parse_dag_coeffs(a.dag);
@@ -24,8 +29,16 @@ int run_grad(const GradArgs& a) {
     std::vector<T> grads(static_cast<size_t>(m.layout.total), T(0));
     Activations<T> acts;
     LossResult r = loss_and_grads(m, tok.data(), B, S1, dag, acts, grads.data());
-    PLDR_REQUIRE(std::isfinite(r.value), "the loss is not finite (", r.value, ")");
-    for (T g : grads) PLDR_REQUIRE(std::isfinite(double(g)), "a gradient is not finite");
+    if (!std::isfinite(r.value)) {
+        // Name the first activation that went bad, in forward order.
+        const std::string bad = first_non_finite(forward_tensors(m, acts));
+        fail("the loss is not finite (", r.value, ")",
+             bad.empty() ? std::string() : "; non-finite values first appear in " + bad);
+    }
+    for (const ParamEntry& e : m.layout.entries)
+        for (int64_t i = 0; i < e.numel; ++i)
+            PLDR_REQUIRE(std::isfinite(double(grads[size_t(e.offset + i)])), "the gradient of ",
+                         e.name, " is not finite (element ", i, ")");
     SafetensorsWriter w;
     auto scalar = [&](const std::string& n, double v) {
         Tensor<T> t({1}, T(v));

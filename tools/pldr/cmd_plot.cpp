@@ -53,6 +53,11 @@ void add_plot(CLI::App& app) {
                      "give one --label "
                      "per metrics file (",
                      a->files.size(), "), or none");
+        {
+            InputSet in;
+            for (const auto& f : a->files) in.add_file(f);
+            require_not_input(a->out, in, "--out");
+        }
         PlotSpec spec;
         spec.title = a->title;
         spec.width = a->width, spec.height = a->height;

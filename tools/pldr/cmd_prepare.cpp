@@ -50,6 +50,14 @@ void add_prepare(CLI::App& app) {
     cmd->add_option("FILE", a->o.input_files, "UTF-8 text files")->required();
     cmd->callback([a]() {
         a->o.one_doc_per_line = !a->whole_files;
+        {
+            InputSet in;
+            in.add_file(a->o.tokenizer_path);
+            for (const auto& f : a->o.input_files) in.add_file(f);
+            for (const auto& f : a->o.valid_files) in.add_file(f);
+            require_dir_not_input(a->o.output_dir, in, "--out",
+                                  {"train.pldrtok", "valid.pldrtok", "meta.json"});
+        }
         const PrepareStats st = prepare_corpus(a->o);
         const std::filesystem::path d(a->o.output_dir);
         std::printf("prepared %s: vocab %lld, ctx %lld, %lld empty documents skipped\n",

@@ -1,12 +1,11 @@
 // pldr score MODEL_DIR --requests FILE.jsonl [--mode block|sequential|cached] [--out FILE.jsonl]:
 // lm-eval style log-likelihood requests, one JSON object per line, scored in order.
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common.h"
 #include "core/fs.h"
+#include "infer/requests.h"
 #include "infer/score.h"
 #include "io/tokenizer.h"
 
@@ -22,6 +21,13 @@ struct ScoreArgs {
 template <typename T>
 int run_score(const ScoreArgs& a) {
     const ScoreMode mode = score_mode_from_name(a.mode);
+    {
+        InputSet in;
+        in.add_dir(a.dir);
+        in.add_file(a.requests);
+        in.add_file(a.tokenizer);
+        require_not_input(a.out, in, "--out");
+    }
     Model<T> m = a.mo.load<T>(a.dir);
     std::unique_ptr<Tokenizer> tok;
     auto need_tok = [&]() -> const Tokenizer& {
@@ -33,41 +39,16 @@ int run_score(const ScoreArgs& a) {
         }
         return *tok;
     };
-    std::istringstream in(read_file(a.requests));
     std::vector<ScoreRequest> reqs;
-    std::string line;
-    int64_t ln = 0;
-    while (std::getline(in, line)) {
-        ++ln;
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception&) {
-            fail(a.requests, ":", ln, ": malformed JSON");
-        }
-        PLDR_REQUIRE(j.is_object(), a.requests, ":", ln, ": expected a JSON object");
+    for (const RawScoreRequest& raw : parse_score_requests(read_file(a.requests), a.requests)) {
         ScoreRequest r;
-        if (j.contains("context_ids") || j.contains("continuation_ids")) {
-            PLDR_REQUIRE(j.contains("context_ids") && j.contains("continuation_ids") &&
-                             j["context_ids"].is_array() && j["continuation_ids"].is_array(),
-                         a.requests, ":", ln, ": needs context_ids and continuation_ids arrays");
-            for (const auto& x : j["context_ids"]) {
-                PLDR_REQUIRE(x.is_number_integer(), a.requests, ":", ln, ": ids must be integers");
-                r.context.push_back(x.get<int64_t>());
-            }
-            for (const auto& x : j["continuation_ids"]) {
-                PLDR_REQUIRE(x.is_number_integer(), a.requests, ":", ln, ": ids must be integers");
-                r.continuation.push_back(x.get<int64_t>());
-            }
+        if (raw.has_ids) {
+            r.context = raw.context_ids;
+            r.continuation = raw.continuation_ids;
         } else {
-            PLDR_REQUIRE(j.contains("context") && j.contains("continuation") &&
-                             j["context"].is_string() && j["continuation"].is_string(),
-                         a.requests, ":", ln,
-                         ": needs \"context\" and \"continuation\" strings (or token ids)");
-            r = encode_request(need_tok(), j["context"], j["continuation"], m.cfg.eos_token_id);
+            r = encode_request(need_tok(), raw.context, raw.continuation, m.cfg.eos_token_id);
         }
-        PLDR_REQUIRE(!r.continuation.empty(), a.requests, ":", ln, ": empty continuation");
+        PLDR_REQUIRE(!r.continuation.empty(), a.requests, ":", raw.line, ": empty continuation");
         reqs.push_back(std::move(r));
     }
     PLDR_REQUIRE(!reqs.empty(), a.requests, ": no requests");

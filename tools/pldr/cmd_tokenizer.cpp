@@ -50,6 +50,12 @@ void add_tokenizer(CLI::App& app) {
     tr->add_option("--seed", ta->o.seed, "sentencepiece's random seed")->capture_default_str();
     tr->add_flag("--verbose", ta->o.verbose, "show sentencepiece's log");
     tr->callback([ta]() {
+        {
+            InputSet in;
+            for (const auto& f : ta->o.input_files) in.add_file(f);
+            for (const char* ext : {".model", ".vocab"})
+                require_not_input(ta->o.output_prefix + ext, in, "--out");
+        }
         train_tokenizer(ta->o);
         Tokenizer t(ta->o.output_prefix + ".model");
         std::printf("wrote %s.model and %s.vocab (%s, %lld pieces)\n", ta->o.output_prefix.c_str(),

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "io/model_load.h"
 #include "train/loss.h"
 

@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""Builds the seed corpora of the fuzz targets (fuzz/corpus/<target>/) from real files: the
+golden models, the bundled data, and files written by the built `pldr` (G-caches, a training
+checkpoint, a small tokenizer). Run once from the repository root after building `build/pldr`:
+    python3 scripts/fuzz-seeds.py [build/pldr]
+The output is committed; rerunning it rewrites the same seeds (the pldr outputs are
+deterministic)."""
+import json, os, shutil, struct, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLDR = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build/pldr"))
+CORPUS = os.path.join(ROOT, "fuzz/corpus")
+SEP = b"\n--PLDR-FILE--\n"
+G = os.path.join(ROOT, "tests/golden/models")
+
+
+def put(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def read(p):
+    with open(p, "rb") as f:
+        return f.read()
+
+
+def st_parse(b):
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    return h, b[8 + n:]
+
+
+def st_write(tensors, meta=None):
+    """tensors: list of (name, dtype, shape, bytes)."""
+    h, off, data = {}, 0, b""
+    if meta:
+        h["__metadata__"] = meta
+    for name, dt, shape, raw in sorted(tensors):
+        h[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+        data += raw
+    hb = json.dumps(h, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    return struct.pack("<Q", len(hb)) + hb + data
+
+
+def st_tensors(b):
+    h, data = st_parse(b)
+    out = []
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        a, e = v["data_offsets"]
+        out.append((k, v["dtype"], v["shape"], data[a:e]))
+    return out, h.get("__metadata__")
+
+
+def fnv1a64(b):
+    h = 0xcbf29ce484222325
+    for c in b:
+        h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def shard(tokens, vocab, ctx, dtype=2):
+    payload = b"".join(struct.pack("<H" if dtype == 2 else "<I", t) for t in tokens)
+    return (b"PLDRTOK\0" + struct.pack("<IIII", 1, vocab, dtype, ctx) +
+            struct.pack("<QQ", len(tokens), fnv1a64(payload)) + payload)
+
+
+def run(*args, **kw):
+    subprocess.run([PLDR, *args], check=True, stdout=subprocess.DEVNULL, **kw)
+
+
+def main():
+    shutil.rmtree(CORPUS, ignore_errors=True)
+    tmp = tempfile.mkdtemp(prefix="pldr-seeds-")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
+    # safetensors: real model files, and small hand-made ones of every dtype.
+    put("safetensors", "a_tiny.f32", read(f"{G}/a_tiny_v510.f32/model.safetensors"))
+    put("safetensors", "c_tiny.f64", read(f"{G}/c_tiny_v510G_identity.f64/model.safetensors"))
+    small = [("b", "BF16", [2], b"\x80\x3f\x00\x40"), ("f", "F16", [2, 1], b"\x00\x3c\x00\xc0"),
+             ("i", "I64", [1], struct.pack("<q", -7)), ("m", "BOOL", [3], b"\x01\x00\x01"),
+             ("u", "U8", [0], b""), ("x", "F32", [], struct.pack("<f", 1.5)),
+             ("y", "I32", [1], struct.pack("<i", 5)), ("z", "I16", [1], struct.pack("<h", 2)),
+             ("w", "I8", [1], b"\xff"), ("d", "F64", [1], struct.pack("<d", 2.0))]
+    put("safetensors", "dtypes", st_write(small, {"format": "pt"}))
+    put("safetensors", "empty", st_write([]))
+
+    # config.json: every config of the repository.
+    for d in sorted(os.listdir(G)):
+        p = os.path.join(G, d, "config.json")
+        if os.path.exists(p):
+            put("config_json", d, read(p))
+    for d in ("pldr-sotu-small", "sdpa-sotu-small"):
+        put("config_json", d, read(os.path.join(ROOT, "models", d, "config.json")))
+
+    # model directories: single file (fixed G) and sharded (learned G, two shards).
+    c = f"{G}/c_tiny_v510G_identity.f32"
+    put("model_dir", "single_fixed_g",
+        read(f"{c}/config.json") + SEP + b"" + SEP + read(f"{c}/model.safetensors"))
+    a = f"{G}/a_tiny_v510.f32"
+    ts, _ = st_tensors(read(f"{a}/model.safetensors"))
+    half = len(ts) // 2
+    s1, s2 = st_write(ts[:half], {"format": "pt"}), st_write(ts[half:], {"format": "pt"})
+    wm = {t[0]: "s1.safetensors" for t in ts[:half]}
+    wm.update({t[0]: "s2.safetensors" for t in ts[half:]})
+    index = json.dumps({"metadata": {"total_size": len(s1) + len(s2)}, "weight_map": wm},
+                       indent=1).encode()
+    put("model_dir", "sharded_learned", read(f"{a}/config.json") + SEP + index + SEP + s1 + SEP + s2)
+
+    # token shards.
+    put("shard", "packed_u16", shard([(7 * i) % 50 for i in range(72)], 50, 9))
+    put("shard", "unpacked_u16", shard([3, 1, 4, 1, 5, 9, 2, 6], 10, 0))
+    put("shard", "packed_u32", shard([(i * 4099) % 70000 for i in range(32)], 70000, 8, 4))
+
+    # G-caches written by pldr generate.
+    for name, d in (("learned", a), ("fixed", f"{G}/c_tiny_v510G_identity.f32")):
+        out = os.path.join(tmp, f"g_{name}.safetensors")
+        run("generate", d, "--ids", "5,17,3,9", "-n", "1", "--greedy", "--save-g-cache", out,
+            env=env)
+        put("gcache", name, read(out))
+
+    # score requests, TruthfulQA, PIQA: the bundled data and the documented forms.
+    put("score_requests", "ids", b'{"context_ids": [5, 17, 3], "continuation_ids": [9, 2]}\n'
+        b'{"context_ids": [1], "continuation_ids": [4]}\n')
+    put("score_requests", "text", b'{"context": "The state of the Union", "continuation": " is"}\n'
+        b'\n{"context": "", "continuation": "Hello"}\r\n')
+    tqa = json.loads(read(os.path.join(ROOT, "data/eval/truthfulqa/mc_task.dev.json")))
+    put("truthfulqa", "dev3", json.dumps(tqa[:3], indent=1).encode())
+    put("truthfulqa", "dev1", json.dumps(tqa[3:4]).encode())
+    pj = read(os.path.join(ROOT, "data/eval/piqa/valid.jsonl")).split(b"\n")[:4]
+    pl = read(os.path.join(ROOT, "data/eval/piqa/valid-labels.lst")).split(b"\n")[:4]
+    put("piqa", "valid4", b"\n".join(pj) + b"\n" + SEP + b"\n".join(pl) + b"\n")
+
+    # tokenizer: a small one trained by pldr, and the shipped SOTU one.
+    txt = os.path.join(tmp, "t.txt")
+    with open(txt, "wb") as f:
+        f.write(read(os.path.join(ROOT, "data/corpus/tinyshakespeare/valid.txt"))[:60000])
+    run("tokenizer", "train", "--input", txt, "--out", os.path.join(tmp, "tok"),
+        "--vocab-size", "400", "--threads", "1", env=env)
+    put("tokenizer", "small400", read(os.path.join(tmp, "tok.model")))
+    run("tokenizer", "train", "--input", txt, "--out", os.path.join(tmp, "tokc"),
+        "--vocab-size", "400", "--model-type", "char", "--threads", "1", env=env)
+    put("tokenizer", "char", read(os.path.join(tmp, "tokc.model")))
+
+    # A training checkpoint of a_tiny's shape (vocab 50) on a hand-made shard; its model is the
+    # fixed directory the train_state target loads beside the fuzzed state.
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    with open(os.path.join(data, "train.pldrtok"), "wb") as f:
+        f.write(shard([(11 * i + i // 7) % 50 for i in range(9 * 24)], 50, 9))
+    ck = os.path.join(tmp, "ck")
+    run("train", "--config", f"{a}/config.json", "--data", data, "--out", ck, "--steps", "3",
+        "--batch", "2", "--stop-at", "2", "--eval-batches", "1", env=env)
+    put("train_state", "step2", read(os.path.join(ck, "train_state.safetensors")))
+    dd = os.path.join(ROOT, "fuzz/data/train_state_model")
+    os.makedirs(dd, exist_ok=True)
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(ck, f), os.path.join(dd, f))
+    shutil.rmtree(tmp)
+    for t in sorted(os.listdir(CORPUS)):
+        print(t, len(os.listdir(os.path.join(CORPUS, t))), "seeds")
+
+
+if __name__ == "__main__":
+    main()
