@@ -26,12 +26,14 @@ void expect_json_equals(const nlohmann::json& j, const pldr::GenResult& want) {
     ASSERT_EQ(j["steps"].size(), want.steps.size());
     for (size_t k = 0; k < want.steps.size(); ++k) {
         EXPECT_EQ(j["steps"][k]["id"].get<int64_t>(), want.steps[k].id) << k;
-        // JSON keeps every digit of a double: the very same computation gives the same value.
-        EXPECT_EQ(j["steps"][k]["logprob"].get<double>(), want.steps[k].logprob) << k;
+        // The same computation in another process (1e-6: float32 logits, room for another
+        // summation order; a wrong token or position moves a log-probability by far more).
+        EXPECT_NEAR(j["steps"][k]["logprob"].get<double>(), want.steps[k].logprob, 1e-6) << k;
         ASSERT_EQ(j["steps"][k]["top"].size(), want.steps[k].top.size());
         for (size_t t = 0; t < want.steps[k].top.size(); ++t) {
             EXPECT_EQ(j["steps"][k]["top"][t][0].get<int64_t>(), want.steps[k].top[t].first);
-            EXPECT_EQ(j["steps"][k]["top"][t][1].get<double>(), want.steps[k].top[t].second);
+            EXPECT_NEAR(j["steps"][k]["top"][t][1].get<double>(), want.steps[k].top[t].second,
+                        1e-6);
         }
     }
 }
@@ -207,8 +209,8 @@ TEST(CliCollapse, LearnedModelReportsKl) {
     EXPECT_NEAR(kl_mean, rep.kl_mean, 1e-5 * rep.kl_mean);
     EXPECT_NEAR(kl_max, rep.kl_max, 1e-5 * rep.kl_max);
     EXPECT_NEAR(agree, rep.top1_agree, 5e-5);
-    EXPECT_NEAR(nll_a, rep.nll_a, 5e-6);
-    EXPECT_NEAR(nll_b, rep.nll_b, 5e-6);
+    EXPECT_NEAR(nll_a, rep.nll_a, 1e-5);
+    EXPECT_NEAR(nll_b, rep.nll_b, 1e-5);
     EXPECT_GT(rep.kl_mean, 0.0);
     r = cli_test::run("inspect " + out);
     EXPECT_NE(r.out.find("custom_G_type external"), std::string::npos);

@@ -132,7 +132,7 @@ TEST(InferOracle, RollingLoglikelihoodEqualsBruteForceOverTheHarnessWindows) {
             long double want = 0;
             for (const auto& w : wins) want += score_window(m, w.ctx, w.cont);
             const double got = pldr::rolling_loglikelihood(m, t, eos, W);
-            // Measured: ≤ 3e-15 relative (the same forward, summed in another order).
+            // Measured: ≤ 3e-14 absolute on sums of −20 to −200 (summation order).
             EXPECT_NEAR(got, double(want), 1e-12 * std::abs(double(want)))
                 << "W " << W << " N " << N << " windows " << wins.size();
         }
@@ -172,16 +172,16 @@ TEST(InferOracle, LeftTruncationAtTheContextBoundary) {
         pldr::Activations<double> a;
         pldr::forward(m, kept.data(), 1, int64_t(kept.size()) - 1, a);
         const int64_t ctxlen = int64_t(kept.size()) - 3;
-        for (auto mode : {pldr::ScoreMode::BLOCK, pldr::ScoreMode::SEQUENTIAL,
-                          pldr::ScoreMode::CACHED}) {
+        for (auto mode :
+             {pldr::ScoreMode::BLOCK, pldr::ScoreMode::SEQUENTIAL, pldr::ScoreMode::CACHED}) {
             const auto r = pldr::score_request(m, req, mode);
             EXPECT_EQ(r.ctxlen, ctxlen) << "n " << n;
             ASSERT_EQ(r.token_logprobs.size(), 3u) << "n " << n;
             if (mode != pldr::ScoreMode::BLOCK) continue;
             for (int64_t k = 0; k < 3; ++k) {
-                const double want = logprob(a.logits.ptr() + (ctxlen - 1 + k) * V, V,
-                                            kept[size_t(ctxlen + k)]);
-                // Measured: ≤ 2e-15 (the same forward over the same rows).
+                const double want =
+                    logprob(a.logits.ptr() + (ctxlen - 1 + k) * V, V, kept[size_t(ctxlen + k)]);
+                // Measured: ≤ 9e-16 (the same forward over the same rows).
                 EXPECT_NEAR(r.token_logprobs[size_t(k)], want, 1e-12) << "n " << n << " k " << k;
             }
         }
@@ -215,15 +215,15 @@ TEST(InferOracle, SequentialScoringEqualsPrefixByPrefixFloat64) {
     double gap = 0;
     long double sum = 0;
     for (size_t k = 0; k < want.size(); ++k) {
-        // Measured: float64 ≤ 2e-15; float32 ≤ 3e-6 (tolerance 10× that).
+        // Measured: float64 ≤ 9e-16; float32 ≤ 9.7e-6 (tolerance 5× that).
         EXPECT_NEAR(seq.token_logprobs[k], want[k], 1e-12) << k;
-        EXPECT_NEAR(seqf.token_logprobs[k], want[k], 3e-5) << k;
+        EXPECT_NEAR(seqf.token_logprobs[k], want[k], 5e-5) << k;
         gap = std::max(gap, std::abs(block.token_logprobs[k] - want[k]));
         sum += want[k];
     }
     EXPECT_NEAR(seq.logprob, double(sum), 1e-12);
     // Block scoring sees the whole continuation through A and G: on this learned-G model it is a
-    // different quantity (measured gap 1e-2), so the oracle tells the two modes apart.
+    // different quantity (measured gap 0.32), so the oracle tells the two modes apart.
     EXPECT_GT(gap, 1e-4);
     // is_greedy: every continuation token is the argmax of its prefix's final row.
     bool greedy = true;
@@ -276,8 +276,8 @@ TEST(InferOracle, GenerationStopsRightAfterEos) {
     me.cfg.eos_token_id = free_run.ids[k];
     o.stop_at_eos = true;
     const auto stopped = pldr::generate(me, prompt, o);
-    EXPECT_EQ(stopped.ids, std::vector<int64_t>(free_run.ids.begin(),
-                                                free_run.ids.begin() + int64_t(k) + 1));
+    EXPECT_EQ(stopped.ids,
+              std::vector<int64_t>(free_run.ids.begin(), free_run.ids.begin() + int64_t(k) + 1));
     EXPECT_EQ(stopped.steps.size(), k + 1);
     // EOS as the very first token: one token out.
     me.cfg.eos_token_id = free_run.ids[0];

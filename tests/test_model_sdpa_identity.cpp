@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/rng.h"
 #include "model/forward.h"
@@ -93,7 +97,8 @@ Vec plain_sdpa(const pldr::Model<double>& m, const std::vector<int64_t>& ids, in
     const double score_scale = ref_numerics ? double(std::sqrt(float(dk))) : std::sqrt(double(dk));
     Vec x(size_t(N * d));
     for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < d; ++j) x[size_t(n * d + j)] = m.w.emb[ids[size_t(n)] * d + j] * emb_scale;
+        for (int64_t j = 0; j < d; ++j)
+            x[size_t(n * d + j)] = m.w.emb[ids[size_t(n)] * d + j] * emb_scale;
     layer_norm(x, m.w.ln_in_g, m.w.ln_in_b, N, d, c.layer_norm_eps);
     for (const auto& Lw : m.w.layers) {
         Vec q = linear(x, Lw.wq, Lw.bq, N, d, d), k = linear(x, Lw.wk, Lw.bk, N, d, d);
@@ -115,7 +120,7 @@ Vec plain_sdpa(const pldr::Model<double>& m, const std::vector<int64_t>& ids, in
             for (int64_t h = 0; h < H; ++h)
                 for (int64_t i = 0; i < S; ++i) {
                     // softmax_j(q_i·k_j / √dk − 1e9·[j > i or key j is pad])
-                    Vec e(size_t(S));
+                    Vec e(static_cast<size_t>(S));
                     double mx = -INFINITY;
                     for (int64_t j = 0; j < S; ++j) {
                         long double s = 0;
@@ -139,7 +144,8 @@ Vec plain_sdpa(const pldr::Model<double>& m, const std::vector<int64_t>& ids, in
         const Vec att = linear(o, Lw.wo, Lw.bo, N, d, d);
         for (size_t i = 0; i < x.size(); ++i) x[i] += att[i];
         layer_norm(x, Lw.ln1_g, Lw.ln1_b, N, d, c.layer_norm_eps);
-        const Vec a = linear(x, Lw.ffn.w1, Lw.ffn.b1, N, d, F), g = linear(x, Lw.ffn.w2, Lw.ffn.b2, N, d, F);
+        const Vec a = linear(x, Lw.ffn.w1, Lw.ffn.b1, N, d, F),
+                  g = linear(x, Lw.ffn.w2, Lw.ffn.b2, N, d, F);
         Vec hgl(a.size());
         for (size_t i = 0; i < a.size(); ++i) hgl[i] = a[i] / (1.0 + std::exp(-a[i])) * g[i];
         const Vec f = linear(hgl, Lw.ffn.w3, Lw.ffn.b3, N, F, d);
@@ -167,33 +173,33 @@ TEST(SdpaIdentity, FixedGAtIdentityEqualsPlainSdpaFromTheEquations) {
     };
     for (const auto& s : shapes) {
         // The reference numerics emulate the KVG reference, whose RoPE is interleaved.
-        for (auto [ref_numerics, ref_rope] : {std::pair{true, true}, {false, true}, {false, false}}) {
-            {
-                pldr::Model<double> m(fixed_g_config(s, ref_rope));
-                m.reference_numerics = ref_numerics;
-                randomize(m, 7 + uint64_t(s.S));
-                std::vector<int64_t> ids(size_t(s.B * s.S));
-                pldr::Rng r(99);
-                for (auto& id : ids) id = 1 + int64_t(r.below(uint64_t(s.V - 1)));
-                if (s.S > 3) ids[size_t(s.S - 1)] = 0;  // a pad key in row 0
-                const std::string what = "L" + std::to_string(s.L) + " H" + std::to_string(s.H) +
-                                         " D" + std::to_string(s.D) + " S" + std::to_string(s.S) +
-                                         (ref_numerics ? " reference" : " exact") +
-                                         (ref_rope ? " interleaved" : " halves");
-                const Vec sdpa = plain_sdpa(m, ids, s.B, s.S, ref_numerics);
-                pldr::Activations<double> a;
-                pldr::forward(m, ids.data(), s.B, s.S, a);
-                // Measured: ≤ 4e-15 over these shapes (summation order only).
-                EXPECT_LE(max_rel(a.logits, sdpa), 1e-13) << what;
-                // The model's own minimal SDPA path agrees as well.
-                auto own = pldr::sdpa_reference_forward(m, ids.data(), s.B, s.S);
-                EXPECT_LE(max_rel(own, sdpa), 1e-13) << what;
-                // A non-identity G must be visibly different (the test can fail).
-                for (auto& g : m.G_fixed) g *= 1.5;
-                pldr::forward(m, ids.data(), s.B, s.S, a);
-                if (s.S > 1) {
-                    EXPECT_GT(max_rel(a.logits, sdpa), 1e-6) << what;
-                }
+        const std::pair<bool, bool> modes[] = {{true, true}, {false, true}, {false, false}};
+        for (const auto& [ref_numerics, ref_rope] : modes) {
+            pldr::Model<double> m(fixed_g_config(s, ref_rope));
+            m.reference_numerics = ref_numerics;
+            randomize(m, 7 + uint64_t(s.S));
+            std::vector<int64_t> ids(size_t(s.B * s.S));
+            pldr::Rng r(99);
+            for (auto& id : ids) id = 1 + int64_t(r.below(uint64_t(s.V - 1)));
+            if (s.S > 3) ids[size_t(s.S - 1)] = 0;  // a pad key in row 0
+            char what[96];
+            std::snprintf(what, sizeof what, "L%lld H%lld D%lld S%lld %s %s", (long long)s.L,
+                          (long long)s.H, (long long)s.D, (long long)s.S,
+                          ref_numerics ? "reference" : "exact",
+                          ref_rope ? "interleaved" : "halves");
+            const Vec sdpa = plain_sdpa(m, ids, s.B, s.S, ref_numerics);
+            pldr::Activations<double> a;
+            pldr::forward(m, ids.data(), s.B, s.S, a);
+            // Measured: ≤ 1.4e-15 over these shapes and modes (summation order only).
+            EXPECT_LE(max_rel(a.logits, sdpa), 1e-13) << what;
+            // The model's own minimal SDPA path agrees as well.
+            auto own = pldr::sdpa_reference_forward(m, ids.data(), s.B, s.S);
+            EXPECT_LE(max_rel(own, sdpa), 1e-13) << what;
+            // A non-identity G must be visibly different (the test can fail).
+            for (auto& g : m.G_fixed) g *= 1.5;
+            pldr::forward(m, ids.data(), s.B, s.S, a);
+            if (s.S > 1) {
+                EXPECT_GT(max_rel(a.logits, sdpa), 1e-6) << what;
             }
         }
     }

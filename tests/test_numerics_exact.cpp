@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "io/model_load.h"
 #include "io/safetensors.h"
@@ -32,13 +34,14 @@ struct Case {
 };
 
 TEST(NumericsExact, ForwardDiffersFromGoldenFloat64OnlyByTheFloat32Islands) {
-    // Measured worst tensor (logits or a layer's hidden state), 2026-12-01: a 1.2e-7, b 1.1e-6,
-    // c 1.1e-7, d 2.3e-7, e 1.2e-7. Bounds: about 4× those.
-    const Case cases[] = {{"a_tiny_v510", 5e-7},
-                          {"b_small_v510", 5e-6},
-                          {"c_tiny_v510G_identity", 5e-7},
-                          {"d_tiny_v510G_random", 1e-6},
-                          {"e_tiny_v510_dag", 5e-7}};
+    // Measured worst tensor (logits or a layer's hidden state), 2026-12-01: a 2.1e-7, b 2.0e-5
+    // (b_small's A_P entries near the 1e-9 floor amplify every rounding), c 2.9e-8, d 2.9e-8,
+    // e 2.1e-7. Bounds: about 5× those.
+    const Case cases[] = {{"a_tiny_v510", 1e-6},
+                          {"b_small_v510", 1e-4},
+                          {"c_tiny_v510G_identity", 1.5e-7},
+                          {"d_tiny_v510G_random", 1.5e-7},
+                          {"e_tiny_v510_dag", 1e-6}};
     for (const auto& c : cases) {
         SCOPED_TRACE(c.name);
         auto m = pldr::load_model<double>(kGolden + "models/" + c.name + ".f64");
@@ -58,7 +61,8 @@ TEST(NumericsExact, ForwardDiffersFromGoldenFloat64OnlyByTheFloat32Islands) {
         for (int64_t l = 0; l < m.cfg.num_layers; ++l) {
             const auto h = f.read<double>("fwd.layer" + std::to_string(l) + ".hidden");
             ASSERT_EQ(h.numel(), exact.layers[size_t(l)].hidden.numel());
-            worst = std::max(worst, rel_err(exact.layers[size_t(l)].hidden.ptr(), h.ptr(), h.numel()));
+            worst =
+                std::max(worst, rel_err(exact.layers[size_t(l)].hidden.ptr(), h.ptr(), h.numel()));
         }
         if (std::getenv("PLDR_TEST_VERBOSE"))
             std::printf("%s: exact vs golden f64, worst tensor %.3g\n", c.name, worst);

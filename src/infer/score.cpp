@@ -139,8 +139,8 @@ double rolling_loglikelihood(const Model<T>& m, const std::vector<int64_t>& toke
         }
         forward(m, inp.data(), 1, S, a);
         for (int64_t i = 0; i < len; ++i)
-            total += row_logprob(a.logits.ptr() + (S - len + i) * V, V, tokens[size_t(start + i)])
-                         .first;
+            total +=
+                row_logprob(a.logits.ptr() + (S - len + i) * V, V, tokens[size_t(start + i)]).first;
     }
     return total;
 }
