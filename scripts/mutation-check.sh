@@ -9,12 +9,13 @@
 # recorded run is in docs/testing.md.
 #
 # Usage: scripts/mutation-check.sh [ID...]        (default: every mutation)
-# Env:   PLDR_MUT_WORK    scratch directory            (default /tmp/pldr-mutation-$USER)
+# Env:   PLDR_MUT_WORK    scratch directory (default build-mutation/, ignored by git; under the
+#                         repository so that ccache's base_dir shares the unchanged objects)
 #        PLDR_CPU_LOCK    lock taken around each build and test run (default /tmp/pldr-cpu.lock)
 #        PLDR_MUT_TIMEOUT seconds allowed for one test run (default 1200)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WORK=${PLDR_MUT_WORK:-/tmp/pldr-mutation-${USER:-$(id -un)}}
+WORK=$(mkdir -p "${PLDR_MUT_WORK:-build-mutation}" && cd "${PLDR_MUT_WORK:-build-mutation}" && pwd)
 LOCK=${PLDR_CPU_LOCK:-/tmp/pldr-cpu.lock}
 TIMEOUT=${PLDR_MUT_TIMEOUT:-1200}
 
@@ -25,7 +26,7 @@ ops-glu-swap @@ src/ops/dense.cpp @@ gated[i] = silu(h1[i]) * h2[i] @@ gated[i] 
 ops-alm-floor @@ src/ops/plga.cpp @@ Z[i] * silu(Z[i]) + T(1e-9) @@ Z[i] * silu(Z[i]) + T(1e-8) @@ A_LM floor 1e-8 instead of 1e-9
 ops-rope-sign @@ src/ops/rope.cpp @@ v[i0] = x0 * c - x1 * s; @@ v[i0] = x0 * c + x1 * s; @@ RoPE (interleaved) rotates the wrong way
 ops-rope-grad @@ src/ops/rope.cpp @@ g1 = d1 * c - d0 * s; @@ g1 = d1 * c + d0 * s; @@ RoPE backward sign (exact numerics)
-ops-ce-mask @@ src/ops/plga.cpp @@ if (targets[n] != ignore_id) { @@ if (targets[n] >= 0) { @@ cross-entropy scores pad targets
+ops-ce-count @@ src/ops/plga.cpp @@ ++scored; @@ scored += 2; @@ masked cross-entropy divides by the wrong token count
 ops-dag-taylor @@ src/ops/dag.cpp @@ S(1 / 2.0), S(1 / 6.0), S(1 / 24.0) @@ S(1 / 2.0), S(1 / 6.0), S(1 / 20.0) @@ expm T4 Taylor coefficient
 ops-dag-grad @@ src/ops/dag.cpp @@ const double g = scale * sg * 2.0; @@ const double g = scale * sg; @@ exact DAG gradient halved
 model-exact-dk @@ src/model/model.cpp @@ return T(std::sqrt(double(cfg.head_dim))); @@ return T(std::sqrt(double(cfg.hidden_size))); @@ --numerics exact scales the scores by sqrt(d), not sqrt(dk)
@@ -85,8 +86,8 @@ open(path, "w", encoding="utf-8").write(s.replace(old, new))
 PY
 }
 
-SRC="$WORK/src"
-BUILD="$WORK/build"
+SRC="$WORK/tree"
+BUILD="$SRC/build"  # same relative layout as build/ in the checkout: ccache hits
 mkdir -p "$SRC" "$BUILD"
 echo "== scratch copy of the working tree in $SRC"
 # Tracked and untracked (not ignored) files, as they are now in the checkout.
