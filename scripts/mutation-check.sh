@@ -90,9 +90,15 @@ SRC="$WORK/tree"
 BUILD="$SRC/build"  # same relative layout as build/ in the checkout: ccache hits
 mkdir -p "$SRC" "$BUILD"
 echo "== scratch copy of the working tree in $SRC"
-# Tracked and untracked (not ignored) files, as they are now in the checkout.
-(git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} sh -c '[ -f "{}" ] && echo "{}"') \
-    | tar -cf - -T - | tar -xf - -C "$SRC"
+# Tracked and untracked (not ignored) files, as they are now in the checkout; only files whose
+# content differs are copied (with a new mtime, so that make rebuilds exactly those).
+git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+    [ -f "$f" ] || continue
+    if ! cmp -s "$f" "$SRC/$f"; then
+        mkdir -p "$SRC/$(dirname "$f")"
+        cp "$f" "$SRC/$f"
+    fi
+done
 
 # Every mutation must apply to the pristine copy (checked before any build).
 for i in "${!IDS[@]}"; do
@@ -107,19 +113,23 @@ done
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
     -DPLDR_BUILD_BENCH=OFF >"$WORK/configure.log"
 
-build() { flock "$LOCK" cmake --build "$BUILD" -j2 >"$WORK/build.log" 2>&1; }
-
-# Runs the GoogleTest binary in two shards; prints the failed test names, one per line.
-run_tests() {
+# Builds, then runs the GoogleTest binary in two shards, all under one hold of the lock.
+# Prints "BUILD FAILED", or the failed test names, one per line (nothing: all passed).
+build_and_test() {
     local log=$WORK/tests
     rm -f "$log".*
-    flock "$LOCK" bash -c '
+    if ! flock "$LOCK" bash -c '
+        cmake --build "'"$BUILD"'" -j2 >"'"$WORK"'/build.log" 2>&1 || exit 1
         for k in 0 1; do
             GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$k OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
                 timeout '"$TIMEOUT"' "'"$BUILD"'/tests/pldr_tests" --gtest_brief=1 \
                 >"'"$log"'.$k" 2>&1 &
         done
-        wait' || true
+        wait
+        exit 0'; then
+        echo "BUILD FAILED"
+        return
+    fi
     local failed k
     failed=$(grep -h '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$log".* | sed 's/^\[  FAILED  \] \([^ ,]*\).*/\1/' |
         grep -v '^[0-9]' | sort -u || true)
@@ -132,9 +142,11 @@ run_tests() {
 }
 
 echo "== baseline build and tests"
-build || { echo "baseline build failed, see $WORK/build.log" >&2; exit 1; }
-base=$(run_tests)
-if [ -n "$base" ]; then
+base=$(build_and_test)
+if [ "$base" = "BUILD FAILED" ]; then
+    echo "baseline build failed, see $WORK/build.log" >&2
+    exit 1
+elif [ -n "$base" ]; then
     echo "baseline tests fail (fix them first):" >&2
     echo "$base" >&2
     exit 1
@@ -153,10 +165,10 @@ for i in "${!IDS[@]}"; do
     echo "== [$total] $id: ${WHATS[$i]}"
     cp "$SRC/$file" "$WORK/pristine"
     apply "$SRC" "$file" "${OLDS[$i]}" "${NEWS[$i]}"
-    if ! build; then
+    caught=$(build_and_test)
+    if [ "$caught" = "BUILD FAILED" ]; then
         result="build fails" caught="(does not compile: not a valid mutation)"
     else
-        caught=$(run_tests)
         if [ -n "$caught" ]; then
             result="killed" killed=$((killed + 1))
         else
@@ -170,8 +182,6 @@ for i in "${!IDS[@]}"; do
     echo "   $result: $short"
     printf '| %s | `%s` | %s | %s | %s |\n' "$id" "$file" "${WHATS[$i]}" "$result" "$short" >>"$REPORT"
 done
-# Leave the scratch build matching the checkout again.
-build || true
 echo
 cat "$REPORT"
 echo

@@ -177,6 +177,16 @@ TEST(InferOracle, LeftTruncationAtTheContextBoundary) {
             const auto r = pldr::score_request(m, req, mode);
             EXPECT_EQ(r.ctxlen, ctxlen) << "n " << n;
             ASSERT_EQ(r.token_logprobs.size(), 3u) << "n " << n;
+            if (mode == pldr::ScoreMode::SEQUENTIAL) {
+                // One forward per proper prefix of the kept input.
+                for (int64_t k = 0; k < 3; ++k) {
+                    pldr::Activations<double> p;
+                    pldr::forward(m, kept.data(), 1, ctxlen + k, p);
+                    const double want =
+                        logprob(p.logits.ptr() + (ctxlen + k - 1) * V, V, kept[size_t(ctxlen + k)]);
+                    EXPECT_NEAR(r.token_logprobs[size_t(k)], want, 1e-12) << "n " << n;
+                }
+            }
             if (mode != pldr::ScoreMode::BLOCK) continue;
             for (int64_t k = 0; k < 3; ++k) {
                 const double want =

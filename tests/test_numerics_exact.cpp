@@ -67,6 +67,20 @@ TEST(NumericsExact, ForwardDiffersFromGoldenFloat64OnlyByTheFloat32Islands) {
         if (std::getenv("PLDR_TEST_VERBOSE"))
             std::printf("%s: exact vs golden f64, worst tensor %.3g\n", c.name, worst);
         EXPECT_LE(worst, c.bound);
+        // The scaled embeddings, before the LayerNorm that hides their scale from every later
+        // tensor: emb·sqrt(d), with sqrt(d) in float64 (exact) or float32 (reference).
+        const int64_t d = m.cfg.hidden_size;
+        double e_exact = 0, e_ref = 0;
+        for (int64_t n = 0; n < B * S; ++n)
+            for (int64_t j = 0; j < d; ++j) {
+                const double e = m.w.emb[ids[size_t(n)] * d + j];
+                e_exact =
+                    std::max(e_exact, std::abs(exact.x0[n * d + j] - e * std::sqrt(double(d))));
+                e_ref =
+                    std::max(e_ref, std::abs(ref.x0[n * d + j] - e * double(std::sqrt(float(d)))));
+            }
+        EXPECT_EQ(e_exact, 0.0);
+        EXPECT_EQ(e_ref, 0.0);
         // The islands are real: exact and reference numerics differ (dk = 8 or 16, d = 16 or 64:
         // at least the float32 rounding of q and k moves every score).
         EXPECT_GT(rel_err(exact.logits.ptr(), ref.logits.ptr(), logits.numel()), 1e-12);
