@@ -20,46 +20,48 @@ LOCK=${PLDR_CPU_LOCK:-/tmp/pldr-cpu.lock}
 TIMEOUT=${PLDR_MUT_TIMEOUT:-1200}
 
 # id @@ file @@ original text (must occur exactly once) @@ replacement @@ what it breaks
+# (lines starting with # are comments)
 MUTATIONS=$(cat <<'EOF'
-ops-ln-eps @@ src/ops/dense.cpp @@ std::sqrt(v + T(eps)) @@ std::sqrt(v + T(10 * eps)) @@ LayerNorm epsilon ×10
-ops-glu-swap @@ src/ops/dense.cpp @@ gated[i] = silu(h1[i]) * h2[i] @@ gated[i] = silu(h2[i]) * h1[i] @@ GLU gates the wrong branch
-ops-alm-floor @@ src/ops/plga.cpp @@ Z[i] * silu(Z[i]) + T(1e-9) @@ Z[i] * silu(Z[i]) + T(1e-8) @@ A_LM floor 1e-8 instead of 1e-9
+# The first six are the bugs that survived the suite before (issue 18).
+infer-roll-eos @@ src/infer/score.cpp @@ inp[size_t(j)] = t < 0 ? eos_id : tokens[size_t(t)]; @@ inp[size_t(j)] = t < start ? eos_id : tokens[size_t(t)]; @@ rolling windows conditioned on EOS instead of the previous tokens
+infer-trunc-plus @@ src/infer/score.cpp @@ std::max<int64_t>(0, whole - L); @@ std::max<int64_t>(0, whole - L + 1); @@ left truncation cuts one token too many
+infer-trunc-minus @@ src/infer/score.cpp @@ std::max<int64_t>(0, whole - L); @@ std::max<int64_t>(0, whole - L - 1); @@ left truncation cuts one token too few
+infer-gen-eos @@ src/infer/generate.cpp @@ if (opt.stop_at_eos && id == m.cfg.eos_token_id) break; @@ if (opt.stop_at_eos && id == m.cfg.eos_token_id) continue; @@ generation never stops at EOS
+infer-cli-eos @@ tools/pldr/cmd_generate.cpp @@ opt.stop_at_eos = !a.no_eos_stop; @@ opt.stop_at_eos = false; @@ pldr generate never stops at EOS
+model-exact-dk @@ src/model/model.cpp @@ return T(std::sqrt(double(cfg.head_dim))); @@ return T(std::sqrt(double(cfg.hidden_size))); @@ --numerics exact scales the scores by sqrt(d), not sqrt(dk)
+infer-roll-prefix @@ src/infer/score.cpp @@ inp[size_t(j)] = t < 0 ? eos_id : tokens[size_t(t)]; @@ inp[size_t(j)] = t < 0 ? tokens[0] : tokens[size_t(t)]; @@ first rolling window starts from the first token, not EOS
+infer-roll-last @@ src/infer/score.cpp @@ const int64_t S = start == 0 ? len : L; @@ const int64_t S = start == 0 ? len : len; @@ short last rolling window sees only the previous token
+infer-seq-prefix @@ src/infer/score.cpp @@ prefix(inp.begin(), inp.begin() + i); @@ prefix(inp.begin(), inp.begin() + i + 1); @@ sequential scoring's prefix includes the scored token
+infer-greedy-flag @@ src/infer/score.cpp @@ r.is_greedy = r.is_greedy && r.argmax_ids[k] @@ r.is_greedy = r.is_greedy || r.argmax_ids[k] @@ is_greedy true whenever nothing fails first
+infer-cached-feed @@ src/infer/score.cpp @@ lg = &s.decode(inp[size_t(i)]); @@ lg = &s.decode(inp[size_t(i - 1)]); @@ cached scoring feeds the wrong token
+model-exact-d @@ src/model/model.cpp @@ return T(std::sqrt(double(cfg.hidden_size))); @@ return T(std::sqrt(double(cfg.head_dim))); @@ --numerics exact scales the embeddings by sqrt(dk), not sqrt(d)
+infer-kl @@ src/infer/collapse.cpp @@ (la[size_t(v)] - lb[size_t(v)]) @@ (lb[size_t(v)] - la[size_t(v)]) @@ collapse KL with the log ratio reversed
+infer-session-pos @@ src/infer/session.cpp @@ a.pos[size_t(s)] = Tp + s; @@ a.pos[size_t(s)] = Tp + s + 1; @@ cached decoding one position ahead
+infer-repeat-pen @@ src/infer/sampler.cpp @@ x = x > 0 ? x / r : x * r; @@ x = x > 0 ? x * r : x / r; @@ repetition penalty rewards repeats
+audit-eps-g @@ src/audit/stats.cpp @@ return num / rms(x, n); @@ return num / rms(ref, n); @@ eps_G normalised by the cached G, not the recomputed one
+io-overlap @@ src/io/safetensors.cpp @@ order[i]->begin < order[i - 1]->end) @@ order[i]->begin < order[i - 1]->begin) @@ overlapping safetensors offsets accepted
+io-trailing @@ src/io/safetensors.cpp @@ if (covered != data_size) @@ if (covered > data_size) @@ trailing bytes after the last tensor accepted
+io-f16 @@ src/io/safetensors.cpp @@ bits = sign | (exp + 127 - 15) << 23 | man << 13; @@ bits = sign | (exp + 127 - 16) << 23 | man << 13; @@ F16 exponent bias off by one
+io-npy-order @@ src/io/npy.cpp @@ 'fortran_order': False @@ 'fortran_order': True @@ npy header claims column-major data
+train-adam-bc1 @@ src/train/adamw.cpp @@ 1.0 - std::pow(cfg.beta1, td) @@ 1.0 - std::pow(cfg.beta1, td + 1) @@ AdamW first-moment bias correction off by one step
+train-warmup @@ src/train/schedule.cpp @@ return (1.0 / warmup_d) * s; @@ return (1.0 / warmup_d) * (s + 1); @@ warmup starts at lr > 0
+train-clip @@ src/train/clip.cpp @@ const T lo = -limit; @@ const T lo = -2 * limit; @@ clip by value is asymmetric
+model-causal @@ src/model/plga_layer.cpp @@ (j > Tp + i || @@ (j > Tp + i + 1 || @@ causal mask lets each position see the next one
+model-emb-grad @@ src/model/backward.cpp @@ e[j] += dx0[n * d + j] * scale; @@ e[j] += dx0[n * d + j]; @@ embedding gradient misses the sqrt(d) factor
 ops-rope-sign @@ src/ops/rope.cpp @@ v[i0] = x0 * c - x1 * s; @@ v[i0] = x0 * c + x1 * s; @@ RoPE (interleaved) rotates the wrong way
 ops-rope-grad @@ src/ops/rope.cpp @@ g1 = d1 * c - d0 * s; @@ g1 = d1 * c + d0 * s; @@ RoPE backward sign (exact numerics)
 ops-ce-count @@ src/ops/plga.cpp @@ ++scored; @@ scored += 2; @@ masked cross-entropy divides by the wrong token count
 ops-dag-taylor @@ src/ops/dag.cpp @@ S(1 / 2.0), S(1 / 6.0), S(1 / 24.0) @@ S(1 / 2.0), S(1 / 6.0), S(1 / 20.0) @@ expm T4 Taylor coefficient
 ops-dag-grad @@ src/ops/dag.cpp @@ const double g = scale * sg * 2.0; @@ const double g = scale * sg; @@ exact DAG gradient halved
-model-exact-dk @@ src/model/model.cpp @@ return T(std::sqrt(double(cfg.head_dim))); @@ return T(std::sqrt(double(cfg.hidden_size))); @@ --numerics exact scales the scores by sqrt(d), not sqrt(dk)
-model-exact-d @@ src/model/model.cpp @@ return T(std::sqrt(double(cfg.hidden_size))); @@ return T(std::sqrt(double(cfg.head_dim))); @@ --numerics exact scales the embeddings by sqrt(dk), not sqrt(d)
-model-causal @@ src/model/plga_layer.cpp @@ (j > Tp + i || @@ (j > Tp + i + 1 || @@ causal mask lets each position see the next one
-model-emb-grad @@ src/model/backward.cpp @@ e[j] += dx0[n * d + j] * scale; @@ e[j] += dx0[n * d + j]; @@ embedding gradient misses the sqrt(d) factor
-train-adam-bc1 @@ src/train/adamw.cpp @@ 1.0 - std::pow(cfg.beta1, td) @@ 1.0 - std::pow(cfg.beta1, td + 1) @@ AdamW first-moment bias correction off by one step
-train-warmup @@ src/train/schedule.cpp @@ return (1.0 / warmup_d) * s; @@ return (1.0 / warmup_d) * (s + 1); @@ warmup starts at lr > 0
-train-clip @@ src/train/clip.cpp @@ const T lo = -limit; @@ const T lo = -2 * limit; @@ clip by value is asymmetric
-infer-roll-eos @@ src/infer/score.cpp @@ inp[size_t(j)] = t < 0 ? eos_id : tokens[size_t(t)]; @@ inp[size_t(j)] = t < start ? eos_id : tokens[size_t(t)]; @@ rolling windows conditioned on EOS instead of the previous tokens
-infer-roll-prefix @@ src/infer/score.cpp @@ inp[size_t(j)] = t < 0 ? eos_id : tokens[size_t(t)]; @@ inp[size_t(j)] = t < 0 ? tokens[0] : tokens[size_t(t)]; @@ first rolling window starts from the first token, not EOS
-infer-roll-last @@ src/infer/score.cpp @@ const int64_t S = start == 0 ? len : L; @@ const int64_t S = start == 0 ? len : len; @@ short last rolling window sees only the previous token
-infer-trunc-plus @@ src/infer/score.cpp @@ std::max<int64_t>(0, whole - L); @@ std::max<int64_t>(0, whole - L + 1); @@ left truncation cuts one token too many
-infer-trunc-minus @@ src/infer/score.cpp @@ std::max<int64_t>(0, whole - L); @@ std::max<int64_t>(0, whole - L - 1); @@ left truncation cuts one token too few
-infer-seq-prefix @@ src/infer/score.cpp @@ prefix(inp.begin(), inp.begin() + i); @@ prefix(inp.begin(), inp.begin() + i + 1); @@ sequential scoring's prefix includes the scored token
-infer-cached-feed @@ src/infer/score.cpp @@ lg = &s.decode(inp[size_t(i)]); @@ lg = &s.decode(inp[size_t(i - 1)]); @@ cached scoring feeds the wrong token
-infer-greedy-flag @@ src/infer/score.cpp @@ r.is_greedy = r.is_greedy && r.argmax_ids[k] @@ r.is_greedy = r.is_greedy || r.argmax_ids[k] @@ is_greedy true whenever nothing fails first
-infer-gen-eos @@ src/infer/generate.cpp @@ if (opt.stop_at_eos && id == m.cfg.eos_token_id) break; @@ if (opt.stop_at_eos && id == m.cfg.eos_token_id) continue; @@ generation never stops at EOS
-infer-cli-eos @@ tools/pldr/cmd_generate.cpp @@ opt.stop_at_eos = !a.no_eos_stop; @@ opt.stop_at_eos = false; @@ pldr generate never stops at EOS
-infer-session-pos @@ src/infer/session.cpp @@ a.pos[size_t(s)] = Tp + s; @@ a.pos[size_t(s)] = Tp + s + 1; @@ cached decoding one position ahead
-infer-repeat-pen @@ src/infer/sampler.cpp @@ x = x > 0 ? x / r : x * r; @@ x = x > 0 ? x * r : x / r; @@ repetition penalty rewards repeats
-infer-kl @@ src/infer/collapse.cpp @@ (la[size_t(v)] - lb[size_t(v)]) @@ (lb[size_t(v)] - la[size_t(v)]) @@ collapse KL with the log ratio reversed
-io-overlap @@ src/io/safetensors.cpp @@ order[i]->begin < order[i - 1]->end) @@ order[i]->begin < order[i - 1]->begin) @@ overlapping safetensors offsets accepted
-io-trailing @@ src/io/safetensors.cpp @@ if (covered != data_size) @@ if (covered > data_size) @@ trailing bytes after the last tensor accepted
-io-f16 @@ src/io/safetensors.cpp @@ bits = sign | (exp + 127 - 15) << 23 | man << 13; @@ bits = sign | (exp + 127 - 16) << 23 | man << 13; @@ F16 exponent bias off by one
-io-npy-order @@ src/io/npy.cpp @@ 'fortran_order': False @@ 'fortran_order': True @@ npy header claims column-major data
-audit-eps-g @@ src/audit/stats.cpp @@ return num / rms(x, n); @@ return num / rms(ref, n); @@ eps_G normalised by the cached G, not the recomputed one
+ops-ln-eps @@ src/ops/dense.cpp @@ std::sqrt(v + T(eps)) @@ std::sqrt(v + T(10 * eps)) @@ LayerNorm epsilon ×10
+ops-glu-swap @@ src/ops/dense.cpp @@ gated[i] = silu(h1[i]) * h2[i] @@ gated[i] = silu(h2[i]) * h1[i] @@ GLU gates the wrong branch
+ops-alm-floor @@ src/ops/plga.cpp @@ Z[i] * silu(Z[i]) + T(1e-9) @@ Z[i] * silu(Z[i]) + T(1e-8) @@ A_LM floor 1e-8 instead of 1e-9
 EOF
 )
 
 declare -a IDS FILES OLDS NEWS WHATS
 while IFS= read -r line; do
-    [ -z "$line" ] && continue
+    [[ -z "$line" || "$line" == \#* ]] && continue
     IFS=$'\x1f' read -r id file old new what <<<"$(sed 's/ @@ /\x1f/g' <<<"$line")"
     IDS+=("$id") FILES+=("$file") OLDS+=("$old") NEWS+=("$new") WHATS+=("$what")
 done <<<"$MUTATIONS"
