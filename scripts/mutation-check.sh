@@ -121,7 +121,7 @@ build_and_test() {
     local log=$WORK/tests
     rm -f "$log".*
     if ! flock "$LOCK" bash -c '
-        cmake --build "'"$BUILD"'" -j2 >"'"$WORK"'/build.log" 2>&1 || exit 1
+        cmake --build "'"$BUILD"'" -j2 >"'"$WORK"'/build.log" 2>&1 || exit 1  # kept when it fails
         for k in 0 1; do
             GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$k OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
                 timeout '"$TIMEOUT"' "'"$BUILD"'/tests/pldr_tests" --gtest_brief=1 \
@@ -179,7 +179,7 @@ for i in "${!IDS[@]}"; do
     fi
     cp "$WORK/pristine" "$SRC/$file"  # restore
     n=$(grep -c . <<<"$caught" || true)
-    short=$(head -n 6 <<<"$caught" | paste -sd ' ' | sed 's/ /, /g')
+    short=$(head -n 6 <<<"$caught" | sed ':a;N;$!ba;s/\n/, /g')
     [ "$n" -gt 6 ] && short="$short, … ($n tests)"
     echo "   $result: $short"
     printf '| %s | `%s` | %s | %s | %s |\n' "$id" "$file" "${WHATS[$i]}" "$result" "$short" >>"$REPORT"
