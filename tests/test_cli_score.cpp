@@ -8,6 +8,10 @@
 #include <sstream>
 
 #include "cli_util.h"
+#include "infer/score.h"
+#include "infer/tasks.h"
+#include "io/model_load.h"
+#include "io/tokenizer.h"
 
 namespace {
 
@@ -20,6 +24,12 @@ std::string write_tmp(const std::string& name, const std::string& body) {
     const std::string p = cli_test::tmp_dir("score_" + name) + "/" + name;
     std::ofstream(p) << body;
     return p;
+}
+
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+    ASSERT_EQ(got.size(), want.size());
+    ASSERT_FALSE(want.empty());
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], tol) << k;
 }
 
 std::vector<nlohmann::json> lines(const std::string& s) {
@@ -58,6 +68,54 @@ TEST(CliScore, IdsRequestsInOrderAndModesAgreeOnFixedG) {
         EXPECT_NEAR(b, s, 1e-12);
         EXPECT_NEAR(b, c, 1e-12);
     }
+    // The values: one float64 forward over the input (a fixed-G model has no mode dependence).
+    auto m = pldr::load_model<double>(kIdent);
+    const std::vector<int64_t> inp{10, 10, 14, 11, 31, 12, 24, 32, 9};
+    pldr::Activations<double> a;
+    pldr::forward(m, inp.data(), 1, 8, a);
+    const int64_t V = m.cfg.vocab_size;
+    for (size_t k = 0; k < 4; ++k) {
+        const double* row = a.logits.ptr() + int64_t(4 + k) * V;
+        double mx = row[0], z = 0;
+        for (int64_t v = 0; v < V; ++v) mx = std::max(mx, row[v]);
+        for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - mx);
+        EXPECT_NEAR(by_mode[0][0]["token_logprobs"][k].get<double>(),
+                    row[inp[5 + k]] - mx - std::log(z), 1e-12);
+    }
+}
+
+TEST(CliScore, LearnedGModesEqualTheLibraryValues) {
+    // a_tiny (learned G, float32): each mode's output is the library's score of the request.
+    const std::string req =
+        write_tmp("l.jsonl",
+                  "{\"context_ids\": [10,10,14,11,31], \"continuation_ids\": [19,2,33,37]}\n"
+                  "{\"context_ids\": [7], \"continuation_ids\": [8,9]}\n");
+    auto m = pldr::load_model<float>(kTiny);
+    const std::vector<pldr::ScoreRequest> reqs{{{10, 10, 14, 11, 31}, {19, 2, 33, 37}},
+                                               {{7}, {8, 9}}};
+    std::vector<double> first_token_of_last;
+    for (const char* mode : {"block", "sequential", "cached"}) {
+        auto r = cli_test::run("score " + kTiny + " --requests " + req + " --mode " + mode);
+        ASSERT_EQ(r.code, 0) << r.err;
+        auto ls = lines(r.out);
+        ASSERT_EQ(ls.size(), reqs.size());
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            const auto want = pldr::score_request(m, reqs[i], pldr::score_mode_from_name(mode));
+            // Same computation, another process (float32: room for another summation order).
+            EXPECT_NEAR(ls[i]["logprob"].get<double>(), want.logprob, 1e-5) << mode << " " << i;
+            EXPECT_EQ(ls[i]["is_greedy"].get<bool>(), want.is_greedy) << mode << " " << i;
+            expect_near(ls[i]["token_logprobs"].get<std::vector<double>>(), want.token_logprobs,
+                        1e-5);
+        }
+        // The greedy continuation of request 0 (golden a_tiny tokens) is greedy in cached mode.
+        if (std::string(mode) == "cached") {
+            EXPECT_TRUE(ls[0]["is_greedy"].get<bool>());
+        }
+        first_token_of_last.push_back(ls[0]["token_logprobs"][3].get<double>());
+    }
+    // Learned G: the three modes are different quantities.
+    EXPECT_NE(first_token_of_last[0], first_token_of_last[1]);
+    EXPECT_NE(first_token_of_last[0], first_token_of_last[2]);
 }
 
 TEST(CliScore, TextRequestsUseTheHarnessEncoding) {
@@ -111,6 +169,22 @@ TEST(CliEval, TruthfulqaInAllModesAndPiqa) {
         EXPECT_EQ(ls[0]["index"], 0);
         EXPECT_TRUE(ls[0].contains("mc1") && ls[0].contains("mc2") && ls[0].contains("ll_mc1") &&
                     ls[0].contains("ll_mc2"));
+        // The values: the library's scores of item 0 in this mode, and its metrics.
+        std::vector<pldr::McItem> mc1, mc2;
+        pldr::load_truthfulqa(data + "truthfulqa/mc_task.dev.json", &mc1, &mc2);
+        ASSERT_FALSE(mc1.empty());
+        mc1.resize(1);
+        mc2.resize(1);
+        auto m = pldr::load_model<float>(kEval);
+        pldr::Tokenizer tok(kEval + "/tokenizer.model");
+        const auto s1 = pldr::score_choices(m, tok, mc1, pldr::score_mode_from_name(mode));
+        const auto s2 = pldr::score_choices(m, tok, mc2, pldr::score_mode_from_name(mode));
+        ASSERT_FALSE(s1.lls[0].empty());
+        expect_near(ls[0]["ll_mc1"].get<std::vector<double>>(), s1.lls[0], 1e-4);
+        expect_near(ls[0]["ll_mc2"].get<std::vector<double>>(), s2.lls[0], 1e-4);
+        EXPECT_NEAR(ls[0]["mc2"].get<double>(), pldr::mc2_score(s2.lls[0], mc2[0].labels), 1e-6)
+            << mode;
+        EXPECT_EQ(ls[0]["mc1"].get<double>(), pldr::argmax_first(s1.lls[0]) == 0 ? 1.0 : 0.0);
     }
     auto r = cli_test::run("eval " + kEval + " piqa --data " + data + "piqa/valid.jsonl --labels " +
                            data + "piqa/valid-labels.lst --limit 3");

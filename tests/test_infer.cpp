@@ -49,6 +49,8 @@ TEST(InferSession, FixedGCachedEqualsUncached) {
         pldr::Session<double> c(m, mode), u(m, pldr::CacheMode::NONE);
         auto a = c.prefill(prompt);
         auto b = u.prefill(prompt);
+        ASSERT_EQ(int64_t(a.size()), m.cfg.vocab_size);
+        ASSERT_EQ(b.size(), a.size());
         double md = 0, mr = 0;
         for (int step = 0; step < 12; ++step) {
             for (size_t i = 0; i < a.size(); ++i) {
@@ -58,7 +60,9 @@ TEST(InferSession, FixedGCachedEqualsUncached) {
             const int64_t next = 1 + step * 3 % 40;
             a = c.decode(next);
             b = u.decode(next);
+            ASSERT_EQ(b.size(), a.size());
         }
+        EXPECT_GT(mr, 0.0);
         EXPECT_LE(md, 1e-12 * mr) << pldr::cache_mode_name(mode);
     }
 }
@@ -71,6 +75,8 @@ TEST(InferSession, LearnedGCachedDiffersFromUncached) {
     u.prefill({4, 8, 15, 16});
     auto a = c.decode(23);
     auto b = u.decode(23);
+    ASSERT_EQ(int64_t(a.size()), m.cfg.vocab_size);
+    ASSERT_EQ(b.size(), a.size());
     double md = 0;
     for (size_t i = 0; i < a.size(); ++i) md = std::max(md, std::abs(a[i] - b[i]));
     EXPECT_GT(md, 1e-6);
@@ -87,6 +93,7 @@ TEST(InferGenerate, SameSeedSameTokensAndBatchEqualsSingle) {
     const std::vector<std::vector<int64_t>> prompts{{1, 2, 3}, {7, 8, 9, 10, 11}, {30}};
     auto a = pldr::generate(m, prompts[1], o);
     auto b = pldr::generate(m, prompts[1], o);
+    ASSERT_EQ(a.ids.size(), 12u);  // no EOS stop: every step runs
     EXPECT_EQ(a.ids, b.ids);
     o.sampler.seed = 43;
     auto c = pldr::generate(m, prompts[1], o);
@@ -96,6 +103,7 @@ TEST(InferGenerate, SameSeedSameTokensAndBatchEqualsSingle) {
     ASSERT_EQ(batch.size(), 3u);
     for (size_t i = 0; i < prompts.size(); ++i) {
         auto single = pldr::generate(m, prompts[i], o);
+        ASSERT_EQ(single.steps.size(), 12u);
         EXPECT_EQ(batch[i].ids, single.ids) << i;
         ASSERT_EQ(batch[i].steps.size(), single.steps.size());
         for (size_t k = 0; k < single.steps.size(); ++k)
@@ -111,8 +119,10 @@ TEST(InferGCache, SaveLoadAndPresetRun) {
     const std::string path = cli_test::tmp_dir("gcache") + "/g.safetensors";
     pldr::save_g_cache(s.g_cache(), m.cfg, path);
     auto g = pldr::load_g_cache<double>(path, m.cfg);
+    ASSERT_EQ(int64_t(s.g_cache().size()), m.cfg.num_layers);
     ASSERT_EQ(g.size(), s.g_cache().size());
     for (size_t l = 0; l < g.size(); ++l) {
+        ASSERT_EQ(g[l].G.numel(), m.cfg.num_heads * m.cfg.head_dim * m.cfg.head_dim);
         EXPECT_EQ(g[l].G.data, s.g_cache()[l].G.data);
         EXPECT_EQ(g[l].A.data, s.g_cache()[l].A.data);
     }
@@ -123,6 +133,8 @@ TEST(InferGCache, SaveLoadAndPresetRun) {
     o.sampler.greedy = true;
     auto plain = pldr::generate(m, prompt, o);
     auto preset = pldr::generate(m, prompt, o, &g);
+    ASSERT_EQ(plain.steps.size(), 6u);
+    ASSERT_EQ(preset.steps.size(), 6u);
     EXPECT_EQ(plain.ids, preset.ids);
     for (size_t k = 0; k < plain.steps.size(); ++k)
         EXPECT_EQ(plain.steps[k].logprob, preset.steps[k].logprob);
@@ -152,6 +164,9 @@ TEST(InferCollapse, CollapsedModelUsesTheCacheAndKlMatchesIndependentComputation
     o.sampler.greedy = true;
     auto a = pldr::generate(c, {5, 6, 7}, o);
     auto b = pldr::generate(m, {5, 6, 7}, o, &g);
+    ASSERT_EQ(a.steps.size(), 5u);
+    ASSERT_EQ(b.steps.size(), 5u);
+    EXPECT_EQ(a.ids, b.ids);
     for (size_t k = 0; k < a.steps.size(); ++k)
         EXPECT_NEAR(a.steps[k].logprob, b.steps[k].logprob, 1e-12);
     // KL report vs a direct computation in long double over the same windows.
@@ -185,6 +200,7 @@ TEST(InferCollapse, CollapsedModelUsesTheCacheAndKlMatchesIndependentComputation
             agree += ia == ib;
         }
     }
+    ASSERT_EQ(n, 69);  // windows of 20 overlapping by one token: every next token once
     ASSERT_EQ(rep.tokens, n);
     EXPECT_NEAR(rep.kl_mean, double(kl / n), 1e-12);
     EXPECT_NEAR(rep.top1_agree, double(agree / n), 1e-15);

@@ -132,11 +132,20 @@ double rolling_loglikelihood(const Model<T>& m, const std::vector<int64_t>& toke
     std::vector<int64_t> inp;
     for (int64_t start = 0; start < N; start += L) {
         const int64_t len = std::min(L, N - start);  // tokens predicted by this window
-        inp.assign(1, start == 0 ? eos_id : tokens[size_t(start - 1)]);
-        inp.insert(inp.end(), tokens.begin() + start, tokens.begin() + start + len - 1);
-        forward(m, inp.data(), 1, len, a);
+        // The window's input ends just before its last prediction. The first window is
+        // [EOS] + tokens[:len-1]; a later one is the L tokens before its end
+        // (get_rolling_token_windows + make_disjoint_window): the previous token for a full
+        // window, more context for a shorter last one. Token index −1 is the EOS prefix.
+        const int64_t S = start == 0 ? len : L;
+        inp.resize(size_t(S));
+        for (int64_t j = 0; j < S; ++j) {
+            const int64_t t = start + len - 1 - S + j;
+            inp[size_t(j)] = t < 0 ? eos_id : tokens[size_t(t)];
+        }
+        forward(m, inp.data(), 1, S, a);
         for (int64_t i = 0; i < len; ++i)
-            total += row_logprob(a.logits.ptr() + i * V, V, tokens[size_t(start + i)]).first;
+            total +=
+                row_logprob(a.logits.ptr() + (S - len + i) * V, V, tokens[size_t(start + i)]).first;
     }
     return total;
 }

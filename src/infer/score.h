@@ -42,8 +42,10 @@ ScoreRequest encode_request(const Tokenizer& tok, const std::string& context,
 template <typename T>
 ScoreResult score_request(const Model<T>& m, const ScoreRequest& r, ScoreMode mode);
 
-// Rolling log-likelihood of a token stream (lm-eval loglikelihood_rolling): disjoint windows of
-// max_position tokens, each conditioned on the previous token (EOS before the first).
+// Rolling log-likelihood of a token stream (lm-eval loglikelihood_rolling, context_len 1):
+// disjoint windows of `window` predicted tokens (default and upper bound max_position); the first
+// is conditioned on EOS, each later full window on the previous token, and a shorter last window
+// on as many earlier tokens as fill its `window`-token input.
 // Returns Σ log p over every token of `tokens`.
 template <typename T>
 double rolling_loglikelihood(const Model<T>& m, const std::vector<int64_t>& tokens, int64_t eos_id,
