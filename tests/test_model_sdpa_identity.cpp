@@ -4,6 +4,7 @@
 // model's code but the parameter buffer: its own LayerNorm, linear maps, RoPE (θ, angles and
 // cos/sin built here), score scale, mask, softmax and GLU.
 #include <gtest/gtest.h>
+#include <sleef.h>
 
 #include <cmath>
 #include <cstdio>
@@ -71,13 +72,22 @@ void layer_norm(Vec& x, const double* g, const double* b, int64_t N, int64_t d, 
 }
 
 // RoPE of one head vector at position p (spec §1.5, §11.1): θ_m = theta^(−2m/dk) and the angle
-// p·θ_m in float32, cos/sin of that float32 angle rounded to float32. Interleaved pairs
+// p·θ_m in float32, cos/sin of that float32 angle: correctly rounded to float32 (exact
+// numerics), or torch's float32 functions (reference numerics: SLEEF's u10 functions, which
+// torch's AVX2/AVX-512 kernels call; libm where the CPU has no FMA). Interleaved pairs
 // (2m, 2m+1) or halves (m, m + dk/2); both rotate (x0, x1) → (x0·c − x1·s, x1·c + x0·s).
-void rotate(double* v, int64_t p, int64_t dk, double theta, bool interleaved) {
+void rotate(double* v, int64_t p, int64_t dk, double theta, bool interleaved, bool torch) {
+    const bool fma = __builtin_cpu_supports("fma");
     for (int64_t m = 0; m < dk / 2; ++m) {
-        const float th = 1.0f / std::pow(float(theta), float(2 * m) / float(dk));
+        const float e = float(2 * m) / float(dk);
+        const float th = 1.0f / (torch && fma ? Sleef_powf1_u10purecfma(float(theta), e)
+                                              : std::pow(float(theta), e));
         const float ang = float(p) * th;
-        const double c = float(std::cos(double(ang))), s = float(std::sin(double(ang)));
+        double c = float(std::cos(double(ang))), s = float(std::sin(double(ang)));
+        if (torch) {
+            c = fma ? Sleef_cosf1_u10purecfma(ang) : std::cos(ang);
+            s = fma ? Sleef_sinf1_u10purecfma(ang) : std::sin(ang);
+        }
         const int64_t i0 = interleaved ? 2 * m : m, i1 = interleaved ? 2 * m + 1 : m + dk / 2;
         const double x0 = v[i0], x1 = v[i1];
         v[i0] = x0 * c - x1 * s;
@@ -112,8 +122,8 @@ Vec plain_sdpa(const pldr::Model<double>& m, const std::vector<int64_t>& ids, in
                         qh[t] = float(qh[t]);
                         kh[t] = float(kh[t]);
                     }
-                rotate(qh, n % S, dk, c.rope_theta, c.reference_rope);
-                rotate(kh, n % S, dk, c.rope_theta, c.reference_rope);
+                rotate(qh, n % S, dk, c.rope_theta, c.reference_rope, ref_numerics);
+                rotate(kh, n % S, dk, c.rope_theta, c.reference_rope, ref_numerics);
             }
         Vec o(size_t(N * d), 0.0);
         for (int64_t b = 0; b < B; ++b)
