@@ -462,18 +462,20 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         resume && fs::absolute(o.resume_dir) == fs::absolute(o.out_dir) ? out.start_step : -1;
     auto save = [&]() {
         // A checkpoint is only ever a good one: non-finite weights or moments (an update that
-        // overflowed) are refused, and the previous checkpoint stays.
-        for (const ParamEntry& e : model.layout.entries)
-            for (const T* p :
-                 {model.params.data(), trainer.optimizer().m.data(), trainer.optimizer().v.data()})
-                PLDR_REQUIRE(all_finite(p + e.offset, e.numel), "training stopped at step ",
-                             trainer.steps_done(), ": ",
-                             p == model.params.data() ? "parameter " : "optimizer moment of ",
-                             e.name, " is not finite; checkpoint not written; ",
+        // overflowed) are refused, and the previous checkpoint stays. The parameters are the
+        // same on every rank; the moments are checked where they are whole (on rank 0 after
+        // the ZeRO-1 gather: an error there stops every rank).
+        auto require_finite = [&](const T* base, const char* what) {
+            for (const ParamEntry& e : model.layout.entries)
+                PLDR_REQUIRE(all_finite(base + e.offset, e.numel), "training stopped at step ",
+                             trainer.steps_done(), ": ", what, e.name,
+                             " is not finite; checkpoint not written; ",
                              last_saved >= 0
                                  ? "the last good checkpoint (step " + std::to_string(last_saved) +
                                        ") is kept in " + o.out_dir
                                  : std::string("no checkpoint had been written yet"));
+        };
+        require_finite(model.params.data(), "parameter ");
         CheckpointInfo info;
         info.step = trainer.steps_done();
         info.dtype = o.dtype;
@@ -483,6 +485,10 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
         info.world_size = P;
         AdamWState<T> scratch;
         const AdamWState<T>& full = trainer.full_optimizer(scratch);  // collective
+        if (root) {
+            require_finite(full.m.data(), "optimizer moment of ");
+            require_finite(full.v.data(), "optimizer moment of ");
+        }
         if (P > 1) {
             // Every rank must hold the same parameters (the step is identical on every rank);
             // checked at each checkpoint through their hashes.
