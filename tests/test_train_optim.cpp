@@ -26,6 +26,12 @@ using pldr::AdamWConfig;
 using pldr::AdamWState;
 using pldr::LrSchedule;
 
+// The warmup-cosine schedule a fixture's hyperparameters describe.
+LrSchedule schedule_of(const nlohmann::json& hp) {
+    return {hp.at("learning_rate").get<double>(), hp.at("warmup_steps").get<int64_t>(),
+            hp.at("lr_total_steps").get<int64_t>(), hp.at("lr_alpha").get<double>()};
+}
+
 template <class T>
 bool same_bits(T a, T b) {
     return std::memcmp(&a, &b, sizeof(T)) == 0;
@@ -59,9 +65,7 @@ TEST(LrSchedule, MatchesTrajectoryLrBitForBit) {
     for (const auto& t : golden::set().trajectories) {
         const auto& js = t.side;
         const auto& hp = js.at("hyperparams");
-        const LrSchedule sched{
-            hp.at("learning_rate").get<double>(), hp.at("warmup_steps").get<int64_t>(),
-            hp.at("lr_total_steps").get<int64_t>(), hp.at("lr_alpha").get<double>()};
+        const LrSchedule sched = schedule_of(hp);
         const int64_t steps = hp.at("num_steps").get<int64_t>();
         for (const char* dt : {"f64", "f32"}) {
             pldr::SafetensorsFile f(t.path(dt));
@@ -119,9 +123,7 @@ TEST(LrSchedule, GoldenFixtureLrs) {
     for (const auto& fx : golden::set().steps) {
         const auto& js = fx.side;
         const auto& hp = js.at("hyperparams_train_step");
-        const LrSchedule sched{
-            hp.at("learning_rate").get<double>(), hp.at("warmup_steps").get<int64_t>(),
-            hp.at("lr_total_steps").get<int64_t>(), hp.at("lr_alpha").get<double>()};
+        const LrSchedule sched = schedule_of(hp);
         for (const char* dt : {"f64", "f32"}) {
             const auto& r = js.at("results").at(dt);
             const auto& used = r.at("adamw_lrs_used");
@@ -206,9 +208,7 @@ GoldenStats run_golden(const golden::Fixture& fx, const char* dt, int64_t expect
     pldr::SafetensorsFile f(fx.path(dt));
     const AdamWConfig ac;  // betas (0.9, 0.95), eps 1e-5, wd 0.1
     const auto& hp = fx.side.at("hyperparams_train_step");
-    const LrSchedule sched{hp.at("learning_rate").get<double>(),
-                           hp.at("warmup_steps").get<int64_t>(),
-                           hp.at("lr_total_steps").get<int64_t>(), hp.at("lr_alpha").get<double>()};
+    const LrSchedule sched = schedule_of(hp);
     const double lr1 = sched.lr(0), lr2 = sched.lr(1);
     EXPECT_EQ(lr1, 0.0);
     // Flat buffers for the AdamWState path (the way the trainer holds parameters).
