@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "common.h"
-#include "io/plot.h"
+#include "plot.h"
 #include "train/metrics.h"
 
 namespace pldr::cli {
