@@ -76,9 +76,8 @@ pldr_generate_options pldr_generate_default_options(void);
 typedef int (*pldr_token_callback)(int64_t id, const char* piece, double logprob, void* user);
 
 /* Generates a continuation of prompt; *text_out = the generated text (pldr_string_free). */
-pldr_status pldr_generate(const pldr_model* m, const char* prompt,
-                          const pldr_generate_options* opt, pldr_token_callback cb, void* user,
-                          char** text_out);
+pldr_status pldr_generate(const pldr_model* m, const char* prompt, const pldr_generate_options* opt,
+                          pldr_token_callback cb, void* user, char** text_out);
 
 /* Log-likelihood of continuation given context; mode "block" | "sequential" | "cached". */
 pldr_status pldr_score(const pldr_model* m, const char* context, const char* continuation,
@@ -87,9 +86,9 @@ pldr_status pldr_score(const pldr_model* m, const char* context, const char* con
 /* Forward pass over [batch, seq] ids; copies the tensor `name` (golden naming, e.g.
  * "fwd.logits", "fwd.layer0.G_LM") as float64 into out (cap values; *n_out = its size) and its
  * shape into shape[0..*ndim) (at most 8 dimensions). */
-pldr_status pldr_forward_tensor(const pldr_model* m, const int64_t* ids, int64_t batch,
-                                int64_t seq, const char* name, double* out, int64_t cap,
-                                int64_t* n_out, int64_t* shape, int* ndim);
+pldr_status pldr_forward_tensor(const pldr_model* m, const int64_t* ids, int64_t batch, int64_t seq,
+                                const char* name, double* out, int64_t cap, int64_t* n_out,
+                                int64_t* shape, int* ndim);
 
 /* The loss of [batch, seq] training tokens; when grads != NULL, the gradient of the parameter
  * grad_name (a spec name) is copied into grads (cap values; *n_out = its size). */

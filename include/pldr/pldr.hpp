@@ -28,7 +28,7 @@ namespace pldr::api {
 // The library's version, "MAJOR.MINOR.PATCH".
 const char* version();
 
-enum class DType { F32, F64 };
+enum class DType { F32, F64, I64 };  // I64: token ids (files.hpp int_tensor)
 // The KV-cache and G-cache of a session: kvg (both), kv (KV only; G_LM recomputed from the
 // frozen metric), none (the whole sequence recomputed every step).
 enum class CacheMode { KVG, KV, NONE };
@@ -55,8 +55,9 @@ struct Tensor {
 
     int64_t numel() const;
     const void* data() const { return storage.get(); }
-    const float* f32() const;   // throws unless dtype is F32
-    const double* f64() const;  // throws unless dtype is F64
+    const float* f32() const;             // throws unless dtype is F32
+    const double* f64() const;            // throws unless dtype is F64
+    const int64_t* i64() const;           // throws unless dtype is I64
     double at(int64_t flat_index) const;  // any dtype, bounds-checked
     std::vector<double> to_vector() const;
 };
@@ -114,6 +115,9 @@ class Tokenizer {
 struct ForwardResult {
     std::vector<std::pair<std::string, Tensor>> tensors;  // in forward order
     int64_t num_layers = 0;
+    // "" when every value is finite; else the first tensor in forward order that holds a NaN or
+    // an infinity, as "fwd.layer2.A_LM (nan at element 17)" (the masks' −inf do not count).
+    std::string non_finite;
     const Tensor& logits() const { return get("fwd.logits"); }
     // Throws pldr::Error when the tensor is absent.
     const Tensor& get(const std::string& name) const;
@@ -125,15 +129,16 @@ struct ForwardResult {
 // Sampling settings (applied in this order: repetition penalty, temperature, top-p, top-k,
 // min-p, then a seeded draw). temperature 0 or greedy = argmax.
 struct SamplingOptions {
-    double temperature = 1.0;  // ≥ 0
-    double top_p = 1.0;        // (0, 1]; 1 = off
-    int64_t top_k = 0;         // ≥ 0; 0 = off
-    double min_p = 0.0;        // [0, 1)
+    double temperature = 1.0;         // ≥ 0
+    double top_p = 1.0;               // (0, 1]; 1 = off
+    int64_t top_k = 0;                // ≥ 0; 0 = off
+    double min_p = 0.0;               // [0, 1)
     double repetition_penalty = 1.0;  // > 0; 1 = off
     int64_t repeat_last_n = 64;       // penalty window (−1 = all)
     uint64_t seed = 0;
     bool greedy = false;
-    bool top_p_hf = false;  // top-p keeps the crossing token (Hugging Face) instead of the reference
+    bool top_p_hf =
+        false;  // top-p keeps the crossing token (Hugging Face) instead of the reference
 };
 
 struct TopLogprob {
@@ -144,8 +149,8 @@ struct TopLogprob {
 // One generated token.
 struct TokenInfo {
     int64_t id = 0;
-    std::string text;    // Tokenizer::token_text(id) ("" for a model without tokenizer)
-    double logprob = 0;  // log-softmax of the unmodified logits
+    std::string text;             // Tokenizer::token_text(id) ("" for a model without tokenizer)
+    double logprob = 0;           // log-softmax of the unmodified logits
     std::vector<TopLogprob> top;  // the best alternatives, best first
 };
 
@@ -157,6 +162,8 @@ struct GenerateOptions {
     // Generation stops when the generated text contains one of these; the text is cut before it.
     std::vector<std::string> stop;
     int64_t top_logprobs = 5;  // alternatives kept per token
+    // A saved G-cache (Session::save_g_cache) whose fixed operator every step uses ("" = none).
+    std::string g_cache_file;
 };
 
 struct Generation {
@@ -177,11 +184,11 @@ struct ScoreOptions {
 };
 
 struct ScoreResult {
-    double logprob = 0;     // Σ token_logprobs
-    bool is_greedy = false; // every continuation token is its position's argmax
+    double logprob = 0;      // Σ token_logprobs
+    bool is_greedy = false;  // every continuation token is its position's argmax
     std::vector<int64_t> context_ids, continuation_ids;
-    std::vector<double> token_logprobs;          // one per continuation token
-    std::vector<std::vector<TopLogprob>> top;    // per continuation token (top_logprobs > 0)
+    std::vector<double> token_logprobs;        // one per continuation token
+    std::vector<std::vector<TopLogprob>> top;  // per continuation token (top_logprobs > 0)
 };
 
 struct DagCoefficients {
@@ -230,6 +237,15 @@ class Model {
                         const TokenCallback& on_token = {}) const;
     Generation generate_ids(const std::vector<int64_t>& prompt, const GenerateOptions& opt = {},
                             const TokenCallback& on_token = {}) const;
+    // Throws the error generate_ids would give for these settings (sampling options, an empty
+    // prompt, ids outside the vocabulary, prompt + max_tokens longer than the context, an
+    // unreadable or mismatched G-cache file) without generating.
+    void check_generation(const std::vector<int64_t>& prompt, const GenerateOptions& opt) const;
+    // Several prompts, each with its own session and sampler (seeded alike, so each result
+    // equals its one-at-a-time generation), in parallel. Stop strings and callbacks are not
+    // supported here.
+    std::vector<Generation> generate_batch(const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerateOptions& opt = {}) const;
 
     // Log-likelihood of a continuation given a context (the lm-eval encoding: context "" is
     // [EOS], the context's trailing whitespace moves to the continuation). The input is cut on
@@ -239,6 +255,9 @@ class Model {
     ScoreResult score_ids(const std::vector<int64_t>& context,
                           const std::vector<int64_t>& continuation,
                           const ScoreOptions& opt = {}) const;
+    // The lm-eval encoding of a text request into (context ids, continuation ids).
+    std::pair<std::vector<int64_t>, std::vector<int64_t>> encode_request(
+        const std::string& context, const std::string& continuation) const;
     // Many requests, scored in parallel; results in order.
     std::vector<ScoreResult> score_batch(
         const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& requests,
@@ -324,6 +343,16 @@ class Sampler {
     std::unique_ptr<Impl> impl_;
 };
 
+// lm-eval style score requests, one JSON object per line: {"context", "continuation"} (text)
+// or {"context_ids", "continuation_ids"}. Errors name "<where>:<line>".
+struct ScoreRequest {
+    int64_t line = 0;
+    bool has_ids = false;
+    std::vector<int64_t> context_ids, continuation_ids;
+    std::string context, continuation;
+};
+std::vector<ScoreRequest> parse_score_requests(const std::string& jsonl, const std::string& where);
+
 // ---- Benchmarks and audits ------------------------------------------------------------------
 
 struct McAccuracy {
@@ -399,6 +428,7 @@ struct TrainSummary {
 
 // Trains (or resumes) with checkpoints; on_step runs after every step and may return false to
 // stop (a checkpoint is then written).
-TrainSummary train(const TrainOptions& opt, const std::function<bool(const TrainStep&)>& on_step = {});
+TrainSummary train(const TrainOptions& opt,
+                   const std::function<bool(const TrainStep&)>& on_step = {});
 
 }  // namespace pldr::api

@@ -9,6 +9,7 @@
 #include "audit/dump.h"
 #include "core/fs.h"
 #include "infer/generate.h"
+#include "infer/requests.h"
 #include "infer/sampler.h"
 #include "infer/score.h"
 #include "infer/session.h"
@@ -31,20 +32,26 @@ DType dtype_from_name(const std::string& s) {
 }
 CacheMode cache_mode_from_name(const std::string& s) {
     switch (::pldr::cache_mode_from_name(s)) {
-        case ::pldr::CacheMode::KVG: return CacheMode::KVG;
-        case ::pldr::CacheMode::KV: return CacheMode::KV;
-        default: return CacheMode::NONE;
+        case ::pldr::CacheMode::KVG:
+            return CacheMode::KVG;
+        case ::pldr::CacheMode::KV:
+            return CacheMode::KV;
+        default:
+            return CacheMode::NONE;
     }
 }
 ScoreMode score_mode_from_name(const std::string& s) {
     switch (::pldr::score_mode_from_name(s)) {
-        case ::pldr::ScoreMode::BLOCK: return ScoreMode::BLOCK;
-        case ::pldr::ScoreMode::SEQUENTIAL: return ScoreMode::SEQUENTIAL;
-        default: return ScoreMode::CACHED;
+        case ::pldr::ScoreMode::BLOCK:
+            return ScoreMode::BLOCK;
+        case ::pldr::ScoreMode::SEQUENTIAL:
+            return ScoreMode::SEQUENTIAL;
+        default:
+            return ScoreMode::CACHED;
     }
 }
 const char* name_of(DType d) {
-    return d == DType::F64 ? "f64" : "f32";
+    return d == DType::F64 ? "f64" : d == DType::I64 ? "i64" : "f32";
 }
 const char* name_of(CacheMode m) {
     return m == CacheMode::KVG ? "kvg" : m == CacheMode::KV ? "kv" : "none";
@@ -56,7 +63,7 @@ const char* name_of(ScoreMode m) {
 namespace {
 
 ::pldr::CacheMode internal(CacheMode m) {
-    return m == CacheMode::KVG ? ::pldr::CacheMode::KVG
+    return m == CacheMode::KVG  ? ::pldr::CacheMode::KVG
            : m == CacheMode::KV ? ::pldr::CacheMode::KV
                                 : ::pldr::CacheMode::NONE;
 }
@@ -113,17 +120,26 @@ const double* Tensor::f64() const {
     PLDR_REQUIRE(dtype == DType::F64, "tensor is ", name_of(dtype), ", not f64");
     return static_cast<const double*>(storage.get());
 }
+const int64_t* Tensor::i64() const {
+    PLDR_REQUIRE(dtype == DType::I64, "tensor is ", name_of(dtype), ", not i64");
+    return static_cast<const int64_t*>(storage.get());
+}
 double Tensor::at(int64_t i) const {
     PLDR_REQUIRE(i >= 0 && i < numel(), "tensor index ", i, " out of range [0, ", numel(), ")");
-    return dtype == DType::F32 ? double(f32()[i]) : f64()[i];
+    return dtype == DType::F32   ? double(f32()[i])
+           : dtype == DType::F64 ? f64()[i]
+                                 : double(i64()[i]);
 }
 std::vector<double> Tensor::to_vector() const {
     const int64_t n = numel();
     std::vector<double> v(size_t(std::max<int64_t>(n, 0)));
+    if (!storage) return v;
     if (dtype == DType::F32)
         std::copy(f32(), f32() + n, v.begin());
-    else
+    else if (dtype == DType::F64)
         std::copy(f64(), f64() + n, v.begin());
+    else
+        std::copy(i64(), i64() + n, v.begin());
     return v;
 }
 
@@ -199,8 +215,9 @@ template <typename T>
 ForwardResult forward_result(const ::pldr::Model<T>& m, const ::pldr::Activations<T>& acts) {
     ForwardResult r;
     r.num_layers = m.cfg.num_layers;
-    for (auto& nt : ::pldr::forward_tensors(m, acts))
-        r.tensors.emplace_back(nt.name, make_tensor<T>(std::move(nt.t)));
+    auto named = ::pldr::forward_tensors(m, acts);
+    r.non_finite = ::pldr::first_non_finite(named);
+    for (auto& nt : named) r.tensors.emplace_back(nt.name, make_tensor<T>(std::move(nt.t)));
     return r;
 }
 
@@ -305,6 +322,8 @@ Generation Model::generate_ids(const std::vector<int64_t>& prompt, const Generat
         ::pldr::Session<T> s(
             m, internal(opt.cache),
             std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + opt.max_tokens));
+        if (!opt.g_cache_file.empty())
+            s.set_g_cache(::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg));
         ::pldr::Sampler sampler(sc);
         Generation g;
         g.prompt_ids = prompt;
@@ -410,6 +429,75 @@ ScoreResult score_one(const ::pldr::Model<T>& m, const std::vector<int64_t>& ctx
 
 }  // namespace
 
+std::pair<std::vector<int64_t>, std::vector<int64_t>> Model::encode_request(
+    const std::string& context, const std::string& continuation) const {
+    ::pldr::ScoreRequest r =
+        ::pldr::encode_request(tokenizer().impl()->tok, context, continuation, info().eos_id);
+    return {std::move(r.context), std::move(r.continuation)};
+}
+
+std::vector<ScoreRequest> parse_score_requests(const std::string& jsonl, const std::string& where) {
+    std::vector<ScoreRequest> out;
+    for (auto& r : ::pldr::parse_score_requests(jsonl, where))
+        out.push_back({r.line, r.has_ids, std::move(r.context_ids), std::move(r.continuation_ids),
+                       std::move(r.context), std::move(r.continuation)});
+    return out;
+}
+
+void Model::check_generation(const std::vector<int64_t>& prompt, const GenerateOptions& opt) const {
+    const Impl& im = impl_of(*this);
+    internal(opt.sampling);
+    im.visit([&](const auto& m) {
+        using T = scalar_t<decltype(m)>;
+        ::pldr::check_generation_fits(m, prompt, opt.max_tokens);
+        if (!opt.g_cache_file.empty()) ::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg);
+    });
+}
+
+std::vector<Generation> Model::generate_batch(const std::vector<std::vector<int64_t>>& prompts,
+                                              const GenerateOptions& opt) const {
+    const Impl& im = impl_of(*this);
+    PLDR_REQUIRE(opt.stop.empty() && opt.max_tokens >= 1,
+                 "generate_batch: stop strings are not supported; max_tokens must be >= 1");
+    ::pldr::GenerateOptions o;
+    o.max_new = opt.max_tokens;
+    o.stop_at_eos = opt.stop_at_eos;
+    o.cache = internal(opt.cache);
+    o.sampler = internal(opt.sampling);
+    o.top_report = opt.top_logprobs;
+    return im.visit([&](const auto& m) {
+        using T = scalar_t<decltype(m)>;
+        std::unique_ptr<::pldr::GCache<T>> preset;
+        if (!opt.g_cache_file.empty())
+            preset = std::make_unique<::pldr::GCache<T>>(
+                ::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg));
+        const auto rs = ::pldr::generate_batch(m, prompts, o, preset.get());
+        std::vector<Generation> out;
+        for (const auto& r : rs) {
+            Generation g;
+            g.prompt_ids = r.prompt_ids;
+            g.ids = r.ids;
+            g.finish_reason =
+                (!r.ids.empty() && opt.stop_at_eos && r.ids.back() == m.cfg.eos_token_id)
+                    ? "eos"
+                    : "length";
+            for (const auto& st : r.steps) {
+                TokenInfo ti;
+                ti.id = st.id;
+                ti.logprob = st.logprob;
+                ti.top = to_top(st.top);
+                if (im.tok) ti.text = im.tok->token_text(st.id);
+                g.tokens.push_back(std::move(ti));
+            }
+            if (im.tok) g.text = im.tok->decode(g.ids);
+            g.prefill_seconds = r.prefill_seconds;
+            g.decode_seconds = r.decode_seconds;
+            out.push_back(std::move(g));
+        }
+        return out;
+    });
+}
+
 ScoreResult Model::score(const std::string& context, const std::string& continuation,
                          const ScoreOptions& opt) const {
     const ::pldr::ScoreRequest r =
@@ -446,10 +534,10 @@ std::vector<ScoreResult> Model::score_batch(
 Gradients Model::loss_and_grads(const std::vector<int64_t>& tokens, int64_t batch,
                                 const DagCoefficients& dag) const {
     PLDR_REQUIRE(batch >= 1, "batch must be >= 1 (got ", batch, ")");
-    PLDR_REQUIRE(!tokens.empty() && int64_t(tokens.size()) % batch == 0, "loss_and_grads: ",
-                 tokens.size(), " token ids do not form ", batch, " rows of equal length");
+    PLDR_REQUIRE(!tokens.empty() && int64_t(tokens.size()) % batch == 0,
+                 "loss_and_grads: ", tokens.size(), " token ids do not form ", batch,
+                 " rows of equal length");
     const int64_t S1 = int64_t(tokens.size()) / batch;
-    PLDR_REQUIRE(S1 >= 2, "training sequences need at least 2 tokens (got ", S1, ")");
     PLDR_REQUIRE(dag.A >= 0 && dag.Ap >= 0 && dag.G >= 0 && std::isfinite(dag.A + dag.Ap + dag.G),
                  "DAG coefficients must be finite and >= 0");
     return impl_of(*this).visit([&](const auto& m) {
@@ -458,7 +546,16 @@ Gradients Model::loss_and_grads(const std::vector<int64_t>& tokens, int64_t batc
         ::pldr::Activations<T> acts;
         const ::pldr::LossResult r = ::pldr::loss_and_grads(
             m, tokens.data(), batch, S1, {dag.A, dag.Ap, dag.G}, acts, grads->data());
-        PLDR_REQUIRE(std::isfinite(r.value), "the loss is not finite (", r.value, ")");
+        if (!std::isfinite(r.value)) {
+            // Name the first activation that went bad, in forward order.
+            const std::string bad = ::pldr::first_non_finite(::pldr::forward_tensors(m, acts));
+            fail("the loss is not finite (", r.value, ")",
+                 bad.empty() ? std::string() : "; non-finite values first appear in " + bad);
+        }
+        for (const auto& e : m.layout.entries)
+            for (int64_t i = 0; i < e.numel; ++i)
+                PLDR_REQUIRE(std::isfinite(double((*grads)[size_t(e.offset + i)])),
+                             "the gradient of ", e.name, " is not finite (element ", i, ")");
         Gradients g;
         g.loss = {r.value, r.ce, r.accuracy, r.dagA, r.dagAp, r.dagG, r.scored};
         for (const auto& e : m.layout.entries) {
@@ -613,13 +710,12 @@ ForwardResult Session::last_outputs() const {
 
 std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
                                  const std::vector<int64_t>& ids) {
-    PLDR_REQUIRE(sessions.size() == ids.size(), "decode_batch: ", sessions.size(),
-                 " sessions but ", ids.size(), " token ids");
+    PLDR_REQUIRE(sessions.size() == ids.size(), "decode_batch: ", sessions.size(), " sessions but ",
+                 ids.size(), " token ids");
     for (size_t i = 0; i < sessions.size(); ++i) {
         PLDR_REQUIRE(sessions[i], "decode_batch: session ", i, " is null");
         for (size_t j = 0; j < i; ++j)
-            PLDR_REQUIRE(sessions[i] != sessions[j], "decode_batch: session ", i,
-                         " appears twice");
+            PLDR_REQUIRE(sessions[i] != sessions[j], "decode_batch: session ", i, " appears twice");
     }
     std::vector<Tensor> out(sessions.size());
     std::string err;

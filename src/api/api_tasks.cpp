@@ -30,8 +30,7 @@ void limit_items(std::vector<McItem>& v, int64_t limit) {
 
 }  // namespace
 
-McAccuracy eval_truthfulqa(const Model& m, const std::string& path, ScoreMode mode,
-                           int64_t limit) {
+McAccuracy eval_truthfulqa(const Model& m, const std::string& path, ScoreMode mode, int64_t limit) {
     const ::pldr::Tokenizer& tok = tok_of(m);
     std::vector<McItem> mc1, mc2;
     load_truthfulqa(path, &mc1, &mc2);
@@ -70,7 +69,8 @@ McAccuracy eval_piqa(const Model& m, const std::string& jsonl, const std::string
 
 Perplexity perplexity(const Model& m, const std::string& text) {
     const ::pldr::Tokenizer& tok = tok_of(m);
-    const auto r = impl_of(m).visit([&](const auto& mm) { return ::pldr::perplexity(mm, tok, text); });
+    const auto r =
+        impl_of(m).visit([&](const auto& mm) { return ::pldr::perplexity(mm, tok, text); });
     Perplexity p;
     p.loglikelihood = r.loglikelihood;
     p.tokens = r.tokens;
@@ -126,7 +126,8 @@ std::string audit(const Model& m, const AuditOptions& opt) {
         for (const auto& t : ::pldr::audit::default_text_prompts())
             in.prompts.push_back({t, tok->encode_prompt(t)});
     } else {
-        for (const auto& ids : ::pldr::audit::default_id_prompts(im.info.vocab_size, im.info.pad_id))
+        for (const auto& ids :
+             ::pldr::audit::default_id_prompts(im.info.vocab_size, im.info.pad_id))
             in.prompts.push_back({"", ids});
     }
     if (tok) {
@@ -135,7 +136,8 @@ std::string audit(const Model& m, const AuditOptions& opt) {
         in.heldout = tok->encode(text);
         in.heldout_source = opt.heldout_text.empty() ? "built-in paragraph" : "given text";
     } else {
-        for (const auto& p : in.prompts) in.heldout.insert(in.heldout.end(), p.ids.begin(), p.ids.end());
+        for (const auto& p : in.prompts)
+            in.heldout.insert(in.heldout.end(), p.ids.begin(), p.ids.end());
         in.heldout_source = "the prompts, concatenated";
     }
     if (int64_t(in.heldout.size()) > 4 * im.info.max_position)
@@ -203,7 +205,7 @@ TrainSummary train(const TrainOptions& o, const std::function<bool(const TrainSt
     s.start_step = out.start_step;
     s.num_params = out.num_params;
     s.stop_reason = out.reason == ::pldr::StopReason::COMPLETED ? "completed"
-                    : by_callback                             ? "callback"
+                    : by_callback                               ? "callback"
                     : out.reason == ::pldr::StopReason::STOP_AT ? "stop_at"
                                                                 : "interrupted";
     s.has_eval = out.has_eval;

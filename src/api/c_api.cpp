@@ -39,7 +39,7 @@ pldr_status guarded(F&& f) {
         g_last_error = e.what();
         // pldr::InternalError (a broken invariant) derives from Error; its message says so.
         return std::strncmp(e.what(), "internal check failed", 21) == 0 ? PLDR_ERR_INTERNAL
-                                                                       : PLDR_ERR_FAILED;
+                                                                        : PLDR_ERR_FAILED;
     } catch (const std::exception& e) {
         g_last_error = e.what();
         return PLDR_ERR_INTERNAL;
@@ -97,10 +97,18 @@ pldr_status pldr_model_get_info(const pldr_model* m, pldr_model_info* out) {
         need(m, "model");
         need(out, "out");
         const auto& i = m->m.info();
-        *out = {i.vocab_size, i.num_layers,  i.num_heads,
-                i.head_dim,   i.hidden_size, i.max_position,
-                i.eos_id,     i.pad_id,      i.num_params,
-                i.learned_g,  m->m.has_tokenizer(), i.dtype == pldr::api::DType::F64};
+        *out = {i.vocab_size,
+                i.num_layers,
+                i.num_heads,
+                i.head_dim,
+                i.hidden_size,
+                i.max_position,
+                i.eos_id,
+                i.pad_id,
+                i.num_params,
+                i.learned_g,
+                m->m.has_tokenizer(),
+                i.dtype == pldr::api::DType::F64};
     });
 }
 
@@ -144,9 +152,8 @@ pldr_generate_options pldr_generate_default_options(void) {
     return o;
 }
 
-pldr_status pldr_generate(const pldr_model* m, const char* prompt,
-                          const pldr_generate_options* opt, pldr_token_callback cb, void* user,
-                          char** text_out) {
+pldr_status pldr_generate(const pldr_model* m, const char* prompt, const pldr_generate_options* opt,
+                          pldr_token_callback cb, void* user, char** text_out) {
     return guarded([&] {
         need(m, "model");
         need(prompt, "prompt");
@@ -189,9 +196,9 @@ pldr_status pldr_score(const pldr_model* m, const char* context, const char* con
     });
 }
 
-pldr_status pldr_forward_tensor(const pldr_model* m, const int64_t* ids, int64_t batch,
-                                int64_t seq, const char* name, double* out, int64_t cap,
-                                int64_t* n_out, int64_t* shape, int* ndim) {
+pldr_status pldr_forward_tensor(const pldr_model* m, const int64_t* ids, int64_t batch, int64_t seq,
+                                const char* name, double* out, int64_t cap, int64_t* n_out,
+                                int64_t* shape, int* ndim) {
     pldr_status st = PLDR_OK;
     const pldr_status g = guarded([&] {
         need(m, "model");
@@ -209,8 +216,7 @@ pldr_status pldr_forward_tensor(const pldr_model* m, const int64_t* ids, int64_t
         }
         if (t.numel() > cap) {
             g_last_error = std::string("pldr_forward_tensor: ") + name + " has " +
-                           std::to_string(t.numel()) + " values, the buffer " +
-                           std::to_string(cap);
+                           std::to_string(t.numel()) + " values, the buffer " + std::to_string(cap);
             st = PLDR_ERR_BUFFER_TOO_SMALL;
             return;
         }
@@ -230,7 +236,8 @@ pldr_status pldr_loss_and_grad(const pldr_model* m, const int64_t* tokens, int64
         need(tokens, "tokens");
         need(loss, "loss");
         if (batch < 1 || seq < 2) throw ArgError{"batch must be >= 1 and seq >= 2"};
-        const auto r = m->m.loss_and_grads(std::vector<int64_t>(tokens, tokens + batch * seq), batch);
+        const auto r =
+            m->m.loss_and_grads(std::vector<int64_t>(tokens, tokens + batch * seq), batch);
         *loss = r.loss.value;
         if (!grads) return;
         need(grad_name, "grad_name");

@@ -208,7 +208,7 @@ PiqaScores eval_piqa(const Model<T>& m, const Tokenizer& tok, const std::vector<
     for (size_t i = 0; i < items.size(); ++i) {
         r.acc.push_back(argmax_first(r.scores.lls[i]) == items[i].gold ? 1.0 : 0.0);
         r.acc_norm.push_back(argmax_norm(r.scores.lls[i], items[i].choices) == items[i].gold ? 1.0
-                                                                                            : 0.0);
+                                                                                             : 0.0);
         r.acc_mean += r.acc.back();
         r.acc_norm_mean += r.acc_norm.back();
     }

@@ -6,9 +6,9 @@
 
 #include "audit/report.h"
 #include "audit/runner.h"
-#include "common.h"
 #include "core/fs.h"
 #include "io/tokenizer.h"
+#include "legacy.h"
 
 namespace pldr::cli {
 

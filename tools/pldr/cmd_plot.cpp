@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "common.h"
+#include "legacy.h"
 #include "plot.h"
 #include "train/metrics.h"
 
