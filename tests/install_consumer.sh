@@ -14,8 +14,14 @@ cmake --install "$BUILD" --prefix "$TMP/prefix" >/dev/null
 test -f "$TMP/prefix/include/pldr/pldr.hpp" && test -f "$TMP/prefix/include/pldr/pldr.h"
 extra=$(cd "$TMP/prefix/include" && find . -type f | grep -v '^./pldr/' || true)
 [ -z "$extra" ] || { echo "unexpected installed headers: $extra"; exit 1; }
+# A sanitized libpldr needs sanitized programs (the ASan runtime must come first).
+SAN=()
+if grep -q '^PLDR_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt"; then
+  SAN=(-DCMAKE_C_FLAGS=-fsanitize=address,undefined -DCMAKE_CXX_FLAGS=-fsanitize=address,undefined
+       -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined)
+fi
 cmake -S "$SRC/tests/consumer" -B "$TMP/build" -DCMAKE_PREFIX_PATH="$TMP/prefix" \
-  -DCMAKE_BUILD_TYPE=Release >/dev/null
+  -DCMAKE_BUILD_TYPE=Release "${SAN[@]}" >/dev/null
 cmake --build "$TMP/build" -j2 >/dev/null
 cpp=$("$TMP/build/consumer_cpp" "$MODEL")
 c=$("$TMP/build/consumer_c" "$MODEL")
