@@ -408,13 +408,13 @@ PYBIND11_MODULE(pldr, mod) {
         [](const api::Model& m, std::vector<std::string> prompts, int64_t steps,
            const std::string& out_dir) {
             api::AuditOptions o;
-            o.prompts = std::move(prompts);
+            for (auto& p : prompts) o.prompts.push_back({std::move(p), {}});
             o.steps = steps;
             o.out_dir = out_dir;
             std::string json;
             {
                 py::gil_scoped_release nogil;
-                json = api::audit(m, o);
+                json = api::audit(m, o).json;
             }
             return py::module_::import("json").attr("loads")(json);
         },

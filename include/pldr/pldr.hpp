@@ -387,14 +387,29 @@ struct GStats {
 };
 std::vector<GStats> g_lm_stats(const ForwardResult& r);
 
-struct AuditOptions {
-    std::vector<std::string> prompts;  // empty = the built-in prompt set
-    int64_t steps = 16;
-    std::string heldout_text;  // "" = the built-in paragraph
-    std::string out_dir;       // writes audit.json and report.html when not empty
+struct AuditPrompt {
+    std::string text;          // encoded with the tokenizer when ids is empty
+    std::vector<int64_t> ids;  // token ids (for id-only models)
 };
-// The collapse audit (docs/audit.md); returns audit.json's text.
-std::string audit(const Model& m, const AuditOptions& opt);
+struct AuditOptions {
+    std::vector<AuditPrompt> prompts;  // empty = the built-in prompt set
+    int64_t steps = 16;                // greedy decode steps for eps_G
+    int64_t cont_len = 64;             // sampled continuation length (seeds 100/101)
+    int64_t pad = 4;                   // pad tokens appended for the padding check
+    // Held-out tokens for the loss vs the unigram entropy: ids, else text, else the built-in
+    // paragraph (id-only models: the prompts, concatenated). Cut to 4 × the context.
+    std::vector<int64_t> heldout_ids;
+    std::string heldout_text, heldout_source;
+    // TruthfulQA mc_task.json and the number of MC2 items scored block vs sequential (0 = none).
+    std::string truthfulqa;
+    int64_t items = 0;
+    std::string out_dir;  // writes audit.json and report.html when not empty
+};
+struct AuditResult {
+    std::string json, html, summary;  // audit.json, report.html, the printed summary
+};
+// The collapse audit (spec §8.1, docs/audit.md).
+AuditResult audit(const Model& m, const AuditOptions& opt);
 
 // ---- Training --------------------------------------------------------------------------------
 

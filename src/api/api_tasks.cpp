@@ -106,35 +106,43 @@ std::vector<GStats> g_lm_stats(const ForwardResult& r) {
     return out;
 }
 
-std::string audit(const Model& m, const AuditOptions& opt) {
+AuditResult audit(const Model& m, const AuditOptions& opt) {
     const Model::Impl& im = impl_of(m);
     const ::pldr::Tokenizer* tok = im.internal_tok();
-    PLDR_REQUIRE(opt.steps >= 1, "audit steps must be >= 1 (got ", opt.steps, ")");
-    if (!opt.out_dir.empty()) {
-        InputSet in;
-        in.add_dir(im.info.dir);
-        require_dir_not_input(opt.out_dir, in, "out_dir", {"audit.json", "report.html"});
-    }
+    PLDR_REQUIRE(opt.steps >= 1, "--steps must be >= 1");
+    PLDR_REQUIRE(opt.cont_len >= 1, "--cont-len must be >= 1");
+    PLDR_REQUIRE(opt.pad >= 0, "--pad must be >= 0");
     ::pldr::audit::AuditInputs in;
-    if (!opt.prompts.empty()) {
-        PLDR_REQUIRE(tok, "text prompts need a tokenizer");
-        for (const auto& p : opt.prompts) {
-            PLDR_REQUIRE(!p.empty(), "empty audit prompt");
-            in.prompts.push_back({p, tok->encode_prompt(p)});
+    for (const auto& p : opt.prompts) {
+        if (!p.ids.empty()) {
+            in.prompts.push_back({p.text, p.ids});
+        } else {
+            PLDR_REQUIRE(!p.text.empty(), "empty audit prompt");
+            PLDR_REQUIRE(tok, "a text prompt needs ", im.info.dir,
+                         "/tokenizer.model (or give token ids)");
+            in.prompts.push_back({p.text, tok->encode_prompt(p.text)});
         }
-    } else if (tok) {
-        for (const auto& t : ::pldr::audit::default_text_prompts())
-            in.prompts.push_back({t, tok->encode_prompt(t)});
-    } else {
-        for (const auto& ids :
-             ::pldr::audit::default_id_prompts(im.info.vocab_size, im.info.pad_id))
-            in.prompts.push_back({"", ids});
     }
-    if (tok) {
-        const std::string text =
-            opt.heldout_text.empty() ? ::pldr::audit::default_heldout_text() : opt.heldout_text;
-        in.heldout = tok->encode(text);
-        in.heldout_source = opt.heldout_text.empty() ? "built-in paragraph" : "given text";
+    if (opt.prompts.empty()) {
+        if (tok) {
+            for (const auto& t : ::pldr::audit::default_text_prompts())
+                in.prompts.push_back({t, tok->encode_prompt(t)});
+        } else {
+            for (const auto& ids :
+                 ::pldr::audit::default_id_prompts(im.info.vocab_size, im.info.pad_id))
+                in.prompts.push_back({"", ids});
+        }
+    }
+    if (!opt.heldout_ids.empty()) {
+        in.heldout = opt.heldout_ids;
+        in.heldout_source = opt.heldout_source.empty() ? "given ids" : opt.heldout_source;
+    } else if (!opt.heldout_text.empty()) {
+        PLDR_REQUIRE(tok, "a held-out text needs ", im.info.dir, "/tokenizer.model");
+        in.heldout = tok->encode(opt.heldout_text);
+        in.heldout_source = opt.heldout_source.empty() ? "given text" : opt.heldout_source;
+    } else if (tok) {
+        in.heldout = tok->encode(::pldr::audit::default_heldout_text());
+        in.heldout_source = "built-in paragraph";
     } else {
         for (const auto& p : in.prompts)
             in.heldout.insert(in.heldout.end(), p.ids.begin(), p.ids.end());
@@ -142,17 +150,29 @@ std::string audit(const Model& m, const AuditOptions& opt) {
     }
     if (int64_t(in.heldout.size()) > 4 * im.info.max_position)
         in.heldout.resize(size_t(4 * im.info.max_position));
+    std::vector<McItem> mc1;
+    if (!opt.truthfulqa.empty() && opt.items > 0) {
+        PLDR_REQUIRE(tok, "--truthfulqa needs ", im.info.dir, "/tokenizer.model");
+        load_truthfulqa(opt.truthfulqa, &mc1, &in.mc2);
+        in.tok = tok;
+        in.mc2_items = opt.items;
+    }
     ::pldr::audit::AuditConfig cfg;
     cfg.steps = opt.steps;
+    cfg.cont_len = opt.cont_len;
+    cfg.pad = opt.pad;
     auto r = im.visit([&](const auto& mm) { return ::pldr::audit::run_audit(mm, in, cfg); });
     r.model_dir = im.info.dir;
-    const std::string json = ::pldr::audit::report_json(r).dump(1) + "\n";
+    AuditResult out;
+    out.json = ::pldr::audit::report_json(r).dump(1) + "\n";
+    out.html = ::pldr::audit::report_html(r);
+    out.summary = ::pldr::audit::report_summary(r);
     if (!opt.out_dir.empty()) {
         std::filesystem::create_directories(opt.out_dir);
-        write_file_atomic(opt.out_dir + "/audit.json", json);
-        write_file_atomic(opt.out_dir + "/report.html", ::pldr::audit::report_html(r));
+        write_file_atomic(opt.out_dir + "/audit.json", out.json);
+        write_file_atomic(opt.out_dir + "/report.html", out.html);
     }
-    return json;
+    return out;
 }
 
 TrainSummary train(const TrainOptions& o, const std::function<bool(const TrainStep&)>& on_step) {

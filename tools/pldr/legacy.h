@@ -1,5 +1,5 @@
 // The internal library for the commands not yet ported to the public API (inspect, collapse,
-// tokenizer, prepare, train, plot, perplexity, audit). tests/check_cli_includes.sh lists them;
+// tokenizer, prepare, train, plot, perplexity). tests/check_cli_includes.sh lists them;
 // a command that moves to include/pldr/ drops this header and leaves that list.
 #pragma once
 #include "common.h"
