@@ -457,8 +457,7 @@ void Model::check_generation(const std::vector<int64_t>& prompt, const GenerateO
 std::vector<Generation> Model::generate_batch(const std::vector<std::vector<int64_t>>& prompts,
                                               const GenerateOptions& opt) const {
     const Impl& im = impl_of(*this);
-    PLDR_REQUIRE(opt.stop.empty() && opt.max_tokens >= 1,
-                 "generate_batch: stop strings are not supported; max_tokens must be >= 1");
+    PLDR_REQUIRE(opt.stop.empty(), "generate_batch: stop strings are not supported (use generate)");
     ::pldr::GenerateOptions o;
     o.max_new = opt.max_tokens;
     o.stop_at_eos = opt.stop_at_eos;
