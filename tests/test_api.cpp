@@ -15,6 +15,12 @@ namespace {
 const std::string kTiny = std::string(PLDR_SOURCE_DIR) + "/tests/golden/models/a_tiny_v510.f64";
 const std::string kSotu = std::string(PLDR_SOURCE_DIR) + "/models/pldr-sotu-small";
 
+pldr::api::LoadOptions f64() {
+    pldr::api::LoadOptions o;
+    o.dtype = pldr::api::DType::F64;
+    return o;
+}
+
 TEST(ApiC, StatusCodesAndLastError) {
     pldr_model* m = reinterpret_cast<pldr_model*>(1);
     EXPECT_EQ(pldr_model_load(nullptr, "f32", &m), PLDR_ERR_INVALID_ARGUMENT);
@@ -57,7 +63,7 @@ TEST(ApiC, SessionLogitsEqualForwardAndGradients) {
     ASSERT_EQ(pldr_model_get_info(m, &info), PLDR_OK);
     const int64_t ids[5] = {5, 17, 3, 9, 42};
     const int64_t V = info.vocab_size;
-    std::vector<double> fwd(size_t(5 * V));
+    std::vector<double> fwd(static_cast<size_t>(5 * V));
     int64_t n = 0, shape[8];
     int nd = 0;
     ASSERT_EQ(pldr_forward_tensor(m, ids, 1, 5, "fwd.logits", fwd.data(), 5 * V, &n, shape, &nd),
@@ -72,7 +78,7 @@ TEST(ApiC, SessionLogitsEqualForwardAndGradients) {
         PLDR_ERR_FAILED);
     pldr_session* s = nullptr;
     ASSERT_EQ(pldr_session_new(m, "none", &s), PLDR_OK);
-    std::vector<double> lg(size_t(V));
+    std::vector<double> lg(static_cast<size_t>(V));
     EXPECT_EQ(pldr_session_decode(s, 3, lg.data()), PLDR_ERR_FAILED);  // before prefill
     ASSERT_EQ(pldr_session_prefill(s, ids, 4, lg.data()), PLDR_OK);
     ASSERT_EQ(pldr_session_decode(s, ids[4], lg.data()), PLDR_OK);
@@ -87,8 +93,8 @@ TEST(ApiC, SessionLogitsEqualForwardAndGradients) {
               PLDR_OK)
         << pldr_last_error();
     EXPECT_EQ(n, V);
-    const auto cpp = pldr::api::Model::load(kTiny, {pldr::api::DType::F64})
-                         .loss_and_grads(std::vector<int64_t>(ids, ids + 5));
+    const auto cpp =
+        pldr::api::Model::load(kTiny, f64()).loss_and_grads(std::vector<int64_t>(ids, ids + 5));
     EXPECT_EQ(loss, cpp.loss.value);
     for (int64_t v = 0; v < V; ++v) EXPECT_EQ(g[size_t(v)], cpp.get("final_layer.bias").f64()[v]);
     pldr_model_free(m);
@@ -96,7 +102,7 @@ TEST(ApiC, SessionLogitsEqualForwardAndGradients) {
 
 TEST(ApiCpp, DecodeBatchEqualsSingleDecodes) {
     using namespace pldr::api;
-    const Model m = Model::load(kTiny, {DType::F64});
+    const Model m = Model::load(kTiny, f64());
     Session a(m), b(m), c(m);
     a.prefill({1, 2, 3});
     b.prefill({4, 5});
@@ -118,7 +124,7 @@ TEST(ApiCpp, DecodeBatchEqualsSingleDecodes) {
 
 TEST(ApiCpp, SamplerAndScoreAlternatives) {
     using namespace pldr::api;
-    const Model m = Model::load(kTiny, {DType::F64});
+    const Model m = Model::load(kTiny, f64());
     Session s(m);
     const Tensor lg = s.prefill({5, 17, 3});
     SamplingOptions greedy;
@@ -140,8 +146,9 @@ TEST(ApiCpp, SamplerAndScoreAlternatives) {
         ASSERT_EQ(r.top.size(), 3u);
         for (size_t i = 0; i < 3; ++i) {
             EXPECT_LE(r.token_logprobs[i], r.top[i][0].logprob + 1e-12);
-            if (r.top[i][0].id == r.continuation_ids[i])
+            if (r.top[i][0].id == r.continuation_ids[i]) {
                 EXPECT_NEAR(r.token_logprobs[i], r.top[i][0].logprob, 1e-9) << name_of(mode);
+            }
         }
     }
     EXPECT_THROW(m.score_ids({5}, {}, so), pldr::Error);
