@@ -168,7 +168,9 @@ struct GenerateOptions {
 
 struct Generation {
     std::vector<int64_t> prompt_ids, ids;  // ids: the generated tokens
-    std::string text;                      // decoded generated tokens (cut at a stop string)
+    // The generated text as it continues the prompt's text (a leading space kept), cut before a
+    // stop string.
+    std::string text;
     std::vector<TokenInfo> tokens;
     std::string finish_reason;  // "length" | "eos" | "stop" | "callback"
     double prefill_seconds = 0, decode_seconds = 0;

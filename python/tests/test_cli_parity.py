@@ -77,7 +77,11 @@ def test_generate_equals_cli(pldr):
     g = model.generate(prompt, max_tokens=8, temperature=0.8, top_p=0.9, seed=1, details=True)
     assert g["prompt_ids"] == cli["prompt_ids"]
     assert g["ids"] == cli["ids"]
-    assert g["text"] == cli["text"]
+    assert model.tokenizer.decode(g["ids"]) == cli["text"]
+    # The module's text continues the prompt's text (its leading space kept).
+    assert g["text"].strip() == cli["text"].strip()
+    tok = model.tokenizer
+    assert tok.decode(g["prompt_ids"]) + g["text"] == tok.decode(g["prompt_ids"] + g["ids"])
     for ours, theirs in zip(g["tokens"], cli["steps"]):
         assert ours["logprob"] == theirs["logprob"]
         assert [list(t) for t in ours["top"]] == theirs["top"]

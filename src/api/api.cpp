@@ -103,6 +103,19 @@ std::vector<double> log_softmax_of(const T* logits, int64_t V) {
     return lp;
 }
 
+// The text of generated tokens as it continues the prompt: decode(prompt + ids) after
+// decode(prompt) (so a leading space of the first token is kept), or decode(ids) when the
+// prompt's text is not a prefix.
+std::string continuation_text(const ::pldr::Tokenizer& tok, const std::string& head,
+                              const std::vector<int64_t>& prompt, const std::vector<int64_t>& ids) {
+    std::vector<int64_t> all = prompt;
+    all.insert(all.end(), ids.begin(), ids.end());
+    const std::string s = tok.decode(all);
+    if (s.size() >= head.size() && s.compare(0, head.size(), head) == 0)
+        return s.substr(head.size());
+    return tok.decode(ids);
+}
+
 }  // namespace
 
 // ---- Tensor ------------------------------------------------------------------------------
@@ -330,6 +343,8 @@ Generation Model::generate_ids(const std::vector<int64_t>& prompt, const Generat
         g.finish_reason = "length";
         std::vector<int64_t> history = prompt;
         std::vector<double> lp;
+        const ::pldr::Tokenizer* tk = im.internal_tok();
+        const std::string head = tk ? tk->decode(prompt) : std::string();
         double t0 = now();
         const std::vector<T>* logits = &s.prefill(prompt);
         g.prefill_seconds = now() - t0;
@@ -346,7 +361,7 @@ Generation Model::generate_ids(const std::vector<int64_t>& prompt, const Generat
             if (im.tok) ti.text = im.tok->token_text(id);
             g.ids.push_back(id);
             history.push_back(id);
-            if (im.tok) g.text = im.tok->decode(g.ids);
+            if (tk) g.text = continuation_text(*tk, head, prompt, g.ids);
             g.tokens.push_back(ti);
             bool stop = false;
             for (const auto& st : opt.stop) {
@@ -488,7 +503,8 @@ std::vector<Generation> Model::generate_batch(const std::vector<std::vector<int6
                 if (im.tok) ti.text = im.tok->token_text(st.id);
                 g.tokens.push_back(std::move(ti));
             }
-            if (im.tok) g.text = im.tok->decode(g.ids);
+            if (const ::pldr::Tokenizer* tk = im.internal_tok())
+                g.text = continuation_text(*tk, tk->decode(g.prompt_ids), g.prompt_ids, g.ids);
             g.prefill_seconds = r.prefill_seconds;
             g.decode_seconds = r.decode_seconds;
             out.push_back(std::move(g));
