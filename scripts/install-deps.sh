@@ -12,6 +12,7 @@ PKGS=(
   libpng-dev zlib1g-dev
   libsleef-dev               # torch's float32 cos/sin (the reference's RoPE table)
   clang-format
+  pybind11-dev python3-dev python3-numpy python3-pytest   # the Python module (docs/python.md)
   libopenmpi-dev openmpi-bin  # data-parallel training (PLDR_MPI, docs/distributed.md)
   iproute2                    # ip netns: the two-host test (tests/dist_two_hosts.sh)
   clang libclang-rt-14-dev libomp-dev   # the libFuzzer targets (scripts/fuzz.sh, fuzz/README.md)

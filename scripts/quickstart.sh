@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target pldr
+# The Python module for Debian's python3, into the user site-packages (docs/python.md).
+bash scripts/install-python.sh
 MODEL=models/pldr-sotu-small
 echo
 echo "== pldr generate: $MODEL (KV-cache + G-cache) =="
@@ -18,3 +20,6 @@ echo "== pldr audit: is the PLGA operator collapsed at inference? =="
 ./build/pldr audit "$MODEL" --out out/audit --steps 16 --items 4 --text data/corpus/sotu/valid.txt
 echo
 echo "Full report: out/audit/report.html (and out/audit/audit.json)."
+echo
+echo "== Python: import pldr =="
+/usr/bin/python3 -c "import pldr; m = pldr.Model('$MODEL'); print(m.generate('The state of the Union is', max_tokens=16))"

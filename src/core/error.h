@@ -6,11 +6,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace pldr {
+#include "pldr/error.hpp"  // pldr::Error (shared with the public API, include/pldr/)
 
-struct Error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+namespace pldr {
 
 // A broken internal invariant (a bug, not bad input). Derives from Error so that library code
 // that reports errors generically still sees it.

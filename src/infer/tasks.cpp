@@ -178,6 +178,55 @@ PerplexityResult perplexity(const Model<T>& m, const Tokenizer& tok, const std::
     return r;
 }
 
+template <typename T>
+TruthfulQAScores eval_truthfulqa(const Model<T>& m, const Tokenizer& tok,
+                                 const std::vector<McItem>& mc1, const std::vector<McItem>& mc2,
+                                 ScoreMode mode) {
+    PLDR_REQUIRE(mc1.size() == mc2.size(), "TruthfulQA: ", mc1.size(), " MC1 items but ",
+                 mc2.size(), " MC2 items");
+    PLDR_REQUIRE(!mc1.empty(), "TruthfulQA: no items");
+    TruthfulQAScores r;
+    r.mc1_scores = score_choices(m, tok, mc1, mode);
+    r.mc2_scores = score_choices(m, tok, mc2, mode);
+    for (size_t i = 0; i < mc1.size(); ++i) {
+        r.mc1.push_back(argmax_first(r.mc1_scores.lls[i]) == 0 ? 1.0 : 0.0);
+        r.mc2.push_back(mc2_score(r.mc2_scores.lls[i], mc2[i].labels));
+        r.mc1_mean += r.mc1.back();
+        r.mc2_mean += r.mc2.back();
+    }
+    r.mc1_mean /= double(mc1.size());
+    r.mc2_mean /= double(mc1.size());
+    return r;
+}
+
+template <typename T>
+PiqaScores eval_piqa(const Model<T>& m, const Tokenizer& tok, const std::vector<McItem>& items,
+                     ScoreMode mode) {
+    PLDR_REQUIRE(!items.empty(), "PIQA: no items");
+    PiqaScores r;
+    r.scores = score_choices(m, tok, items, mode);
+    for (size_t i = 0; i < items.size(); ++i) {
+        r.acc.push_back(argmax_first(r.scores.lls[i]) == items[i].gold ? 1.0 : 0.0);
+        r.acc_norm.push_back(argmax_norm(r.scores.lls[i], items[i].choices) == items[i].gold ? 1.0
+                                                                                             : 0.0);
+        r.acc_mean += r.acc.back();
+        r.acc_norm_mean += r.acc_norm.back();
+    }
+    r.acc_mean /= double(items.size());
+    r.acc_norm_mean /= double(items.size());
+    return r;
+}
+
+template TruthfulQAScores eval_truthfulqa<float>(const Model<float>&, const Tokenizer&,
+                                                 const std::vector<McItem>&,
+                                                 const std::vector<McItem>&, ScoreMode);
+template TruthfulQAScores eval_truthfulqa<double>(const Model<double>&, const Tokenizer&,
+                                                  const std::vector<McItem>&,
+                                                  const std::vector<McItem>&, ScoreMode);
+template PiqaScores eval_piqa<float>(const Model<float>&, const Tokenizer&,
+                                     const std::vector<McItem>&, ScoreMode);
+template PiqaScores eval_piqa<double>(const Model<double>&, const Tokenizer&,
+                                      const std::vector<McItem>&, ScoreMode);
 template ChoiceScores score_choices<float>(const Model<float>&, const Tokenizer&,
                                            const std::vector<McItem>&, ScoreMode);
 template ChoiceScores score_choices<double>(const Model<double>&, const Tokenizer&,

@@ -58,4 +58,25 @@ template <typename T>
 PerplexityResult perplexity(const Model<T>& m, const Tokenizer& tok, const std::string& text,
                             int64_t window = 0);
 
+// The benchmark metrics over scored items (moved here from the CLI): TruthfulQA MC1 (the first
+// choice has the highest log-likelihood) and MC2 (the normalized probability mass of the true
+// choices); PIQA acc (argmax = gold) and acc_norm (argmax of the per-character likelihood).
+struct TruthfulQAScores {
+    ChoiceScores mc1_scores, mc2_scores;
+    std::vector<double> mc1, mc2;  // per item
+    double mc1_mean = 0, mc2_mean = 0;
+};
+template <typename T>
+TruthfulQAScores eval_truthfulqa(const Model<T>& m, const Tokenizer& tok,
+                                 const std::vector<McItem>& mc1, const std::vector<McItem>& mc2,
+                                 ScoreMode mode);
+struct PiqaScores {
+    ChoiceScores scores;
+    std::vector<double> acc, acc_norm;  // per item
+    double acc_mean = 0, acc_norm_mean = 0;
+};
+template <typename T>
+PiqaScores eval_piqa(const Model<T>& m, const Tokenizer& tok, const std::vector<McItem>& items,
+                     ScoreMode mode);
+
 }  // namespace pldr

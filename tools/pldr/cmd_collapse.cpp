@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "common.h"
 #include "core/fs.h"
 #include "infer/collapse.h"
 #include "io/tokenizer.h"
+#include "legacy.h"
 
 namespace pldr::cli {
 

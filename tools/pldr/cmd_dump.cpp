@@ -1,15 +1,10 @@
 // pldr dump MODEL_DIR (--tokens 5,17,3 [--tokens ...] | --prompt TEXT) --out OUT: one forward
 // pass, every per-layer intermediate (the deductive outputs included) under the golden naming.
 // OUT ending in .safetensors: one file; anything else: a directory of NAME.npy files.
-#include <cmath>
 #include <cstdio>
-
 #include <filesystem>
-#include "audit/dump.h"
+
 #include "common.h"
-#include "core/fs.h"
-#include "io/npy.h"
-#include "io/tokenizer.h"
 
 namespace pldr::cli {
 
@@ -21,73 +16,68 @@ struct DumpArgs {
     ModelOptions mo;
 };
 
-template <typename T>
 int run_dump(const DumpArgs& a) {
-    PLDR_REQUIRE(a.tokens.empty() != a.prompt.empty(), "give --tokens or --prompt (one of them)");
+    require(a.tokens.empty() != a.prompt.empty(), "give --tokens or --prompt (one of them)");
     const std::string ext = ".safetensors";
     // A path ending in .safetensors, or an existing non-directory (e.g. /dev/null): one file.
     const bool st = (a.out.size() >= ext.size() &&
                      a.out.compare(a.out.size() - ext.size(), ext.size(), ext) == 0) ||
                     (std::filesystem::exists(a.out) && !std::filesystem::is_directory(a.out));
-    InputSet in;
-    in.add_dir(a.dir);
+    api::Inputs in;
+    in.dir(a.dir);
     if (st)
-        require_not_input(a.out, in, "--out");
+        in.check_file(a.out, "--out");
     else
-        require_dir_not_input(a.out, in, "--out");
+        in.check_dir(a.out, "--out");
     int64_t B = 1, S = 0;
     std::vector<int64_t> ids;
     if (!a.prompt.empty()) {
         const std::string tp = a.dir + "/tokenizer.model";
-        PLDR_REQUIRE(file_exists(tp), "--prompt needs ", tp, " (or give --tokens)");
-        ids = Tokenizer(tp).encode_prompt(a.prompt);
-        S = int64_t(ids.size());
+        require(api::file_exists(tp), "--prompt needs ", tp, " (or give --tokens)");
     } else {
         ids = rows_to_batch(a.tokens, &B, &S);
     }
-    Model<T> m = a.mo.load<T>(a.dir);
-    Activations<T> acts;
-    forward(m, ids.data(), B, S, acts);
-    auto named = forward_tensors(m, acts);
-    {
-        // A numerical blow-up is an error, not a dump of NaNs with exit 0.
-        const std::string bad = first_non_finite(named);
-        PLDR_REQUIRE(bad.empty(),
-                     "the forward pass produced non-finite values; they first appear in ", bad,
-                     "; nothing written");
+    const api::Model m = a.mo.open(a.dir);
+    if (!a.prompt.empty()) {
+        ids = m.tokenizer().encode_prompt(a.prompt);
+        S = int64_t(ids.size());
     }
+    const api::ForwardResult r = m.forward(ids, B);
+    // A numerical blow-up is an error, not a dump of NaNs with exit 0.
+    require(r.non_finite.empty(),
+            "the forward pass produced non-finite values; they first appear in ", r.non_finite,
+            "; nothing written");
+    const api::Tensor input_ids = api::int_tensor({B, S}, ids);
     if (st) {
-        SafetensorsWriter w;
-        for (const auto& nt : named) w.add(nt.name, nt.t);
-        w.add_i64("fwd.input_ids", {B, S}, ids.data());
-        w.set_metadata("format", "pldr-dump-1");
-        w.set_metadata("model", a.dir);
-        w.set_metadata("dtype", type_name<T>());
-        w.write(a.out);
+        auto all = r.tensors;
+        all.emplace_back("fwd.input_ids", input_ids);
+        api::save_safetensors(
+            a.out, all,
+            {{"format", "pldr-dump-1"}, {"model", a.dir}, {"dtype", api::name_of(m.info().dtype)}});
     } else {
         std::filesystem::create_directories(a.out);
-        for (const auto& nt : named) save_npy(a.out + "/" + nt.name + ".npy", nt.t);
-        save_npy<int64_t>(a.out + "/fwd.input_ids.npy", {B, S}, ids.data());
+        for (const auto& [name, t] : r.tensors) api::save_npy(a.out + "/" + name + ".npy", t);
+        api::save_npy(a.out + "/fwd.input_ids.npy", input_ids);
     }
 
+    const api::ModelInfo& info = m.info();
     std::printf("model %s (%s, %lld parameters), compute %s, batch %lld x %lld tokens\n",
-                a.dir.c_str(), m.cfg.learned_g() ? "v510" : "fixed G_LM", (long long)m.num_params(),
-                type_name<T>(), (long long)B, (long long)S);
-    for (size_t l = 0; l < acts.layers.size(); ++l) {
-        const Tensor<T>& G = acts.layers[l].G;
-        double lo = INFINITY, hi = -INFINITY, sum = 0;
-        for (T v : G.data) lo = std::min(lo, double(v)), hi = std::max(hi, double(v)), sum += v;
-        std::printf("  layer %zu: G_LM [%lld,%lld,%lld,%lld] mean %.6g min %.6g max %.6g\n", l,
-                    (long long)G.shape[0], (long long)G.shape[1], (long long)G.shape[2],
-                    (long long)G.shape[3], sum / double(G.numel()), lo, hi);
-    }
-    const int64_t V = m.cfg.vocab_size;
+                a.dir.c_str(), info.learned_g ? "v510" : "fixed G_LM", (long long)info.num_params,
+                api::name_of(info.dtype), (long long)B, (long long)S);
+    for (const api::GStats& g : api::g_lm_stats(r))
+        std::printf("  layer %lld: G_LM [%lld,%lld,%lld,%lld] mean %.6g min %.6g max %.6g\n",
+                    (long long)g.layer, (long long)g.shape[0], (long long)g.shape[1],
+                    (long long)g.shape[2], (long long)g.shape[3], g.mean, g.min, g.max);
+    const int64_t V = info.vocab_size;
+    const api::Tensor& logits = r.logits();
     std::printf("  greedy next token per position (row 0):");
     for (int64_t s = 0; s < S; ++s) {
-        const T* lg = acts.logits.ptr() + s * V;
-        std::printf(" %lld", (long long)(std::max_element(lg, lg + V) - lg));
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; ++v)
+            if (logits.at(s * V + v) > logits.at(s * V + best)) best = v;
+        std::printf(" %lld", (long long)best);
     }
-    std::printf("\nwrote %zu tensors to %s%s\n", named.size() + 1, a.out.c_str(),
+    std::printf("\nwrote %zu tensors to %s%s\n", r.tensors.size() + 1, a.out.c_str(),
                 st ? "" : " (one .npy file per tensor)");
     return 0;
 }
@@ -107,8 +97,7 @@ void add_dump(CLI::App& app) {
                     "fwd.layer0.G_LM.npy, fwd.input_ids.npy)")
         ->required();
     a->mo.add_to(cmd);
-    cmd->callback(
-        [a]() { return with_dtype(a->mo.dtype, [&]<typename T>() { return run_dump<T>(*a); }); });
+    cmd->callback([a]() { return run_dump(*a); });
 }
 
 }  // namespace pldr::cli

@@ -5,9 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
-#include "core/fs.h"
-#include "infer/tasks.h"
-#include "io/tokenizer.h"
 
 namespace pldr::cli {
 
@@ -19,91 +16,72 @@ struct EvalArgs {
     ModelOptions mo;
 };
 
-template <typename T>
 int run_eval(const EvalArgs& a) {
-    const ScoreMode mode = score_mode_from_name(a.mode);
-    PLDR_REQUIRE(a.task == "truthfulqa" || a.task == "piqa" || a.task == "perplexity",
-                 "unknown task '", a.task, "' (known: truthfulqa, piqa, perplexity)");
-    {
-        InputSet in;
-        in.add_dir(a.dir);
-        in.add_file(a.data);
-        in.add_file(a.labels);
-        in.add_file(a.tokenizer);
-        require_not_input(a.out, in, "--out");
-    }
+    const api::ScoreMode mode = api::score_mode_from_name(a.mode);
+    require(a.task == "truthfulqa" || a.task == "piqa" || a.task == "perplexity", "unknown task '",
+            a.task, "' (known: truthfulqa, piqa, perplexity)");
+    api::Inputs()
+        .dir(a.dir)
+        .file(a.data)
+        .file(a.labels)
+        .file(a.tokenizer)
+        .check_file(a.out, "--out");
     const std::string tp = a.tokenizer.empty() ? a.dir + "/tokenizer.model" : a.tokenizer;
-    PLDR_REQUIRE(file_exists(tp), "eval needs a tokenizer: ", tp, " not found");
-    Tokenizer tok(tp);
-    Model<T> m = a.mo.load<T>(a.dir);
-    PLDR_REQUIRE(tok.vocab_size() == m.cfg.vocab_size, "tokenizer has ", tok.vocab_size(),
-                 " pieces but the model's vocab_size is ", m.cfg.vocab_size);
+    require(api::file_exists(tp), "eval needs a tokenizer: ", tp, " not found");
+    const api::Model m = a.mo.open(a.dir, tp);
+    const int64_t limit = std::max<int64_t>(a.limit, 0);
     const auto t0 = std::chrono::steady_clock::now();
     std::string lines;
     std::printf("%-12s %-10s %-8s %10s %10s\n", "task", "mode", "items", "metric", "value");
     if (a.task == "perplexity") {
-        auto r = perplexity(m, tok, read_file(a.data));
+        const api::Perplexity r = api::perplexity(m, api::read_file(a.data));
         std::printf("%-12s %-10s %-8lld %10s %10.4f\n", "perplexity", "rolling",
-                    (long long)r.tokens, "token_ppl", r.token_perplexity());
+                    (long long)r.tokens, "token_ppl", r.token_perplexity);
         std::printf("%-12s %-10s %-8lld %10s %10.4f\n", "", "", (long long)r.words, "word_ppl",
-                    r.word_perplexity());
+                    r.word_perplexity);
         std::printf("%-12s %-10s %-8lld %10s %10.5f\n", "", "", (long long)r.bytes, "bits/byte",
-                    r.bits_per_byte());
+                    r.bits_per_byte);
         nlohmann::ordered_json j{{"tokens", r.tokens},
                                  {"bytes", r.bytes},
                                  {"words", r.words},
                                  {"loglikelihood", r.loglikelihood},
-                                 {"token_perplexity", r.token_perplexity()},
-                                 {"word_perplexity", r.word_perplexity()},
-                                 {"bits_per_byte", r.bits_per_byte()}};
+                                 {"token_perplexity", r.token_perplexity},
+                                 {"word_perplexity", r.word_perplexity},
+                                 {"bits_per_byte", r.bits_per_byte}};
         lines = j.dump() + "\n";
     } else if (a.task == "truthfulqa") {
-        std::vector<McItem> mc1, mc2;
-        load_truthfulqa(a.data, &mc1, &mc2);
-        if (a.limit > 0 && size_t(a.limit) < mc1.size())
-            mc1.resize(size_t(a.limit)), mc2.resize(size_t(a.limit));
-        auto s1 = score_choices(m, tok, mc1, mode);
-        auto s2 = score_choices(m, tok, mc2, mode);
-        double acc1 = 0, acc2 = 0;
-        for (size_t i = 0; i < mc1.size(); ++i) {
-            const double v1 = argmax_first(s1.lls[i]) == 0;
-            const double v2 = mc2_score(s2.lls[i], mc2[i].labels);
-            acc1 += v1;
-            acc2 += v2;
+        const api::McAccuracy r = api::eval_truthfulqa(m, a.data, mode, limit);
+        for (int64_t i = 0; i < r.items; ++i) {
             nlohmann::ordered_json j{{"index", i},
-                                     {"mc1", v1},
-                                     {"mc2", v2},
-                                     {"ll_mc1", s1.lls[i]},
-                                     {"ll_mc2", s2.lls[i]}};
+                                     {"mc1", r.item_mc1[size_t(i)]},
+                                     {"mc2", r.item_mc2[size_t(i)]},
+                                     {"ll_mc1", r.lls[size_t(i)]},
+                                     {"ll_mc2", r.lls_mc2[size_t(i)]}};
             lines += j.dump() + "\n";
         }
-        const double n = double(mc1.size());
-        std::printf("%-12s %-10s %-8zu %10s %10.4f\n", "truthfulqa", a.mode.c_str(), mc1.size(),
-                    "mc1", acc1 / n);
-        std::printf("%-12s %-10s %-8zu %10s %10.4f\n", "", "", mc2.size(), "mc2", acc2 / n);
+        std::printf("%-12s %-10s %-8lld %10s %10.4f\n", "truthfulqa", a.mode.c_str(),
+                    (long long)r.items, "mc1", r.mc1);
+        std::printf("%-12s %-10s %-8lld %10s %10.4f\n", "", "", (long long)r.items, "mc2", r.mc2);
     } else {
-        PLDR_REQUIRE(!a.labels.empty(), "piqa needs --labels FILE (valid-labels.lst)");
-        auto items = load_piqa(a.data, a.labels);
-        if (a.limit > 0 && size_t(a.limit) < items.size()) items.resize(size_t(a.limit));
-        auto s = score_choices(m, tok, items, mode);
-        double acc = 0, norm = 0;
-        for (size_t i = 0; i < items.size(); ++i) {
-            const double v = argmax_first(s.lls[i]) == items[i].gold;
-            const double w = argmax_norm(s.lls[i], items[i].choices) == items[i].gold;
-            acc += v;
-            norm += w;
-            nlohmann::ordered_json j{{"index", i}, {"acc", v}, {"acc_norm", w}, {"ll", s.lls[i]}};
+        require(!a.labels.empty(), "piqa needs --labels FILE (valid-labels.lst)");
+        const api::McAccuracy r = api::eval_piqa(m, a.data, a.labels, mode, limit);
+        for (int64_t i = 0; i < r.items; ++i) {
+            nlohmann::ordered_json j{{"index", i},
+                                     {"acc", r.item_acc[size_t(i)]},
+                                     {"acc_norm", r.item_acc_norm[size_t(i)]},
+                                     {"ll", r.lls[size_t(i)]}};
             lines += j.dump() + "\n";
         }
-        const double n = double(items.size());
-        std::printf("%-12s %-10s %-8zu %10s %10.4f\n", "piqa", a.mode.c_str(), items.size(), "acc",
-                    acc / n);
-        std::printf("%-12s %-10s %-8zu %10s %10.4f\n", "", "", items.size(), "acc_norm", norm / n);
+        std::printf("%-12s %-10s %-8lld %10s %10.4f\n", "piqa", a.mode.c_str(), (long long)r.items,
+                    "acc", r.acc);
+        std::printf("%-12s %-10s %-8lld %10s %10.4f\n", "", "", (long long)r.items, "acc_norm",
+                    r.acc_norm);
     }
-    if (!a.out.empty()) write_file_atomic(a.out, lines);
+    if (!a.out.empty()) api::write_file_atomic(a.out, lines);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "eval %s: %.2f s (%s)\n", a.task.c_str(), secs, type_name<T>());
+    std::fprintf(stderr, "eval %s: %.2f s (%s)\n", a.task.c_str(), secs,
+                 api::name_of(m.info().dtype));
     return 0;
 }
 
@@ -125,8 +103,7 @@ void add_eval(CLI::App& app) {
     cmd->add_option("--tokenizer", a->tokenizer,
                     "SentencePiece model (default MODEL_DIR/tokenizer.model)");
     a->mo.add_to(cmd);
-    cmd->callback(
-        [a]() { return with_dtype(a->mo.dtype, [&]<typename T>() { return run_eval<T>(*a); }); });
+    cmd->callback([a]() { return run_eval(*a); });
 }
 
 }  // namespace pldr::cli

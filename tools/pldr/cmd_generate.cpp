@@ -1,15 +1,11 @@
 // pldr generate MODEL_DIR (-p TEXT | --ids 5,17,3)...: text generation with the KV-cache and the
 // G-cache, sampling, streaming, JSON output, batched prompts and G-cache files.
-#include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "common.h"
-#include "core/fs.h"
-#include "infer/generate.h"
-#include "io/model_dir.h"
-#include "io/tokenizer.h"
 
 namespace pldr::cli {
 
@@ -20,74 +16,54 @@ struct GenArgs {
     std::vector<std::string> prompts, ids;
     int64_t max_new = 64;
     bool greedy = false, json = false, no_eos_stop = false;
-    SamplerConfig sc;
+    api::SamplingOptions sc;
     ModelOptions mo;
 };
 
-std::unique_ptr<Tokenizer> open_tokenizer(const GenArgs& a, bool needed) {
-    std::string path = a.tokenizer;
-    if (path.empty()) {
-        const std::string p = a.dir + "/tokenizer.model";
-        if (file_exists(p)) path = p;
-    }
-    if (path.empty()) {
-        PLDR_REQUIRE(!needed, "no tokenizer: ", a.dir,
-                     " has no tokenizer.model (give --tokenizer FILE, or token ids with --ids)");
-        return nullptr;
-    }
-    return std::make_unique<Tokenizer>(path);
-}
-
-template <typename T>
 int run_generate(const GenArgs& a) {
-    PLDR_REQUIRE(a.prompts.empty() != a.ids.empty(),
-                 "give prompts with -p TEXT or token ids with "
-                 "--ids, not both (and at least one)");
+    require(a.prompts.empty() != a.ids.empty(),
+            "give prompts with -p TEXT or token ids with "
+            "--ids, not both (and at least one)");
     const bool text = !a.prompts.empty();
-    {
-        InputSet in;
-        in.add_dir(a.dir);
-        in.add_file(a.tokenizer);
-        in.add_file(a.g_cache);
-        require_not_input(a.save_g_cache, in, "--save-g-cache");
-    }
-    auto tok = open_tokenizer(a, text);
-    Model<T> m = a.mo.load<T>(a.dir);
-    if (tok)
-        PLDR_REQUIRE(tok->vocab_size() == m.cfg.vocab_size, "tokenizer ", tok->path(), " has ",
-                     tok->vocab_size(), " pieces but the model's vocab_size is ", m.cfg.vocab_size);
+    api::Inputs()
+        .dir(a.dir)
+        .file(a.tokenizer)
+        .file(a.g_cache)
+        .check_file(a.save_g_cache, "--save-g-cache");
+    if (a.tokenizer.empty() && !api::file_exists(a.dir + "/tokenizer.model"))
+        require(!text, "no tokenizer: ", a.dir,
+                " has no tokenizer.model (give --tokenizer FILE, or token ids with --ids)");
+    const api::Model m = a.mo.open(a.dir, a.tokenizer);
     std::vector<std::vector<int64_t>> prompts;
     if (text) {
         for (const auto& p : a.prompts) {
             // The reference runs an empty prompt on the single token EOS; here it is an error
             // (pass --ids <eos> to get that behaviour explicitly).
-            PLDR_REQUIRE(!p.empty(), "empty prompt (-p \"\"): give some text, or --ids ",
-                         m.cfg.eos_token_id, " to start from EOS");
-            prompts.push_back(tok->encode_prompt(p));
+            require(!p.empty(), "empty prompt (-p \"\"): give some text, or --ids ",
+                    m.info().eos_id, " to start from EOS");
+            prompts.push_back(m.tokenizer().encode_prompt(p));
         }
     } else {
         for (const auto& s : a.ids) prompts.push_back(parse_ids(s, "--ids"));
     }
-    GenerateOptions opt;
-    opt.max_new = a.max_new;
-    opt.cache = cache_mode_from_name(a.cache);
+    api::GenerateOptions opt;
+    opt.max_tokens = a.max_new;
+    opt.cache = api::cache_mode_from_name(a.cache);
     opt.stop_at_eos = !a.no_eos_stop;
-    opt.sampler = a.sc;
-    opt.sampler.greedy = a.greedy;
-    opt.sampler.top_p_mode = a.top_p_mode == "hf" ? TopPMode::HF : TopPMode::REFERENCE;
-    opt.sampler.validate();
-    for (const auto& p : prompts) check_generation_fits(m, p, opt.max_new);
-    std::unique_ptr<GCache<T>> preset;
-    if (!a.g_cache.empty()) preset = std::make_unique<GCache<T>>(load_g_cache<T>(a.g_cache, m.cfg));
+    opt.sampling = a.sc;
+    opt.sampling.greedy = a.greedy;
+    opt.sampling.top_p_hf = a.top_p_mode == "hf";
+    opt.g_cache_file = a.g_cache;
+    for (const auto& p : prompts) m.check_generation(p, opt);
 
-    std::vector<GenResult> results;
+    std::vector<api::Generation> results;
     const bool stream = prompts.size() == 1 && !a.json;
     if (stream) {
         // Stream: print the decoded text (or ids) as each token arrives.
         size_t printed = 0;
         std::string head;
         if (text) {
-            head = tok->decode(prompts[0]);
+            head = m.tokenizer().decode(prompts[0]);
             std::fputs(head.c_str(), stdout);
         } else {
             for (size_t i = 0; i < prompts[0].size(); ++i)
@@ -95,65 +71,66 @@ int run_generate(const GenArgs& a) {
             std::fputs(" |", stdout);
         }
         std::fflush(stdout);
-        auto on_token = [&](const GenResult& r) {
+        std::vector<int64_t> all = prompts[0];
+        auto on_token = [&](const api::TokenInfo& t, const std::string&) {
+            all.push_back(t.id);
             if (text) {
-                std::vector<int64_t> all = r.prompt_ids;
-                all.insert(all.end(), r.ids.begin(), r.ids.end());
-                const std::string s = tok->decode(all);
+                const std::string s = m.tokenizer().decode(all);
                 if (s.size() > head.size() + printed && s.compare(0, head.size(), head) == 0) {
                     std::fputs(s.c_str() + head.size() + printed, stdout);
                     printed = s.size() - head.size();
                 }
             } else {
-                std::printf(" %lld", (long long)r.ids.back());
+                std::printf(" %lld", (long long)t.id);
             }
             std::fflush(stdout);
+            return true;
         };
-        results.push_back(generate(m, prompts[0], opt, preset.get(), on_token));
+        results.push_back(m.generate_ids(prompts[0], opt, on_token));
         std::printf("\n");
         std::fflush(stdout);
     } else {
-        results = generate_batch(m, prompts, opt, preset.get());
+        results = m.generate_batch(prompts, opt);
     }
     for (size_t i = 0; i < results.size(); ++i) {
-        const GenResult& r = results[i];
+        const api::Generation& r = results[i];
         if (a.json) {
             nlohmann::ordered_json j;
             j["prompt_ids"] = r.prompt_ids;
             j["ids"] = r.ids;
-            if (text) j["text"] = tok->decode(r.ids);
+            if (text) j["text"] = m.tokenizer().decode(r.ids);
             auto steps = nlohmann::ordered_json::array();
-            for (const auto& s : r.steps) {
+            for (const auto& s : r.tokens) {
                 auto top = nlohmann::ordered_json::array();
-                for (const auto& [id, lp] : s.top) top.push_back({id, lp});
+                for (const auto& t : s.top) top.push_back({t.id, t.logprob});
                 steps.push_back({{"id", s.id}, {"logprob", s.logprob}, {"top", top}});
             }
             j["steps"] = steps;
             std::printf("%s\n", j.dump().c_str());
         } else if (!stream) {
             if (text) {
-                std::printf("[%zu] %s%s\n", i, tok->decode(r.prompt_ids).c_str(),
-                            tok->decode(r.ids).c_str());
+                std::printf("[%zu] %s%s\n", i, m.tokenizer().decode(r.prompt_ids).c_str(),
+                            m.tokenizer().decode(r.ids).c_str());
             } else {
                 std::printf("[%zu]", i);
                 for (int64_t id : r.ids) std::printf(" %lld", (long long)id);
                 std::printf("\n");
             }
         }
-        std::fprintf(
-            stderr,
-            "[%zu] prompt: %zu tokens in %.3f s (%.1f tok/s); generation: %zu tokens, "
-            "%.1f tok/s (cache %s, %s)\n",
-            i, r.prompt_ids.size(), r.prefill_seconds,
-            double(r.prompt_ids.size()) / std::max(r.prefill_seconds, 1e-9), r.ids.size(),
-            r.decode_calls ? double(r.decode_calls) / std::max(r.decode_seconds, 1e-9) : 0.0,
-            a.cache.c_str(), type_name<T>());
+        const size_t decode_calls = r.ids.empty() ? 0 : r.ids.size() - 1;
+        std::fprintf(stderr,
+                     "[%zu] prompt: %zu tokens in %.3f s (%.1f tok/s); generation: %zu tokens, "
+                     "%.1f tok/s (cache %s, %s)\n",
+                     i, r.prompt_ids.size(), r.prefill_seconds,
+                     double(r.prompt_ids.size()) / std::max(r.prefill_seconds, 1e-9), r.ids.size(),
+                     decode_calls ? double(decode_calls) / std::max(r.decode_seconds, 1e-9) : 0.0,
+                     a.cache.c_str(), api::name_of(m.info().dtype));
     }
     if (!a.save_g_cache.empty()) {
-        Session<T> s(m, opt.cache);
-        if (preset) s.set_g_cache(*preset);
+        api::Session s(m, opt.cache);
+        if (!a.g_cache.empty()) s.load_g_cache(a.g_cache);
         s.prefill(prompts[0]);
-        save_g_cache(s.g_cache(), m.cfg, a.save_g_cache);
+        s.save_g_cache(a.save_g_cache);
         std::fprintf(stderr, "saved the G-cache of prompt 0 to %s\n", a.save_g_cache.c_str());
     }
     return 0;
@@ -182,7 +159,7 @@ void add_generate(CLI::App& app) {
         ->check(CLI::IsMember({"reference", "hf"}))
         ->capture_default_str();
     cmd->add_option("--min-p", a->sc.min_p, "drop tokens below min_p·p_max")->capture_default_str();
-    cmd->add_option("--repeat-penalty", a->sc.repeat_penalty,
+    cmd->add_option("--repeat-penalty", a->sc.repetition_penalty,
                     "penalty for repeated tokens (1 = off)")
         ->capture_default_str();
     cmd->add_option("--repeat-last-n", a->sc.repeat_last_n, "penalty window (-1 = all)")
@@ -196,9 +173,7 @@ void add_generate(CLI::App& app) {
     cmd->add_flag("--no-eos-stop", a->no_eos_stop, "do not stop at EOS");
     cmd->add_flag("--json", a->json, "one JSON object per prompt on stdout (timings on stderr)");
     a->mo.add_to(cmd);
-    cmd->callback([a]() {
-        return with_dtype(a->mo.dtype, [&]<typename T>() { return run_generate<T>(*a); });
-    });
+    cmd->callback([a]() { return run_generate(*a); });
 }
 
 }  // namespace pldr::cli

@@ -2,10 +2,10 @@
 #include <cstdio>
 #include <map>
 
-#include "common.h"
 #include "io/config_json.h"
 #include "io/model_dir.h"
 #include "io/param_names.h"
+#include "legacy.h"
 
 namespace pldr::cli {
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "common.h"
+#include "legacy.h"
 #include "train/data_loader.h"
 
 namespace pldr::cli {

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "common.h"
-#include "io/plot.h"
+#include "legacy.h"
+#include "plot.h"
 #include "train/metrics.h"
 
 namespace pldr::cli {

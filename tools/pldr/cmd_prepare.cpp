@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "common.h"
 #include "io/tokenizer.h"
+#include "legacy.h"
 #include "train/data_loader.h"
 #include "train/prepare.h"
 

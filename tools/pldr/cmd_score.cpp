@@ -4,10 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
-#include "core/fs.h"
-#include "infer/requests.h"
-#include "infer/score.h"
-#include "io/tokenizer.h"
 
 namespace pldr::cli {
 
@@ -18,53 +14,34 @@ struct ScoreArgs {
     ModelOptions mo;
 };
 
-template <typename T>
 int run_score(const ScoreArgs& a) {
-    const ScoreMode mode = score_mode_from_name(a.mode);
-    {
-        InputSet in;
-        in.add_dir(a.dir);
-        in.add_file(a.requests);
-        in.add_file(a.tokenizer);
-        require_not_input(a.out, in, "--out");
-    }
-    Model<T> m = a.mo.load<T>(a.dir);
-    std::unique_ptr<Tokenizer> tok;
-    auto need_tok = [&]() -> const Tokenizer& {
-        if (!tok) {
-            std::string p = a.tokenizer.empty() ? a.dir + "/tokenizer.model" : a.tokenizer;
-            PLDR_REQUIRE(file_exists(p), "text requests need a tokenizer: ", p,
-                         " not found (give --tokenizer, or use context_ids/continuation_ids)");
-            tok = std::make_unique<Tokenizer>(p);
-        }
-        return *tok;
-    };
-    std::vector<ScoreRequest> reqs;
-    for (const RawScoreRequest& raw : parse_score_requests(read_file(a.requests), a.requests)) {
-        ScoreRequest r;
+    api::ScoreOptions so;
+    so.mode = api::score_mode_from_name(a.mode);
+    api::Inputs().dir(a.dir).file(a.requests).file(a.tokenizer).check_file(a.out, "--out");
+    const std::string tp = a.tokenizer.empty() ? a.dir + "/tokenizer.model" : a.tokenizer;
+    const bool have_tok = api::file_exists(tp);
+    const api::Model m = a.mo.open(a.dir, have_tok ? tp : "");
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> reqs;
+    for (const api::ScoreRequest& raw :
+         api::parse_score_requests(api::read_file(a.requests), a.requests)) {
+        std::pair<std::vector<int64_t>, std::vector<int64_t>> r;
         if (raw.has_ids) {
-            r.context = raw.context_ids;
-            r.continuation = raw.continuation_ids;
+            r = {raw.context_ids, raw.continuation_ids};
         } else {
-            r = encode_request(need_tok(), raw.context, raw.continuation, m.cfg.eos_token_id);
+            require(have_tok, "text requests need a tokenizer: ", tp,
+                    " not found (give --tokenizer, or use context_ids/continuation_ids)");
+            r = m.encode_request(raw.context, raw.continuation);
         }
-        PLDR_REQUIRE(!r.continuation.empty(), a.requests, ":", raw.line, ": empty continuation");
+        require(!r.second.empty(), a.requests, ":", raw.line, ": empty continuation");
         reqs.push_back(std::move(r));
     }
-    PLDR_REQUIRE(!reqs.empty(), a.requests, ": no requests");
-    std::vector<ScoreResult> res(reqs.size());
-    std::string err;
-    const int64_t n = int64_t(reqs.size());
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i = 0; i < n; ++i) {
-        try {
-            res[size_t(i)] = score_request(m, reqs[size_t(i)], mode);
-        } catch (const Error& e) {
-#pragma omp critical
-            if (err.empty()) err = cat(a.requests, ": request ", i + 1, ": ", e.what());
-        }
+    require(!reqs.empty(), a.requests, ": no requests");
+    std::vector<api::ScoreResult> res;
+    try {
+        res = m.score_batch(reqs, so);
+    } catch (const pldr::Error& e) {
+        fail(a.requests, ": ", e.what());
     }
-    PLDR_REQUIRE(err.empty(), err);
     std::string outs;
     for (const auto& r : res) {
         nlohmann::ordered_json j;
@@ -76,9 +53,9 @@ int run_score(const ScoreArgs& a) {
     if (a.out.empty())
         std::fputs(outs.c_str(), stdout);
     else
-        write_file_atomic(a.out, outs);
+        api::write_file_atomic(a.out, outs);
     std::fprintf(stderr, "scored %zu requests (%s mode, %s)\n", res.size(), a.mode.c_str(),
-                 type_name<T>());
+                 api::name_of(m.info().dtype));
     return 0;
 }
 
@@ -97,8 +74,7 @@ void add_score(CLI::App& app) {
     cmd->add_option("--tokenizer", a->tokenizer,
                     "SentencePiece model (default MODEL_DIR/tokenizer.model)");
     a->mo.add_to(cmd);
-    cmd->callback(
-        [a]() { return with_dtype(a->mo.dtype, [&]<typename T>() { return run_score<T>(*a); }); });
+    cmd->callback([a]() { return run_score(*a); });
 }
 
 }  // namespace pldr::cli

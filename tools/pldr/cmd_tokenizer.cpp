@@ -2,8 +2,8 @@
 // pieces (io/tokenizer.h).
 #include <cstdio>
 
-#include "common.h"
 #include "io/tokenizer.h"
+#include "legacy.h"
 
 namespace pldr::cli {
 

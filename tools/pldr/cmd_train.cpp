@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <map>
 
-#include "common.h"
 #include "dist/dist.h"
+#include "legacy.h"
 #include "train/trainer_loop.h"
 
 namespace pldr::cli {

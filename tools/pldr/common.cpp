@@ -16,13 +16,13 @@ std::vector<int64_t> parse_ids(const std::string& s, const std::string& what) {
         std::string tok = s.substr(i, j - i);
         while (!tok.empty() && tok.front() == ' ') tok.erase(tok.begin());
         while (!tok.empty() && tok.back() == ' ') tok.pop_back();
-        PLDR_REQUIRE(!tok.empty(), what, ": empty token id in '", s, "'");
+        require(!tok.empty(), what, ": empty token id in '", s, "'");
         char* end = nullptr;
         errno = 0;
         long long v = std::strtoll(tok.c_str(), &end, 10);
-        PLDR_REQUIRE(end && *end == '\0' && errno == 0, what, ": '", tok,
-                     "' is not an integer token id");
-        PLDR_REQUIRE(v >= 0, what, ": token id ", v, " is negative");
+        require(end && *end == '\0' && errno == 0, what, ": '", tok,
+                "' is not an integer token id");
+        require(v >= 0, what, ": token id ", v, " is negative");
         out.push_back(int64_t(v));
         i = j + 1;
     }
@@ -30,21 +30,21 @@ std::vector<int64_t> parse_ids(const std::string& s, const std::string& what) {
 }
 
 std::vector<int64_t> rows_to_batch(const std::vector<std::string>& rows, int64_t* B, int64_t* S) {
-    PLDR_REQUIRE(!rows.empty(), "--tokens is required");
+    require(!rows.empty(), "--tokens is required");
     std::vector<int64_t> out;
     *S = -1;
     for (const auto& r : rows) {
         auto ids = parse_ids(r, "--tokens");
         if (*S < 0) *S = int64_t(ids.size());
-        PLDR_REQUIRE(int64_t(ids.size()) == *S, "--tokens rows must have equal lengths (", *S,
-                     " vs ", ids.size(), ")");
+        require(int64_t(ids.size()) == *S, "--tokens rows must have equal lengths (", *S, " vs ",
+                ids.size(), ")");
         out.insert(out.end(), ids.begin(), ids.end());
     }
     *B = int64_t(rows.size());
     return out;
 }
 
-DagCoeffs parse_dag_coeffs(const std::string& s) {
+api::DagCoefficients parse_dag(const std::string& s) {
     std::vector<double> v;
     size_t i = 0;
     while (i <= s.size()) {
@@ -53,15 +53,22 @@ DagCoeffs parse_dag_coeffs(const std::string& s) {
         const std::string tok = s.substr(i, j - i);
         char* end = nullptr;
         const double x = std::strtod(tok.c_str(), &end);
-        PLDR_REQUIRE(!tok.empty() && end && *end == '\0' && std::isfinite(x), "--dag: '", tok,
-                     "' is not a number");
+        require(!tok.empty() && end && *end == '\0' && std::isfinite(x), "--dag: '", tok,
+                "' is not a number");
         v.push_back(x);
         i = j + 1;
     }
-    PLDR_REQUIRE(v.size() == 3, "--dag takes three coefficients c_A,c_Ap,c_G (got ", v.size(), ")");
-    PLDR_REQUIRE(v[0] >= 0 && v[1] >= 0 && v[2] >= 0, "--dag coefficients must be >= 0 (got ", s,
-                 ")");
+    require(v.size() == 3, "--dag takes three coefficients c_A,c_Ap,c_G (got ", v.size(), ")");
+    require(v[0] >= 0 && v[1] >= 0 && v[2] >= 0, "--dag coefficients must be >= 0 (got ", s, ")");
     return {v[0], v[1], v[2]};
+}
+
+api::Model ModelOptions::open(const std::string& dir, const std::string& tokenizer) const {
+    api::LoadOptions o;
+    o.dtype = api::dtype_from_name(dtype);
+    o.reference_numerics = numerics == "reference";
+    o.tokenizer = tokenizer;
+    return api::Model::load(dir, o);
 }
 
 void ModelOptions::add_to(CLI::App* app) {

@@ -1,45 +1,54 @@
-// Shared helpers of the pldr subcommands: option parsing and compute-dtype dispatch.
+// Shared helpers of the pldr subcommands: option parsing and model loading through the public
+// API (include/pldr/). Commands not yet ported to the API include legacy.h instead.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/fs.h"
-#include "io/model_load.h"
-#include "train/loss.h"
+#include "pldr/files.hpp"
+#include "pldr/pldr.hpp"
 
 namespace pldr::cli {
+
+namespace api = pldr::api;
+
+// A message from any streamable parts; fail() throws it as pldr::Error (the tool prints
+// "pldr: error: <message>", exit 1); require() fails unless cond holds.
+template <typename... A>
+std::string msg(const A&... a) {
+    std::ostringstream os;
+    (os << ... << a);
+    return os.str();
+}
+template <typename... A>
+[[noreturn]] void fail(const A&... a) {
+    throw pldr::Error(msg(a...));
+}
+template <typename... A>
+void require(bool cond, const A&... a) {
+    if (!cond) fail(a...);
+}
 
 // "5,17,3" → {5, 17, 3}; a clear error on anything else.
 std::vector<int64_t> parse_ids(const std::string& s, const std::string& what);
 // Several --tokens rows of equal length → a [B,S] row-major batch.
 std::vector<int64_t> rows_to_batch(const std::vector<std::string>& rows, int64_t* B, int64_t* S);
+// "c_A,c_Ap,c_G" → DAG coefficients (each finite and >= 0); a clear error on anything else.
+api::DagCoefficients parse_dag(const std::string& s);
 
 // Options every model-running subcommand takes.
 struct ModelOptions {
     std::string dtype = "f32";           // compute precision
     std::string numerics = "reference";  // reference | exact (float64 only)
     void add_to(CLI::App* app);
+    // Loads through the public API (tokenizer: "" = MODEL_DIR/tokenizer.model when present).
+    api::Model open(const std::string& dir, const std::string& tokenizer = "") const;
+    // The internal model of compute type T (legacy.h; commands not yet on the API).
     template <typename T>
-    Model<T> load(const std::string& dir) const {
-        Model<T> m = load_model<T>(dir);
-        m.set_reference_numerics(numerics == "reference");
-        return m;
-    }
+    auto load(const std::string& dir) const;
 };
-
-// Calls f.template operator()<float>() or <double>() by dtype name.
-template <typename F>
-int with_dtype(const std::string& dtype, F&& f) {
-    if (dtype == "f32") return f.template operator()<float>();
-    if (dtype == "f64") return f.template operator()<double>();
-    fail("--dtype must be f32 or f64 (got '", dtype, "')");
-}
-
-// "c_A,c_Ap,c_G" → DAG coefficients (each finite and >= 0); a clear error on anything else.
-DagCoeffs parse_dag_coeffs(const std::string& s);
 
 void add_inspect(CLI::App& app);
 void add_dump(CLI::App& app);

@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "core/alloc.h"
+#include "core/error.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Line plots (see plot.h).
-#include "io/plot.h"
+#include "plot.h"
 
 #include <png.h>
 

@@ -1,0 +1,451 @@
+// The pldr C++ API: PLDR-LLM language models (Power Law Graph Attention) for programs, servers
+// and language bindings. Small and stable, in the spirit of llama.h: an opaque Model (the
+// compute precision, float32 or float64, is chosen at load and hidden), value types for options
+// and results, and pldr::Error (a one-line message) for every error. Everything else of the
+// library is private. The C API over the same functions is pldr.h.
+//
+//   pldr::api::Model m = pldr::api::Model::load("models/pldr-sotu-small");
+//   pldr::api::GenerateOptions o;
+//   o.max_tokens = 16;
+//   std::cout << m.generate("The state of the Union is", o).text << "\n";
+//
+// Thread safety: a Model is immutable after load and may be shared by threads (every const
+// member function is thread-safe); a Session, a Sampler and a Trainer belong to one thread.
+// Token ids are int64. Shapes are row-major; B = batch, S = sequence length, H = heads,
+// D = head dimension (dk), V = vocabulary.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pldr/error.hpp"
+
+namespace pldr::api {
+
+// The library's version, "MAJOR.MINOR.PATCH".
+const char* version();
+
+enum class DType { F32, F64, I64 };  // I64: token ids (files.hpp int_tensor)
+// The KV-cache and G-cache of a session: kvg (both), kv (KV only; G_LM recomputed from the
+// frozen metric), none (the whole sequence recomputed every step).
+enum class CacheMode { KVG, KV, NONE };
+// Log-likelihood scoring: block (one pass over context + continuation), sequential (one pass
+// per proper prefix), cached (KV + G cache from the context, then token by token).
+enum class ScoreMode { BLOCK, SEQUENTIAL, CACHED };
+
+// "f32" | "f64", "kvg" | "kv" | "none", "block" | "sequential" | "cached"; throw pldr::Error on
+// anything else.
+DType dtype_from_name(const std::string& s);
+CacheMode cache_mode_from_name(const std::string& s);
+ScoreMode score_mode_from_name(const std::string& s);
+const char* name_of(DType d);
+const char* name_of(CacheMode m);
+const char* name_of(ScoreMode m);
+
+// A dense array owned by the library (shared, immutable): float32 or float64 values in the
+// model's compute precision, or float64 for reductions. Cheap to copy (reference counted); the
+// Python module hands its storage to numpy without a copy.
+struct Tensor {
+    DType dtype = DType::F64;
+    std::vector<int64_t> shape;
+    std::shared_ptr<const void> storage;  // numel() values of `dtype`, row-major
+
+    int64_t numel() const;
+    const void* data() const { return storage.get(); }
+    const float* f32() const;             // throws unless dtype is F32
+    const double* f64() const;            // throws unless dtype is F64
+    const int64_t* i64() const;           // throws unless dtype is I64
+    double at(int64_t flat_index) const;  // any dtype, bounds-checked
+    std::vector<double> to_vector() const;
+};
+
+struct LoadOptions {
+    DType dtype = DType::F32;  // compute precision, whatever the stored dtype
+    // true: the reference's float32 islands inside float64 (golden parity); false: pure float64.
+    bool reference_numerics = true;
+    // SentencePiece model; "" = <dir>/tokenizer.model when present (else the model has none).
+    std::string tokenizer;
+};
+
+struct ModelInfo {
+    std::string dir;
+    DType dtype = DType::F32;
+    int64_t vocab_size = 0, num_layers = 0, num_heads = 0, head_dim = 0, hidden_size = 0;
+    int64_t max_position = 0;  // context length
+    int64_t eos_id = 0, pad_id = 0, bos_id = 0;
+    bool learned_g = true;  // false: fixed-G_LM model (identity, random or external G)
+    int64_t num_params = 0;
+};
+
+class Model;
+
+// The model's SentencePiece tokenizer.
+class Tokenizer {
+  public:
+    // Plain ids, no BOS/EOS.
+    std::vector<int64_t> encode(const std::string& text) const;
+    // The reference's prompt encoding: encode(text), except that "" gives [EOS].
+    std::vector<int64_t> encode_prompt(const std::string& text) const;
+    // Text of ids; throws for an id outside the vocabulary.
+    std::string decode(const std::vector<int64_t>& ids) const;
+    // The piece of one id as text (SentencePiece's "▁" is a space; byte pieces <0xNN> are
+    // their byte), so that the pieces of a sequence concatenate to its decoded text.
+    std::string token_text(int64_t id) const;
+    // The raw SentencePiece piece ("▁the", "<0x0A>").
+    std::string piece(int64_t id) const;
+    int64_t vocab_size() const;
+    int64_t eos_id() const;
+
+    struct Impl;
+    explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+    const std::shared_ptr<const Impl>& impl() const { return impl_; }
+
+  private:
+    std::shared_ptr<const Impl> impl_;
+};
+
+// Every deductive output and intermediate of one forward pass, under the golden naming:
+// fwd.logits [B,S,V], fwd.embed_ln, fwd.mask, and per layer i fwd.layer{i}.{q_rope, k_rope, q, k,
+// v, A_ln, A, A_LM, Ap, G_LM, Ep, scores_masked, E, attn_out, out1, ffn_out, hidden}. The
+// metric tensors A, A_LM, Ap (= A_P), G_LM are [B,H,D,D], E [B,H,S,S]. Fixed-G models have no
+// A, A_ln, A_LM, Ap.
+struct ForwardResult {
+    std::vector<std::pair<std::string, Tensor>> tensors;  // in forward order
+    int64_t num_layers = 0;
+    // "" when every value is finite; else the first tensor in forward order that holds a NaN or
+    // an infinity, as "fwd.layer2.A_LM (nan at element 17)" (the masks' −inf do not count).
+    std::string non_finite;
+    const Tensor& logits() const { return get("fwd.logits"); }
+    // Throws pldr::Error when the tensor is absent.
+    const Tensor& get(const std::string& name) const;
+    bool has(const std::string& name) const;
+    // get("fwd.layer{layer}.{what}"), what = A | A_LM | A_P | G_LM | E | ...
+    const Tensor& layer(int64_t layer, const std::string& what) const;
+};
+
+// Sampling settings (applied in this order: repetition penalty, temperature, top-p, top-k,
+// min-p, then a seeded draw). temperature 0 or greedy = argmax.
+struct SamplingOptions {
+    double temperature = 1.0;         // ≥ 0
+    double top_p = 1.0;               // (0, 1]; 1 = off
+    int64_t top_k = 0;                // ≥ 0; 0 = off
+    double min_p = 0.0;               // [0, 1)
+    double repetition_penalty = 1.0;  // > 0; 1 = off
+    int64_t repeat_last_n = 64;       // penalty window (−1 = all)
+    uint64_t seed = 0;
+    bool greedy = false;
+    bool top_p_hf =
+        false;  // top-p keeps the crossing token (Hugging Face) instead of the reference
+};
+
+struct TopLogprob {
+    int64_t id = 0;
+    double logprob = 0;
+};
+
+// One generated token.
+struct TokenInfo {
+    int64_t id = 0;
+    std::string text;             // Tokenizer::token_text(id) ("" for a model without tokenizer)
+    double logprob = 0;           // log-softmax of the unmodified logits
+    std::vector<TopLogprob> top;  // the best alternatives, best first
+};
+
+struct GenerateOptions {
+    int64_t max_tokens = 64;
+    SamplingOptions sampling;
+    CacheMode cache = CacheMode::KVG;
+    bool stop_at_eos = true;
+    // Generation stops when the generated text contains one of these; the text is cut before it.
+    std::vector<std::string> stop;
+    int64_t top_logprobs = 5;  // alternatives kept per token
+    // A saved G-cache (Session::save_g_cache) whose fixed operator every step uses ("" = none).
+    std::string g_cache_file;
+};
+
+struct Generation {
+    std::vector<int64_t> prompt_ids, ids;  // ids: the generated tokens
+    // The generated text as it continues the prompt's text (a leading space kept), cut before a
+    // stop string.
+    std::string text;
+    std::vector<TokenInfo> tokens;
+    std::string finish_reason;  // "length" | "eos" | "stop" | "callback"
+    double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// Called after each generated token with the token and the text generated so far; return false
+// to stop.
+using TokenCallback = std::function<bool(const TokenInfo&, const std::string& text)>;
+
+struct ScoreOptions {
+    ScoreMode mode = ScoreMode::BLOCK;
+    int64_t top_logprobs = 0;  // alternatives per continuation token (0 = none)
+};
+
+struct ScoreResult {
+    double logprob = 0;      // Σ token_logprobs
+    bool is_greedy = false;  // every continuation token is its position's argmax
+    std::vector<int64_t> context_ids, continuation_ids;
+    std::vector<double> token_logprobs;        // one per continuation token
+    std::vector<std::vector<TopLogprob>> top;  // per continuation token (top_logprobs > 0)
+};
+
+struct DagCoefficients {
+    double A = 0, Ap = 0, G = 0;  // c_A, c_Ap, c_G (each ≥ 0)
+};
+
+struct Loss {
+    double value = 0;  // ce + Σ c·dag
+    double ce = 0, accuracy = 0;
+    double dagA = 0, dagAp = 0, dagG = 0;  // unweighted DAG metrics (learned-G models)
+    int64_t scored = 0;                    // target tokens scored
+};
+
+struct Gradients {
+    Loss loss;
+    // d loss / d parameter for every parameter, under the spec's names (Model::parameter_names).
+    std::vector<std::pair<std::string, Tensor>> grads;
+    const Tensor& get(const std::string& name) const;  // throws when absent
+};
+
+// The per-layer operator cache of a session: A, A_LM, A_P, G_LM, each [H,D,D] (A, A_LM, A_P
+// absent for fixed-G models).
+struct GCacheLayer {
+    Tensor A, A_LM, A_P, G_LM;
+};
+
+class Session;
+
+class Model {
+  public:
+    // Loads a model directory (config.json + model.safetensors or a sharded index, and
+    // tokenizer.model when present). Throws pldr::Error naming the file at fault.
+    static Model load(const std::string& dir, const LoadOptions& opt = {});
+
+    const ModelInfo& info() const;
+    bool has_tokenizer() const;
+    // Throws pldr::Error when the model has no tokenizer.
+    const Tokenizer& tokenizer() const;
+
+    // One full forward pass (no cache) over a [batch, ids.size() / batch] block of token ids.
+    ForwardResult forward(const std::vector<int64_t>& ids, int64_t batch = 1) const;
+
+    // Generation with the KV-cache and the G-cache. The text prompt is encoded with
+    // Tokenizer::encode_prompt.
+    Generation generate(const std::string& prompt, const GenerateOptions& opt = {},
+                        const TokenCallback& on_token = {}) const;
+    Generation generate_ids(const std::vector<int64_t>& prompt, const GenerateOptions& opt = {},
+                            const TokenCallback& on_token = {}) const;
+    // Throws the error generate_ids would give for these settings (sampling options, an empty
+    // prompt, ids outside the vocabulary, prompt + max_tokens longer than the context, an
+    // unreadable or mismatched G-cache file) without generating.
+    void check_generation(const std::vector<int64_t>& prompt, const GenerateOptions& opt) const;
+    // Several prompts, each with its own session and sampler (seeded alike, so each result
+    // equals its one-at-a-time generation), in parallel. Stop strings and callbacks are not
+    // supported here.
+    std::vector<Generation> generate_batch(const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerateOptions& opt = {}) const;
+
+    // Log-likelihood of a continuation given a context (the lm-eval encoding: context "" is
+    // [EOS], the context's trailing whitespace moves to the continuation). The input is cut on
+    // the left to the context length.
+    ScoreResult score(const std::string& context, const std::string& continuation,
+                      const ScoreOptions& opt = {}) const;
+    ScoreResult score_ids(const std::vector<int64_t>& context,
+                          const std::vector<int64_t>& continuation,
+                          const ScoreOptions& opt = {}) const;
+    // The lm-eval encoding of a text request into (context ids, continuation ids).
+    std::pair<std::vector<int64_t>, std::vector<int64_t>> encode_request(
+        const std::string& context, const std::string& continuation) const;
+    // Many requests, scored in parallel; results in order.
+    std::vector<ScoreResult> score_batch(
+        const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& requests,
+        const ScoreOptions& opt = {}) const;
+
+    // The training loss of a batch of sequences tokens [batch, S1] (input = tokens[:, :-1],
+    // targets = tokens[:, 1:]) and its gradient with respect to every parameter.
+    Gradients loss_and_grads(const std::vector<int64_t>& tokens, int64_t batch = 1,
+                             const DagCoefficients& dag = {}) const;
+
+    // Parameter names (spec §9.1) in layout order, and a copy of one parameter.
+    std::vector<std::string> parameter_names() const;
+    Tensor parameter(const std::string& name) const;
+
+    struct Impl;
+    explicit Model(std::shared_ptr<const Impl> impl);
+    const std::shared_ptr<const Impl>& impl() const { return impl_; }
+
+  private:
+    std::shared_ptr<const Impl> impl_;
+};
+
+// A decoding session (batch 1): prefill, then one token at a time, with its own KV-cache and
+// G-cache. The session keeps the model alive.
+class Session {
+  public:
+    // max_len: KV-cache capacity (0 = the model's context length).
+    explicit Session(const Model& model, CacheMode mode = CacheMode::KVG, int64_t max_len = 0);
+    ~Session();
+    Session(Session&&) noexcept;
+    Session& operator=(Session&&) noexcept;
+
+    // Starts the sequence with ids (≥ 1) and returns the logits [V] of its last position.
+    Tensor prefill(const std::vector<int64_t>& ids);
+    // Appends one token; returns the logits [V] of the new last position.
+    Tensor decode(int64_t id);
+    // The logits [V] of the last call; log-softmax of them in float64.
+    Tensor logits() const;
+    std::vector<double> logprobs() const;
+    // Forgets the sequence and the caches (a G-cache set by set_g_cache stays).
+    void reset();
+
+    const std::vector<int64_t>& tokens() const;
+    int64_t length() const;
+    int64_t capacity() const;
+    const Model& model() const;
+
+    // The G-cache after the prefill, per layer.
+    std::vector<GCacheLayer> g_cache() const;
+    // Runs every later call with a saved G-cache's fixed operator (before prefill).
+    void load_g_cache(const std::string& path);
+    void save_g_cache(const std::string& path) const;
+    // The deductive outputs of the last call (prefill: the whole prompt) under the golden naming.
+    ForwardResult last_outputs() const;
+
+    struct Impl;
+
+  private:
+    std::unique_ptr<Impl> impl_;
+};
+
+// One decode step for several sessions (one token each); returns their logits in order.
+// Sessions must be distinct and may use different models.
+std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
+                                 const std::vector<int64_t>& ids);
+
+// A seeded sampler over logits (one per sequence; see SamplingOptions).
+class Sampler {
+  public:
+    explicit Sampler(const SamplingOptions& opt);  // throws on invalid settings
+    ~Sampler();
+    Sampler(Sampler&&) noexcept;
+    Sampler& operator=(Sampler&&) noexcept;
+    // logits [V]; history = the ids so far (for the repetition penalty).
+    int64_t sample(const Tensor& logits, const std::vector<int64_t>& history);
+    // The log-softmax of unmodified logits, and its n best entries.
+    static std::vector<double> log_softmax(const Tensor& logits);
+    static std::vector<TopLogprob> top(const std::vector<double>& logprobs, int64_t n);
+
+    struct Impl;
+
+  private:
+    std::unique_ptr<Impl> impl_;
+};
+
+// lm-eval style score requests, one JSON object per line: {"context", "continuation"} (text)
+// or {"context_ids", "continuation_ids"}. Errors name "<where>:<line>".
+struct ScoreRequest {
+    int64_t line = 0;
+    bool has_ids = false;
+    std::vector<int64_t> context_ids, continuation_ids;
+    std::string context, continuation;
+};
+std::vector<ScoreRequest> parse_score_requests(const std::string& jsonl, const std::string& where);
+
+// ---- Benchmarks and audits ------------------------------------------------------------------
+
+struct McAccuracy {
+    int64_t items = 0;
+    double mc1 = 0, mc2 = 0;       // TruthfulQA: mean MC1 and MC2
+    double acc = 0, acc_norm = 0;  // PIQA
+    // Per item: the item's metrics, and the summed log-likelihood of each choice (lls: MC1 or
+    // PIQA choices; lls_mc2: TruthfulQA MC2 choices).
+    std::vector<double> item_mc1, item_mc2, item_acc, item_acc_norm;
+    std::vector<std::vector<double>> lls, lls_mc2;
+};
+// TruthfulQA MC1/MC2 from mc_task.json (the harness's 6-shot preamble); limit 0 = all items.
+McAccuracy eval_truthfulqa(const Model& m, const std::string& mc_task_json, ScoreMode mode,
+                           int64_t limit = 0);
+// PIQA acc and acc_norm from valid.jsonl + labels.
+McAccuracy eval_piqa(const Model& m, const std::string& jsonl, const std::string& labels,
+                     ScoreMode mode, int64_t limit = 0);
+
+struct Perplexity {
+    double loglikelihood = 0;
+    int64_t tokens = 0, bytes = 0, words = 0;
+    double token_perplexity = 0, word_perplexity = 0, bits_per_byte = 0;
+};
+Perplexity perplexity(const Model& m, const std::string& text);
+
+// Statistics of G_LM per layer over a forward pass (every batch row and head; the `pldr dump`
+// summary): mean, min and max of its entries.
+struct GStats {
+    int64_t layer = 0;
+    std::vector<int64_t> shape;  // [B,H,D,D]
+    double mean = 0, min = 0, max = 0;
+};
+std::vector<GStats> g_lm_stats(const ForwardResult& r);
+
+struct AuditPrompt {
+    std::string text;          // encoded with the tokenizer when ids is empty
+    std::vector<int64_t> ids;  // token ids (for id-only models)
+};
+struct AuditOptions {
+    std::vector<AuditPrompt> prompts;  // empty = the built-in prompt set
+    int64_t steps = 16;                // greedy decode steps for eps_G
+    int64_t cont_len = 64;             // sampled continuation length (seeds 100/101)
+    int64_t pad = 4;                   // pad tokens appended for the padding check
+    // Held-out tokens for the loss vs the unigram entropy: ids, else text, else the built-in
+    // paragraph (id-only models: the prompts, concatenated). Cut to 4 × the context.
+    std::vector<int64_t> heldout_ids;
+    std::string heldout_text, heldout_source;
+    // TruthfulQA mc_task.json and the number of MC2 items scored block vs sequential (0 = none).
+    std::string truthfulqa;
+    int64_t items = 0;
+    std::string out_dir;  // writes audit.json and report.html when not empty
+};
+struct AuditResult {
+    std::string json, html, summary;  // audit.json, report.html, the printed summary
+};
+// The collapse audit (spec §8.1, docs/audit.md).
+AuditResult audit(const Model& m, const AuditOptions& opt);
+
+// ---- Training --------------------------------------------------------------------------------
+
+struct TrainOptions {
+    std::string preset;       // e.g. "tiny" (train/presets), or config_path
+    std::string config_path;  // a config.json for a new model
+    std::string data_dir;     // train.pldrtok [+ valid.pldrtok] (pldr prepare)
+    std::string out_dir;      // checkpoint directory
+    std::string resume_dir;   // continue from this checkpoint ("" = new run)
+    DType dtype = DType::F32;
+    int64_t steps = 1000, batch = 16, accum = 1, ctx = 0;
+    uint64_t seed = 1234;
+    double lr = 1e-3;
+    int64_t warmup = -1;  // −1: min(2000, steps / 10)
+    DagCoefficients dag;
+    int64_t eval_every = 100, eval_batches = 8, save_every = 500, stop_at = 0;
+};
+
+struct TrainStep {
+    int64_t step = 0, total = 0;
+    Loss loss;
+    double lr = 0, grad_norm = 0, tokens_per_s = 0;
+};
+
+struct TrainSummary {
+    int64_t steps_done = 0, start_step = 0, num_params = 0;
+    std::string stop_reason;  // "completed" | "stop_at" | "callback"
+    bool has_eval = false;
+    Loss last_eval;
+};
+
+// Trains (or resumes) with checkpoints; on_step runs after every step and may return false to
+// stop (a checkpoint is then written).
+TrainSummary train(const TrainOptions& opt,
+                   const std::function<bool(const TrainStep&)>& on_step = {});
+
+}  // namespace pldr::api

@@ -1,0 +1,126 @@
+# The module's behaviour: zero-copy read-only arrays, sessions, callbacks and stop strings,
+# tokenizer round trips, and errors as pldr.Error with the library's message.
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import DEFAULT_MODEL, EVAL_MODEL
+
+
+@pytest.fixture(scope="module")
+def model(pldr):
+    return pldr.Model(DEFAULT_MODEL)
+
+
+def test_arrays_share_library_buffers(model):
+    out = model.forward(model.tokenizer.encode("Fellow citizens"))
+    g = out["G_LM"][0]
+    assert g.base is not None  # a view of the library's buffer (a capsule owns it)
+    assert not g.flags.writeable and not g.flags.owndata
+    assert g.shape == (1, model.info["num_heads"], model.info["head_dim"], model.info["head_dim"])
+    with pytest.raises(ValueError):
+        g[0, 0, 0, 0] = 1.0
+    del out  # the arrays keep their buffers alive
+    assert np.isfinite(g).all()
+
+
+def test_forward_batch_rows_match_single(model):
+    ids = np.array([[5, 17, 3, 99], [42, 7, 7, 8]])
+    both = model.forward(ids)["logits"]
+    one = model.forward(ids[1])["logits"]
+    assert both.shape == (2, 4, model.info["vocab_size"])
+    assert np.allclose(both[1], one[0], rtol=0, atol=1e-5)
+
+
+def test_session_matches_generate(pldr, model):
+    prompt = model.tokenizer.encode("The state of the Union is")
+    g = model.generate(prompt, max_tokens=6, greedy=True, details=True, stop_at_eos=False)
+    s = pldr.Session(model)
+    logits = s.prefill(prompt)
+    ids = []
+    for _ in range(6):
+        ids.append(int(np.argmax(logits)))
+        logits = s.decode(ids[-1])
+    assert ids == g["ids"]
+    assert len(s) == len(prompt) + 6
+    cache = s.g_cache()
+    assert len(cache) == model.info["num_layers"]
+    assert cache[0]["G_LM"].shape == (model.info["num_heads"], model.info["head_dim"],
+                                      model.info["head_dim"])
+
+
+def test_callback_and_stop(model):
+    seen = []
+    text = model.generate("The state of the Union is", max_tokens=10, greedy=True,
+                          callback=lambda i, t, lp, so_far: seen.append(i) or len(seen) < 3)
+    assert len(seen) == 3 and isinstance(text, str)
+    full = model.generate("The state of the Union is", max_tokens=12, greedy=True,
+                          details=True, stop_at_eos=False)
+    assert full["finish_reason"] == "length"
+    word = full["text"].split()[1]
+    cut = model.generate("The state of the Union is", max_tokens=12, greedy=True, stop=[word],
+                         details=True, stop_at_eos=False)
+    assert cut["finish_reason"] == "stop"
+    assert word not in cut["text"] and full["text"].startswith(cut["text"])
+
+
+def test_callback_exception_propagates(model):
+    def boom(*a):
+        raise KeyError("from the callback")
+    with pytest.raises(KeyError, match="from the callback"):
+        model.generate("The state", max_tokens=4, callback=boom)
+
+
+def test_tokenizer_round_trip(model):
+    tok = model.tokenizer
+    ids = tok.encode("The state of the Union is strong.")
+    assert tok.decode(ids) == "The state of the Union is strong."
+    assert "".join(tok.token_text(i) for i in ids).strip() == "The state of the Union is strong."
+    assert tok.vocab_size == model.info["vocab_size"]
+
+
+def test_errors_are_pldr_errors(pldr, tmp_path):
+    with pytest.raises(pldr.Error, match="no-such-dir"):
+        pldr.Model(str(tmp_path / "no-such-dir"))
+    with pytest.raises(pldr.Error, match="dtype must be f32 or f64"):
+        pldr.Model(EVAL_MODEL, dtype="f16")
+    m = pldr.Model(EVAL_MODEL)
+    with pytest.raises(pldr.Error, match="outside|vocab"):
+        m.forward([1, 2, 10 ** 9])
+    with pytest.raises(pldr.Error, match="--temp must be >= 0"):
+        m.generate("Hello", temperature=-1)
+    with pytest.raises(pldr.Error, match="mode must be block, sequential or cached"):
+        m.score("a", " b", mode="fast")
+    with pytest.raises(RuntimeError):  # pldr.Error is a RuntimeError
+        m.score("a", "")
+
+
+def test_gil_released_during_compute(pldr, model):
+    # A Python thread keeps running while another thread is inside the library.
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(1)
+            stop.wait(0.001)
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    before = len(ticks)
+    model.generate("The state of the Union is", max_tokens=48, greedy=True, stop_at_eos=False)
+    during = len(ticks) - before
+    stop.set()
+    t.join()
+    assert during > 5
+
+
+def test_g_lm_stats(pldr, model):
+    ids = model.tokenizer.encode("Fellow citizens")
+    st = pldr.g_lm_stats(model, ids)
+    g = model.forward(ids)["G_LM"]
+    assert len(st) == len(g)
+    for s, arr in zip(st, g):
+        assert s["mean"] == pytest.approx(float(np.mean(arr.astype(np.float64))), rel=1e-12)
+        assert s["min"] == float(arr.min()) and s["max"] == float(arr.max())

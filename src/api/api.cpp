@@ -1,0 +1,782 @@
+// The public C++ API (include/pldr/pldr.hpp) over the internal templates: models, tokenizer,
+// forward, sessions, sampling, generation, scoring, loss and gradients.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "api_impl.h"
+#include "audit/dump.h"
+#include "core/fs.h"
+#include "infer/generate.h"
+#include "infer/requests.h"
+#include "infer/sampler.h"
+#include "infer/score.h"
+#include "infer/session.h"
+#include "io/model_load.h"
+#include "model/forward.h"
+#include "train/loss.h"
+
+namespace pldr::api {
+
+const char* version() {
+    return "0.1.0";
+}
+
+// ---- names -------------------------------------------------------------------------------
+
+DType dtype_from_name(const std::string& s) {
+    if (s == "f32" || s == "float32") return DType::F32;
+    if (s == "f64" || s == "float64") return DType::F64;
+    fail("dtype must be f32 or f64 (got '", s, "')");
+}
+CacheMode cache_mode_from_name(const std::string& s) {
+    switch (::pldr::cache_mode_from_name(s)) {
+        case ::pldr::CacheMode::KVG:
+            return CacheMode::KVG;
+        case ::pldr::CacheMode::KV:
+            return CacheMode::KV;
+        default:
+            return CacheMode::NONE;
+    }
+}
+ScoreMode score_mode_from_name(const std::string& s) {
+    switch (::pldr::score_mode_from_name(s)) {
+        case ::pldr::ScoreMode::BLOCK:
+            return ScoreMode::BLOCK;
+        case ::pldr::ScoreMode::SEQUENTIAL:
+            return ScoreMode::SEQUENTIAL;
+        default:
+            return ScoreMode::CACHED;
+    }
+}
+const char* name_of(DType d) {
+    return d == DType::F64 ? "f64" : d == DType::I64 ? "i64" : "f32";
+}
+const char* name_of(CacheMode m) {
+    return m == CacheMode::KVG ? "kvg" : m == CacheMode::KV ? "kv" : "none";
+}
+const char* name_of(ScoreMode m) {
+    return m == ScoreMode::BLOCK ? "block" : m == ScoreMode::SEQUENTIAL ? "sequential" : "cached";
+}
+
+namespace {
+
+::pldr::CacheMode internal(CacheMode m) {
+    return m == CacheMode::KVG  ? ::pldr::CacheMode::KVG
+           : m == CacheMode::KV ? ::pldr::CacheMode::KV
+                                : ::pldr::CacheMode::NONE;
+}
+::pldr::ScoreMode internal(ScoreMode m) {
+    return m == ScoreMode::BLOCK        ? ::pldr::ScoreMode::BLOCK
+           : m == ScoreMode::SEQUENTIAL ? ::pldr::ScoreMode::SEQUENTIAL
+                                        : ::pldr::ScoreMode::CACHED;
+}
+::pldr::SamplerConfig internal(const SamplingOptions& o) {
+    ::pldr::SamplerConfig c;
+    c.greedy = o.greedy;
+    c.temperature = o.temperature;
+    c.top_k = o.top_k;
+    c.top_p = o.top_p;
+    c.top_p_mode = o.top_p_hf ? ::pldr::TopPMode::HF : ::pldr::TopPMode::REFERENCE;
+    c.min_p = o.min_p;
+    c.repeat_penalty = o.repetition_penalty;
+    c.repeat_last_n = o.repeat_last_n;
+    c.seed = o.seed;
+    c.validate();
+    return c;
+}
+std::vector<TopLogprob> to_top(const std::vector<std::pair<int64_t, double>>& v) {
+    std::vector<TopLogprob> out;
+    out.reserve(v.size());
+    for (const auto& [id, lp] : v) out.push_back({id, lp});
+    return out;
+}
+double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+template <typename T>
+std::vector<double> log_softmax_of(const T* logits, int64_t V) {
+    std::vector<double> lp;
+    ::pldr::Sampler::log_softmax(logits, V, lp);
+    return lp;
+}
+
+// The text of generated tokens as it continues the prompt: decode(prompt + ids) after
+// decode(prompt) (so a leading space of the first token is kept), or decode(ids) when the
+// prompt's text is not a prefix.
+std::string continuation_text(const ::pldr::Tokenizer& tok, const std::string& head,
+                              const std::vector<int64_t>& prompt, const std::vector<int64_t>& ids) {
+    std::vector<int64_t> all = prompt;
+    all.insert(all.end(), ids.begin(), ids.end());
+    const std::string s = tok.decode(all);
+    if (s.size() >= head.size() && s.compare(0, head.size(), head) == 0)
+        return s.substr(head.size());
+    return tok.decode(ids);
+}
+
+}  // namespace
+
+// ---- Tensor ------------------------------------------------------------------------------
+
+int64_t Tensor::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+const float* Tensor::f32() const {
+    PLDR_REQUIRE(dtype == DType::F32, "tensor is ", name_of(dtype), ", not f32");
+    return static_cast<const float*>(storage.get());
+}
+const double* Tensor::f64() const {
+    PLDR_REQUIRE(dtype == DType::F64, "tensor is ", name_of(dtype), ", not f64");
+    return static_cast<const double*>(storage.get());
+}
+const int64_t* Tensor::i64() const {
+    PLDR_REQUIRE(dtype == DType::I64, "tensor is ", name_of(dtype), ", not i64");
+    return static_cast<const int64_t*>(storage.get());
+}
+double Tensor::at(int64_t i) const {
+    PLDR_REQUIRE(i >= 0 && i < numel(), "tensor index ", i, " out of range [0, ", numel(), ")");
+    return dtype == DType::F32   ? double(f32()[i])
+           : dtype == DType::F64 ? f64()[i]
+                                 : double(i64()[i]);
+}
+std::vector<double> Tensor::to_vector() const {
+    const int64_t n = numel();
+    std::vector<double> v(size_t(std::max<int64_t>(n, 0)));
+    if (!storage) return v;
+    if (dtype == DType::F32)
+        std::copy(f32(), f32() + n, v.begin());
+    else if (dtype == DType::F64)
+        std::copy(f64(), f64() + n, v.begin());
+    else
+        std::copy(i64(), i64() + n, v.begin());
+    return v;
+}
+
+// ---- Tokenizer ---------------------------------------------------------------------------
+
+std::vector<int64_t> Tokenizer::encode(const std::string& text) const {
+    return impl_->tok.encode(text);
+}
+std::vector<int64_t> Tokenizer::encode_prompt(const std::string& text) const {
+    return impl_->tok.encode_prompt(text);
+}
+std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
+    return impl_->tok.decode(ids);
+}
+std::string Tokenizer::piece(int64_t id) const {
+    return impl_->tok.piece(id);
+}
+std::string Tokenizer::token_text(int64_t id) const {
+    std::string p = impl_->tok.piece(id);
+    // Byte-fallback pieces <0xNN> are one byte.
+    if (p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>') {
+        const std::string hex = p.substr(3, 2);
+        char* end = nullptr;
+        const long v = std::strtol(hex.c_str(), &end, 16);
+        if (end && *end == '\0') return std::string(1, char(v));
+    }
+    if (id == impl_->tok.eos_id() || id == impl_->tok.bos_id() || id == impl_->tok.pad_id())
+        return "";
+    // "▁" (U+2581) is a space.
+    std::string out;
+    for (size_t i = 0; i < p.size();) {
+        if (p.compare(i, 3, "\xE2\x96\x81") == 0) {
+            out += ' ';
+            i += 3;
+        } else {
+            out += p[i++];
+        }
+    }
+    return out;
+}
+int64_t Tokenizer::vocab_size() const {
+    return impl_->tok.vocab_size();
+}
+int64_t Tokenizer::eos_id() const {
+    return impl_->tok.eos_id();
+}
+
+// ---- ForwardResult, Gradients ------------------------------------------------------------
+
+bool ForwardResult::has(const std::string& name) const {
+    for (const auto& [n, t] : tensors)
+        if (n == name) return true;
+    return false;
+}
+const Tensor& ForwardResult::get(const std::string& name) const {
+    for (const auto& [n, t] : tensors)
+        if (n == name) return t;
+    fail("forward result has no tensor '", name, "'");
+}
+const Tensor& ForwardResult::layer(int64_t l, const std::string& what) const {
+    PLDR_REQUIRE(l >= 0 && l < num_layers, "layer ", l, " out of range [0, ", num_layers, ")");
+    return get("fwd.layer" + std::to_string(l) + "." + (what == "A_P" ? "Ap" : what));
+}
+const Tensor& Gradients::get(const std::string& name) const {
+    for (const auto& [n, t] : grads)
+        if (n == name) return t;
+    fail("no gradient for '", name, "'");
+}
+
+namespace {
+
+template <typename T>
+ForwardResult forward_result(const ::pldr::Model<T>& m, const ::pldr::Activations<T>& acts) {
+    ForwardResult r;
+    r.num_layers = m.cfg.num_layers;
+    auto named = ::pldr::forward_tensors(m, acts);
+    r.non_finite = ::pldr::first_non_finite(named);
+    for (auto& nt : named) r.tensors.emplace_back(nt.name, make_tensor<T>(std::move(nt.t)));
+    return r;
+}
+
+}  // namespace
+
+// ---- Model -------------------------------------------------------------------------------
+
+const ::pldr::Tokenizer* Model::Impl::internal_tok() const {
+    return tok ? &tok->impl()->tok : nullptr;
+}
+
+Model::Model(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+const Model::Impl& impl_of(const Model& m) {
+    PLDR_REQUIRE(m.impl(), "use of a moved-from pldr model");
+    return *m.impl();
+}
+
+Model Model::load(const std::string& dir, const LoadOptions& opt) {
+    auto impl = std::make_shared<Impl>();
+    auto fill = [&](auto& m) {
+        m.set_reference_numerics(opt.reference_numerics);
+        ModelInfo& i = impl->info;
+        const auto& c = m.cfg;
+        i.dir = dir;
+        i.dtype = opt.dtype;
+        i.vocab_size = c.vocab_size;
+        i.num_layers = c.num_layers;
+        i.num_heads = c.num_heads;
+        i.head_dim = c.head_dim;
+        i.hidden_size = c.hidden_size;
+        i.max_position = c.max_position;
+        i.eos_id = c.eos_token_id;
+        i.pad_id = c.pad_token_id;
+        i.bos_id = c.bos_token_id;
+        i.learned_g = c.learned_g();
+        i.num_params = m.num_params();
+    };
+    if (opt.dtype == DType::F32) {
+        impl->m32 = std::make_unique<::pldr::Model<float>>(load_model<float>(dir));
+        fill(*impl->m32);
+    } else {
+        impl->m64 = std::make_unique<::pldr::Model<double>>(load_model<double>(dir));
+        fill(*impl->m64);
+    }
+    std::string tp = opt.tokenizer;
+    if (tp.empty() && file_exists(dir + "/tokenizer.model")) tp = dir + "/tokenizer.model";
+    if (!tp.empty()) {
+        auto ti = std::make_shared<const Tokenizer::Impl>(tp);
+        PLDR_REQUIRE(ti->tok.vocab_size() == impl->info.vocab_size, "tokenizer ", tp, " has ",
+                     ti->tok.vocab_size(), " pieces but the model's vocab_size is ",
+                     impl->info.vocab_size);
+        impl->tok = std::make_unique<Tokenizer>(std::move(ti));
+    }
+    return Model(std::move(impl));
+}
+
+const ModelInfo& Model::info() const {
+    return impl_of(*this).info;
+}
+bool Model::has_tokenizer() const {
+    return impl_of(*this).tok != nullptr;
+}
+const Tokenizer& Model::tokenizer() const {
+    const Impl& i = impl_of(*this);
+    PLDR_REQUIRE(i.tok, "model ", i.info.dir,
+                 " has no tokenizer (no tokenizer.model; give LoadOptions::tokenizer)");
+    return *i.tok;
+}
+
+ForwardResult Model::forward(const std::vector<int64_t>& ids, int64_t batch) const {
+    PLDR_REQUIRE(batch >= 1, "batch must be >= 1 (got ", batch, ")");
+    PLDR_REQUIRE(!ids.empty() && int64_t(ids.size()) % batch == 0, "forward: ", ids.size(),
+                 " token ids do not form ", batch, " rows of equal length");
+    const int64_t S = int64_t(ids.size()) / batch;
+    return impl_of(*this).visit([&](const auto& m) {
+        using T = scalar_t<decltype(m)>;
+        ::pldr::Activations<T> acts;
+        ::pldr::forward(m, ids.data(), batch, S, acts);
+        return forward_result(m, acts);
+    });
+}
+
+Generation Model::generate(const std::string& prompt, const GenerateOptions& opt,
+                           const TokenCallback& on_token) const {
+    PLDR_REQUIRE(!prompt.empty(), "empty prompt: give some text, or token ids (generate_ids)");
+    return generate_ids(tokenizer().encode_prompt(prompt), opt, on_token);
+}
+
+Generation Model::generate_ids(const std::vector<int64_t>& prompt, const GenerateOptions& opt,
+                               const TokenCallback& on_token) const {
+    const Impl& im = impl_of(*this);
+    const ::pldr::SamplerConfig sc = internal(opt.sampling);
+    PLDR_REQUIRE(opt.top_logprobs >= 0, "top_logprobs must be >= 0 (got ", opt.top_logprobs, ")");
+    for (const auto& s : opt.stop) PLDR_REQUIRE(!s.empty(), "empty stop string");
+    PLDR_REQUIRE(opt.stop.empty() || im.tok, "stop strings need a tokenizer");
+    return im.visit([&](const auto& m) {
+        using T = scalar_t<decltype(m)>;
+        // The loop of infer/generate (the same tokens as `pldr generate`), plus stop strings
+        // and a callback that may stop.
+        ::pldr::check_generation_fits(m, prompt, opt.max_tokens);
+        ::pldr::Session<T> s(
+            m, internal(opt.cache),
+            std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + opt.max_tokens));
+        if (!opt.g_cache_file.empty())
+            s.set_g_cache(::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg));
+        ::pldr::Sampler sampler(sc);
+        Generation g;
+        g.prompt_ids = prompt;
+        g.finish_reason = "length";
+        std::vector<int64_t> history = prompt;
+        std::vector<double> lp;
+        const ::pldr::Tokenizer* tk = im.internal_tok();
+        const std::string head = tk ? tk->decode(prompt) : std::string();
+        double t0 = now();
+        const std::vector<T>* logits = &s.prefill(prompt);
+        g.prefill_seconds = now() - t0;
+        const int64_t V = m.cfg.vocab_size;
+        t0 = now();
+        for (int64_t k = 0; k < opt.max_tokens; ++k) {
+            if (k > 0) logits = &s.decode(g.ids.back());
+            const int64_t id = sampler.sample(logits->data(), V, history);
+            ::pldr::Sampler::log_softmax(logits->data(), V, lp);
+            TokenInfo ti;
+            ti.id = id;
+            ti.logprob = lp[size_t(id)];
+            ti.top = to_top(::pldr::Sampler::top_n(lp, opt.top_logprobs));
+            if (im.tok) ti.text = im.tok->token_text(id);
+            g.ids.push_back(id);
+            history.push_back(id);
+            if (tk) g.text = continuation_text(*tk, head, prompt, g.ids);
+            g.tokens.push_back(ti);
+            bool stop = false;
+            for (const auto& st : opt.stop) {
+                const size_t at = g.text.find(st);
+                if (at != std::string::npos) {
+                    g.text.resize(at);
+                    g.finish_reason = "stop";
+                    stop = true;
+                    break;
+                }
+            }
+            if (!stop && opt.stop_at_eos && id == m.cfg.eos_token_id) {
+                g.finish_reason = "eos";
+                stop = true;
+            }
+            if (on_token && !on_token(ti, g.text) && !stop) {
+                g.finish_reason = "callback";
+                stop = true;
+            }
+            if (stop) break;
+        }
+        g.decode_seconds = now() - t0;
+        return g;
+    });
+}
+
+namespace {
+
+// The top-n alternatives at each continuation position, recomputed in the request's mode.
+template <typename T>
+std::vector<std::vector<TopLogprob>> score_top(const ::pldr::Model<T>& m,
+                                               const std::vector<int64_t>& ctx,
+                                               const std::vector<int64_t>& cont, ScoreMode mode,
+                                               int64_t n) {
+    const int64_t V = m.cfg.vocab_size;
+    std::vector<std::vector<TopLogprob>> out;
+    auto add = [&](const T* row) {
+        out.push_back(to_top(::pldr::Sampler::top_n(log_softmax_of(row, V), n)));
+    };
+    std::vector<int64_t> all = ctx;
+    all.insert(all.end(), cont.begin(), cont.end());
+    const int64_t C = int64_t(ctx.size());
+    if (mode == ScoreMode::BLOCK) {
+        ::pldr::Activations<T> acts;
+        const int64_t S = int64_t(all.size()) - 1;
+        ::pldr::forward(m, all.data(), 1, S, acts);
+        for (int64_t p = C - 1; p < S; ++p) add(acts.logits.ptr() + p * V);
+    } else if (mode == ScoreMode::SEQUENTIAL) {
+        for (int64_t p = C; p < int64_t(all.size()); ++p) {
+            ::pldr::Activations<T> acts;
+            ::pldr::forward(m, all.data(), 1, p, acts);
+            add(acts.logits.ptr() + (p - 1) * V);
+        }
+    } else {
+        ::pldr::Session<T> s(m, ::pldr::CacheMode::KVG);
+        add(s.prefill(ctx).data());
+        for (size_t j = 0; j + 1 < cont.size(); ++j) add(s.decode(cont[j]).data());
+    }
+    return out;
+}
+
+template <typename T>
+ScoreResult score_one(const ::pldr::Model<T>& m, const std::vector<int64_t>& ctx,
+                      const std::vector<int64_t>& cont, const ScoreOptions& opt) {
+    PLDR_REQUIRE(!cont.empty(), "empty continuation");
+    PLDR_REQUIRE(opt.top_logprobs >= 0, "top_logprobs must be >= 0 (got ", opt.top_logprobs, ")");
+    const ::pldr::ScoreResult r = ::pldr::score_request(m, {ctx, cont}, internal(opt.mode));
+    ScoreResult s;
+    s.logprob = r.logprob;
+    s.is_greedy = r.is_greedy;
+    s.context_ids = ctx;
+    s.continuation_ids = cont;
+    s.token_logprobs = r.token_logprobs;
+    if (opt.top_logprobs > 0) {
+        const std::vector<int64_t> kept(ctx.end() - r.ctxlen, ctx.end());
+        s.top = score_top(m, kept, cont, opt.mode, opt.top_logprobs);
+    }
+    return s;
+}
+
+}  // namespace
+
+std::pair<std::vector<int64_t>, std::vector<int64_t>> Model::encode_request(
+    const std::string& context, const std::string& continuation) const {
+    ::pldr::ScoreRequest r =
+        ::pldr::encode_request(tokenizer().impl()->tok, context, continuation, info().eos_id);
+    return {std::move(r.context), std::move(r.continuation)};
+}
+
+std::vector<ScoreRequest> parse_score_requests(const std::string& jsonl, const std::string& where) {
+    std::vector<ScoreRequest> out;
+    for (auto& r : ::pldr::parse_score_requests(jsonl, where))
+        out.push_back({r.line, r.has_ids, std::move(r.context_ids), std::move(r.continuation_ids),
+                       std::move(r.context), std::move(r.continuation)});
+    return out;
+}
+
+void Model::check_generation(const std::vector<int64_t>& prompt, const GenerateOptions& opt) const {
+    const Impl& im = impl_of(*this);
+    internal(opt.sampling);
+    im.visit([&](const auto& m) {
+        using T = scalar_t<decltype(m)>;
+        ::pldr::check_generation_fits(m, prompt, opt.max_tokens);
+        if (!opt.g_cache_file.empty()) ::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg);
+    });
+}
+
+std::vector<Generation> Model::generate_batch(const std::vector<std::vector<int64_t>>& prompts,
+                                              const GenerateOptions& opt) const {
+    const Impl& im = impl_of(*this);
+    PLDR_REQUIRE(opt.stop.empty(), "generate_batch: stop strings are not supported (use generate)");
+    ::pldr::GenerateOptions o;
+    o.max_new = opt.max_tokens;
+    o.stop_at_eos = opt.stop_at_eos;
+    o.cache = internal(opt.cache);
+    o.sampler = internal(opt.sampling);
+    o.top_report = opt.top_logprobs;
+    return im.visit([&](const auto& m) {
+        using T = scalar_t<decltype(m)>;
+        std::unique_ptr<::pldr::GCache<T>> preset;
+        if (!opt.g_cache_file.empty())
+            preset = std::make_unique<::pldr::GCache<T>>(
+                ::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg));
+        const auto rs = ::pldr::generate_batch(m, prompts, o, preset.get());
+        std::vector<Generation> out;
+        for (const auto& r : rs) {
+            Generation g;
+            g.prompt_ids = r.prompt_ids;
+            g.ids = r.ids;
+            g.finish_reason =
+                (!r.ids.empty() && opt.stop_at_eos && r.ids.back() == m.cfg.eos_token_id)
+                    ? "eos"
+                    : "length";
+            for (const auto& st : r.steps) {
+                TokenInfo ti;
+                ti.id = st.id;
+                ti.logprob = st.logprob;
+                ti.top = to_top(st.top);
+                if (im.tok) ti.text = im.tok->token_text(st.id);
+                g.tokens.push_back(std::move(ti));
+            }
+            if (const ::pldr::Tokenizer* tk = im.internal_tok())
+                g.text = continuation_text(*tk, tk->decode(g.prompt_ids), g.prompt_ids, g.ids);
+            g.prefill_seconds = r.prefill_seconds;
+            g.decode_seconds = r.decode_seconds;
+            out.push_back(std::move(g));
+        }
+        return out;
+    });
+}
+
+ScoreResult Model::score(const std::string& context, const std::string& continuation,
+                         const ScoreOptions& opt) const {
+    const ::pldr::ScoreRequest r =
+        ::pldr::encode_request(tokenizer().impl()->tok, context, continuation, info().eos_id);
+    return score_ids(r.context, r.continuation, opt);
+}
+
+ScoreResult Model::score_ids(const std::vector<int64_t>& context,
+                             const std::vector<int64_t>& continuation,
+                             const ScoreOptions& opt) const {
+    return impl_of(*this).visit(
+        [&](const auto& m) { return score_one(m, context, continuation, opt); });
+}
+
+std::vector<ScoreResult> Model::score_batch(
+    const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& requests,
+    const ScoreOptions& opt) const {
+    std::vector<ScoreResult> out(requests.size());
+    std::string err;
+    const int64_t n = int64_t(requests.size());
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+    for (int64_t i = 0; i < n; ++i) {
+        try {
+            out[size_t(i)] = score_ids(requests[size_t(i)].first, requests[size_t(i)].second, opt);
+        } catch (const std::exception& e) {
+#pragma omp critical
+            if (err.empty()) err = cat("request ", i + 1, ": ", e.what());
+        }
+    }
+    PLDR_REQUIRE(err.empty(), err);
+    return out;
+}
+
+Gradients Model::loss_and_grads(const std::vector<int64_t>& tokens, int64_t batch,
+                                const DagCoefficients& dag) const {
+    PLDR_REQUIRE(batch >= 1, "batch must be >= 1 (got ", batch, ")");
+    PLDR_REQUIRE(!tokens.empty() && int64_t(tokens.size()) % batch == 0,
+                 "loss_and_grads: ", tokens.size(), " token ids do not form ", batch,
+                 " rows of equal length");
+    const int64_t S1 = int64_t(tokens.size()) / batch;
+    PLDR_REQUIRE(dag.A >= 0 && dag.Ap >= 0 && dag.G >= 0 && std::isfinite(dag.A + dag.Ap + dag.G),
+                 "DAG coefficients must be finite and >= 0");
+    return impl_of(*this).visit([&](const auto& m) {
+        using T = scalar_t<decltype(m)>;
+        auto grads = std::make_shared<std::vector<T>>(size_t(m.layout.total), T(0));
+        ::pldr::Activations<T> acts;
+        const ::pldr::LossResult r = ::pldr::loss_and_grads(
+            m, tokens.data(), batch, S1, {dag.A, dag.Ap, dag.G}, acts, grads->data());
+        if (!std::isfinite(r.value)) {
+            // Name the first activation that went bad, in forward order.
+            const std::string bad = ::pldr::first_non_finite(::pldr::forward_tensors(m, acts));
+            fail("the loss is not finite (", r.value, ")",
+                 bad.empty() ? std::string() : "; non-finite values first appear in " + bad);
+        }
+        for (const auto& e : m.layout.entries)
+            for (int64_t i = 0; i < e.numel; ++i)
+                PLDR_REQUIRE(std::isfinite(double((*grads)[size_t(e.offset + i)])),
+                             "the gradient of ", e.name, " is not finite (element ", i, ")");
+        Gradients g;
+        g.loss = {r.value, r.ce, r.accuracy, r.dagA, r.dagAp, r.dagG, r.scored};
+        for (const auto& e : m.layout.entries) {
+            Tensor t;
+            t.dtype = dtype_of<T>();
+            t.shape = e.shape;
+            // Each gradient is a view into one buffer that the views keep alive.
+            t.storage = std::shared_ptr<const void>(grads, grads->data() + e.offset);
+            g.grads.emplace_back(e.name, std::move(t));
+        }
+        return g;
+    });
+}
+
+std::vector<std::string> Model::parameter_names() const {
+    return impl_of(*this).visit([&](const auto& m) {
+        std::vector<std::string> v;
+        for (const auto& e : m.layout.entries) v.push_back(e.name);
+        return v;
+    });
+}
+
+Tensor Model::parameter(const std::string& name) const {
+    return impl_of(*this).visit([&](const auto& m) {
+        using T = scalar_t<decltype(m)>;
+        const auto* e = m.layout.find(name);
+        PLDR_REQUIRE(e, "model has no parameter '", name, "'");
+        std::vector<T> v(m.params.begin() + e->offset, m.params.begin() + e->offset + e->numel);
+        return make_tensor<T>(e->shape, std::move(v));
+    });
+}
+
+// ---- Session -----------------------------------------------------------------------------
+
+struct Session::Impl {
+    Model model;
+    std::unique_ptr<::pldr::Session<float>> s32;
+    std::unique_ptr<::pldr::Session<double>> s64;
+    template <typename F>
+    decltype(auto) visit(F&& f) {
+        PLDR_REQUIRE(s32 || s64, "use of a moved-from pldr session");
+        if (s32) return f(*s32);
+        return f(*s64);
+    }
+    template <typename F>
+    decltype(auto) visit(F&& f) const {
+        PLDR_REQUIRE(s32 || s64, "use of a moved-from pldr session");
+        if (s32) return f(*s32);
+        return f(*s64);
+    }
+};
+
+Session::Session(const Model& model, CacheMode mode, int64_t max_len)
+    : impl_(std::make_unique<Impl>(Impl{model, nullptr, nullptr})) {
+    const Model::Impl& mi = impl_of(model);
+    PLDR_REQUIRE(max_len >= 0, "session max_len must be >= 0 (got ", max_len, ")");
+    if (mi.m32)
+        impl_->s32 = std::make_unique<::pldr::Session<float>>(*mi.m32, internal(mode), max_len);
+    else
+        impl_->s64 = std::make_unique<::pldr::Session<double>>(*mi.m64, internal(mode), max_len);
+}
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+namespace {
+template <typename T>
+Tensor logits_tensor(const std::vector<T>& v) {
+    std::vector<T> c = v;
+    const int64_t V = int64_t(c.size());
+    return make_tensor<T>({V}, std::move(c));
+}
+}  // namespace
+
+Tensor Session::prefill(const std::vector<int64_t>& ids) {
+    return impl_->visit([&](auto& s) {
+        PLDR_REQUIRE(!ids.empty(), "prefill needs at least one token");
+        ::pldr::check_inputs(s.model(), ids.data(), 1, int64_t(ids.size()));
+        PLDR_REQUIRE(int64_t(ids.size()) <= s.capacity(), "prompt of ", ids.size(),
+                     " tokens exceeds the session capacity ", s.capacity());
+        return logits_tensor(s.prefill(ids));
+    });
+}
+Tensor Session::decode(int64_t id) {
+    return impl_->visit([&](auto& s) {
+        PLDR_REQUIRE(s.length() > 0, "decode before prefill");
+        PLDR_REQUIRE(s.length() < s.capacity(), "session is full (", s.capacity(), " tokens)");
+        ::pldr::check_inputs(s.model(), &id, 1, 1);
+        return logits_tensor(s.decode(id));
+    });
+}
+Tensor Session::logits() const {
+    return impl_->visit([&](const auto& s) {
+        PLDR_REQUIRE(s.length() > 0, "no logits before prefill");
+        const auto& L = s.last().logits;
+        const int64_t V = s.model().cfg.vocab_size;
+        using T = scalar_t<decltype(L)>;
+        std::vector<T> v(L.data.end() - V, L.data.end());
+        return make_tensor<T>({V}, std::move(v));
+    });
+}
+std::vector<double> Session::logprobs() const {
+    return Sampler::log_softmax(logits());
+}
+void Session::reset() {
+    impl_->visit([](auto& s) { s.reset(); });
+}
+const std::vector<int64_t>& Session::tokens() const {
+    return impl_->visit([](const auto& s) -> const std::vector<int64_t>& { return s.tokens(); });
+}
+int64_t Session::length() const {
+    return impl_->visit([](const auto& s) { return s.length(); });
+}
+int64_t Session::capacity() const {
+    return impl_->visit([](const auto& s) { return s.capacity(); });
+}
+const Model& Session::model() const {
+    return impl_->model;
+}
+std::vector<GCacheLayer> Session::g_cache() const {
+    return impl_->visit([](const auto& s) {
+        std::vector<GCacheLayer> out;
+        for (const auto& l : s.g_cache()) {
+            using T = scalar_t<decltype(l.G)>;
+            auto copy = [](const ::pldr::Tensor<T>& t) {
+                ::pldr::Tensor<T> c = t;
+                return c.numel() ? make_tensor<T>(std::move(c)) : Tensor{};
+            };
+            out.push_back({copy(l.A), copy(l.A_LM), copy(l.A_P), copy(l.G)});
+        }
+        return out;
+    });
+}
+void Session::load_g_cache(const std::string& path) {
+    impl_->visit([&](auto& s) {
+        using T = scalar_t<decltype(s.model())>;
+        s.set_g_cache(::pldr::load_g_cache<T>(path, s.model().cfg));
+    });
+}
+void Session::save_g_cache(const std::string& path) const {
+    impl_->visit([&](const auto& s) {
+        PLDR_REQUIRE(s.length() > 0, "no G-cache before prefill");
+        ::pldr::save_g_cache(s.g_cache(), s.model().cfg, path);
+    });
+}
+ForwardResult Session::last_outputs() const {
+    return impl_->visit([](const auto& s) {
+        PLDR_REQUIRE(s.length() > 0, "no outputs before prefill");
+        return forward_result(s.model(), s.last());
+    });
+}
+
+std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
+                                 const std::vector<int64_t>& ids) {
+    PLDR_REQUIRE(sessions.size() == ids.size(), "decode_batch: ", sessions.size(), " sessions but ",
+                 ids.size(), " token ids");
+    for (size_t i = 0; i < sessions.size(); ++i) {
+        PLDR_REQUIRE(sessions[i], "decode_batch: session ", i, " is null");
+        for (size_t j = 0; j < i; ++j)
+            PLDR_REQUIRE(sessions[i] != sessions[j], "decode_batch: session ", i, " appears twice");
+    }
+    std::vector<Tensor> out(sessions.size());
+    std::string err;
+    const int64_t n = int64_t(sessions.size());
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+    for (int64_t i = 0; i < n; ++i) {
+        try {
+            out[size_t(i)] = sessions[size_t(i)]->decode(ids[size_t(i)]);
+        } catch (const std::exception& e) {
+#pragma omp critical
+            if (err.empty()) err = cat("decode_batch: session ", i, ": ", e.what());
+        }
+    }
+    PLDR_REQUIRE(err.empty(), err);
+    return out;
+}
+
+// ---- Sampler -----------------------------------------------------------------------------
+
+struct Sampler::Impl {
+    explicit Impl(const ::pldr::SamplerConfig& c) : s(c) {}
+    ::pldr::Sampler s;
+};
+Sampler::Sampler(const SamplingOptions& opt) : impl_(std::make_unique<Impl>(internal(opt))) {}
+Sampler::~Sampler() = default;
+Sampler::Sampler(Sampler&&) noexcept = default;
+Sampler& Sampler::operator=(Sampler&&) noexcept = default;
+
+int64_t Sampler::sample(const Tensor& logits, const std::vector<int64_t>& history) {
+    PLDR_REQUIRE(impl_, "use of a moved-from pldr sampler");
+    const int64_t V = logits.numel();
+    PLDR_REQUIRE(V > 0 && logits.storage, "sample: empty logits");
+    for (int64_t id : history)
+        PLDR_REQUIRE(id >= 0 && id < V, "sample: history id ", id, " outside [0, ", V, ")");
+    return logits.dtype == DType::F32 ? impl_->s.sample(logits.f32(), V, history)
+                                      : impl_->s.sample(logits.f64(), V, history);
+}
+std::vector<double> Sampler::log_softmax(const Tensor& logits) {
+    const int64_t V = logits.numel();
+    PLDR_REQUIRE(V > 0 && logits.storage, "log_softmax: empty logits");
+    return logits.dtype == DType::F32 ? log_softmax_of(logits.f32(), V)
+                                      : log_softmax_of(logits.f64(), V);
+}
+std::vector<TopLogprob> Sampler::top(const std::vector<double>& logprobs, int64_t n) {
+    PLDR_REQUIRE(n >= 0, "top: n must be >= 0 (got ", n, ")");
+    return to_top(::pldr::Sampler::top_n(logprobs, n));
+}
+
+}  // namespace pldr::api

@@ -1,0 +1,82 @@
+// The implementation side of the public API (include/pldr/pldr.hpp): the opaque Impl types over
+// the internal templates, shared by api.cpp, api_tasks.cpp and c_api.cpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "io/tokenizer.h"
+#include "model/model.h"
+#include "pldr/pldr.hpp"
+
+namespace pldr::api {
+
+template <typename T>
+constexpr DType dtype_of() {
+    return std::is_same_v<T, double> ? DType::F64 : DType::F32;
+}
+
+// The scalar type T of ::pldr::Model<T>, Tensor<T>, Session<T> (references and const allowed).
+template <typename X>
+struct scalar_of;
+template <typename T>
+struct scalar_of<::pldr::Model<T>> {
+    using type = T;
+};
+template <typename T>
+struct scalar_of<::pldr::Tensor<T>> {
+    using type = T;
+};
+template <typename X>
+using scalar_t = typename scalar_of<std::decay_t<X>>::type;
+
+// A Tensor that owns `data` (moved, not copied).
+template <typename T>
+Tensor make_tensor(std::vector<int64_t> shape, std::vector<T>&& data) {
+    auto sp = std::make_shared<std::vector<T>>(std::move(data));
+    Tensor t;
+    t.dtype = dtype_of<T>();
+    t.shape = std::move(shape);
+    t.storage = std::shared_ptr<const void>(sp, sp->data());
+    return t;
+}
+template <typename T>
+Tensor make_tensor(::pldr::Tensor<T>&& x) {
+    std::vector<int64_t> shape = x.shape;
+    return make_tensor<T>(std::move(shape), std::move(x.data));
+}
+// The values of a Tensor of compute type T (a pointer into it).
+template <typename T>
+const T* typed(const Tensor& t) {
+    if constexpr (std::is_same_v<T, double>)
+        return t.f64();
+    else
+        return t.f32();
+}
+
+struct Tokenizer::Impl {
+    explicit Impl(const std::string& path) : tok(path) {}
+    ::pldr::Tokenizer tok;
+};
+
+struct Model::Impl {
+    ModelInfo info;
+    std::unique_ptr<::pldr::Model<float>> m32;
+    std::unique_ptr<::pldr::Model<double>> m64;
+    std::unique_ptr<api::Tokenizer> tok;  // null without tokenizer
+    const ::pldr::Tokenizer* internal_tok() const;
+
+    // f(model) with the model of the loaded precision.
+    template <typename F>
+    decltype(auto) visit(F&& f) const {
+        if (m32) return f(*m32);
+        return f(*m64);
+    }
+};
+
+const Model::Impl& impl_of(const Model& m);
+
+}  // namespace pldr::api

@@ -1,0 +1,237 @@
+// The public API's benchmarks, G_LM statistics, audit and training (include/pldr/pldr.hpp).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+
+#include "api_impl.h"
+#include "audit/report.h"
+#include "audit/runner.h"
+#include "core/fs.h"
+#include "infer/tasks.h"
+#include "train/trainer_loop.h"
+
+namespace pldr::api {
+
+namespace {
+
+const ::pldr::Tokenizer& tok_of(const Model& m) {
+    return m.tokenizer().impl()->tok;
+}
+void limit_items(std::vector<McItem>& v, int64_t limit) {
+    PLDR_REQUIRE(limit >= 0, "limit must be >= 0 (got ", limit, ")");
+    if (limit > 0 && size_t(limit) < v.size()) v.resize(size_t(limit));
+}
+::pldr::ScoreMode internal(ScoreMode m) {
+    return m == ScoreMode::BLOCK        ? ::pldr::ScoreMode::BLOCK
+           : m == ScoreMode::SEQUENTIAL ? ::pldr::ScoreMode::SEQUENTIAL
+                                        : ::pldr::ScoreMode::CACHED;
+}
+
+}  // namespace
+
+McAccuracy eval_truthfulqa(const Model& m, const std::string& path, ScoreMode mode, int64_t limit) {
+    const ::pldr::Tokenizer& tok = tok_of(m);
+    std::vector<McItem> mc1, mc2;
+    load_truthfulqa(path, &mc1, &mc2);
+    limit_items(mc1, limit);
+    limit_items(mc2, limit);
+    const auto r = impl_of(m).visit(
+        [&](const auto& mm) { return ::pldr::eval_truthfulqa(mm, tok, mc1, mc2, internal(mode)); });
+    McAccuracy a;
+    a.items = int64_t(mc1.size());
+    a.mc1 = r.mc1_mean;
+    a.mc2 = r.mc2_mean;
+    a.item_mc1 = r.mc1;
+    a.item_mc2 = r.mc2;
+    a.lls = r.mc1_scores.lls;
+    a.lls_mc2 = r.mc2_scores.lls;
+    return a;
+}
+
+McAccuracy eval_piqa(const Model& m, const std::string& jsonl, const std::string& labels,
+                     ScoreMode mode, int64_t limit) {
+    const ::pldr::Tokenizer& tok = tok_of(m);
+    PLDR_REQUIRE(!labels.empty(), "piqa needs a labels file (valid-labels.lst)");
+    auto items = load_piqa(jsonl, labels);
+    limit_items(items, limit);
+    const auto r = impl_of(m).visit(
+        [&](const auto& mm) { return ::pldr::eval_piqa(mm, tok, items, internal(mode)); });
+    McAccuracy a;
+    a.items = int64_t(items.size());
+    a.acc = r.acc_mean;
+    a.acc_norm = r.acc_norm_mean;
+    a.item_acc = r.acc;
+    a.item_acc_norm = r.acc_norm;
+    a.lls = r.scores.lls;
+    return a;
+}
+
+Perplexity perplexity(const Model& m, const std::string& text) {
+    const ::pldr::Tokenizer& tok = tok_of(m);
+    const auto r =
+        impl_of(m).visit([&](const auto& mm) { return ::pldr::perplexity(mm, tok, text); });
+    Perplexity p;
+    p.loglikelihood = r.loglikelihood;
+    p.tokens = r.tokens;
+    p.bytes = r.bytes;
+    p.words = r.words;
+    p.token_perplexity = r.token_perplexity();
+    p.word_perplexity = r.word_perplexity();
+    p.bits_per_byte = r.bits_per_byte();
+    return p;
+}
+
+std::vector<GStats> g_lm_stats(const ForwardResult& r) {
+    std::vector<GStats> out;
+    for (int64_t l = 0; l < r.num_layers; ++l) {
+        const Tensor& G = r.layer(l, "G_LM");
+        GStats s;
+        s.layer = l;
+        s.shape = G.shape;
+        const int64_t n = G.numel();
+        PLDR_REQUIRE(n > 0, "G_LM of layer ", l, " is empty");
+        double lo = INFINITY, hi = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const double v = G.dtype == DType::F32 ? double(G.f32()[i]) : G.f64()[i];
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+            sum += v;
+        }
+        s.mean = sum / double(n);
+        s.min = lo;
+        s.max = hi;
+        out.push_back(s);
+    }
+    return out;
+}
+
+AuditResult audit(const Model& m, const AuditOptions& opt) {
+    const Model::Impl& im = impl_of(m);
+    const ::pldr::Tokenizer* tok = im.internal_tok();
+    PLDR_REQUIRE(opt.steps >= 1, "--steps must be >= 1");
+    PLDR_REQUIRE(opt.cont_len >= 1, "--cont-len must be >= 1");
+    PLDR_REQUIRE(opt.pad >= 0, "--pad must be >= 0");
+    ::pldr::audit::AuditInputs in;
+    for (const auto& p : opt.prompts) {
+        if (!p.ids.empty()) {
+            in.prompts.push_back({p.text, p.ids});
+        } else {
+            PLDR_REQUIRE(!p.text.empty(), "empty audit prompt");
+            PLDR_REQUIRE(tok, "a text prompt needs ", im.info.dir,
+                         "/tokenizer.model (or give token ids)");
+            in.prompts.push_back({p.text, tok->encode_prompt(p.text)});
+        }
+    }
+    if (opt.prompts.empty()) {
+        if (tok) {
+            for (const auto& t : ::pldr::audit::default_text_prompts())
+                in.prompts.push_back({t, tok->encode_prompt(t)});
+        } else {
+            for (const auto& ids :
+                 ::pldr::audit::default_id_prompts(im.info.vocab_size, im.info.pad_id))
+                in.prompts.push_back({"", ids});
+        }
+    }
+    if (!opt.heldout_ids.empty()) {
+        in.heldout = opt.heldout_ids;
+        in.heldout_source = opt.heldout_source.empty() ? "given ids" : opt.heldout_source;
+    } else if (!opt.heldout_text.empty()) {
+        PLDR_REQUIRE(tok, "a held-out text needs ", im.info.dir, "/tokenizer.model");
+        in.heldout = tok->encode(opt.heldout_text);
+        in.heldout_source = opt.heldout_source.empty() ? "given text" : opt.heldout_source;
+    } else if (tok) {
+        in.heldout = tok->encode(::pldr::audit::default_heldout_text());
+        in.heldout_source = "built-in paragraph";
+    } else {
+        for (const auto& p : in.prompts)
+            in.heldout.insert(in.heldout.end(), p.ids.begin(), p.ids.end());
+        in.heldout_source = "the prompts, concatenated";
+    }
+    if (int64_t(in.heldout.size()) > 4 * im.info.max_position)
+        in.heldout.resize(size_t(4 * im.info.max_position));
+    std::vector<McItem> mc1;
+    if (!opt.truthfulqa.empty() && opt.items > 0) {
+        PLDR_REQUIRE(tok, "--truthfulqa needs ", im.info.dir, "/tokenizer.model");
+        load_truthfulqa(opt.truthfulqa, &mc1, &in.mc2);
+        in.tok = tok;
+        in.mc2_items = opt.items;
+    }
+    ::pldr::audit::AuditConfig cfg;
+    cfg.steps = opt.steps;
+    cfg.cont_len = opt.cont_len;
+    cfg.pad = opt.pad;
+    auto r = im.visit([&](const auto& mm) { return ::pldr::audit::run_audit(mm, in, cfg); });
+    r.model_dir = im.info.dir;
+    AuditResult out;
+    out.json = ::pldr::audit::report_json(r).dump(1) + "\n";
+    out.html = ::pldr::audit::report_html(r);
+    out.summary = ::pldr::audit::report_summary(r);
+    if (!opt.out_dir.empty()) {
+        std::filesystem::create_directories(opt.out_dir);
+        write_file_atomic(opt.out_dir + "/audit.json", out.json);
+        write_file_atomic(opt.out_dir + "/report.html", out.html);
+    }
+    return out;
+}
+
+TrainSummary train(const TrainOptions& o, const std::function<bool(const TrainStep&)>& on_step) {
+    ::pldr::TrainOptions t;
+    t.preset = o.preset;
+    t.config_path = o.config_path;
+    t.data_dir = o.data_dir;
+    t.out_dir = o.out_dir;
+    t.resume_dir = o.resume_dir;
+    t.dtype = name_of(o.dtype);
+    t.steps = o.steps;
+    t.batch = o.batch;
+    t.accum = o.accum;
+    t.ctx = o.ctx;
+    t.seed = o.seed;
+    t.lr = o.lr;
+    t.warmup = o.warmup;
+    t.dag = {o.dag.A, o.dag.Ap, o.dag.G};
+    t.eval_every = o.eval_every;
+    t.eval_batches = o.eval_batches;
+    t.save_every = o.save_every;
+    t.stop_at = o.stop_at;
+    if (!o.resume_dir.empty()) {
+        // A resumed run takes its maths from the checkpoint, except the schedule length.
+        t.given = {"steps"};
+    }
+    std::atomic<bool> stop{false};
+    bool by_callback = false;
+    ::pldr::TrainHooks hooks;
+    hooks.message = [](const std::string&) {};
+    hooks.on_step = [&](const ::pldr::StepReport& s) {
+        if (!on_step) return;
+        TrainStep ts;
+        ts.step = s.step;
+        ts.total = s.total;
+        const auto& l = s.r.loss;
+        ts.loss = {l.value, l.ce, l.accuracy, l.dagA, l.dagAp, l.dagG, l.scored};
+        ts.lr = s.r.lr;
+        ts.grad_norm = s.r.grad_norm;
+        ts.tokens_per_s = s.tokens_per_s;
+        if (!on_step(ts)) {
+            by_callback = true;
+            stop = true;
+        }
+    };
+    hooks.stop_flag = &stop;
+    const ::pldr::TrainOutcome out = run_training(t, hooks);
+    TrainSummary s;
+    s.steps_done = out.step;
+    s.start_step = out.start_step;
+    s.num_params = out.num_params;
+    s.stop_reason = out.reason == ::pldr::StopReason::COMPLETED ? "completed"
+                    : by_callback                               ? "callback"
+                    : out.reason == ::pldr::StopReason::STOP_AT ? "stop_at"
+                                                                : "interrupted";
+    s.has_eval = out.has_eval;
+    const auto& e = out.last_eval;
+    s.last_eval = {e.loss, e.ce, e.accuracy, e.dagA, e.dagAp, e.dagG, e.tokens};
+    return s;
+}
+
+}  // namespace pldr::api

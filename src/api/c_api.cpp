@@ -1,0 +1,296 @@
+// The C API (include/pldr/pldr.h) over the C++ API: every call catches every exception and
+// turns it into a status code and the thread's last-error string.
+#include "pldr/pldr.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "pldr/pldr.hpp"
+
+struct pldr_model {
+    pldr::api::Model m;
+};
+struct pldr_session {
+    pldr::api::Session s;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+struct ArgError {
+    std::string msg;
+};
+
+template <typename F>
+pldr_status guarded(F&& f) {
+    try {
+        f();
+        return PLDR_OK;
+    } catch (const ArgError& e) {
+        g_last_error = e.msg;
+        return PLDR_ERR_INVALID_ARGUMENT;
+    } catch (const std::bad_alloc&) {
+        g_last_error = "out of memory";
+        return PLDR_ERR_OUT_OF_MEMORY;
+    } catch (const pldr::Error& e) {
+        g_last_error = e.what();
+        // pldr::InternalError (a broken invariant) derives from Error; its message says so.
+        return std::strncmp(e.what(), "internal check failed", 21) == 0 ? PLDR_ERR_INTERNAL
+                                                                        : PLDR_ERR_FAILED;
+    } catch (const std::exception& e) {
+        g_last_error = e.what();
+        return PLDR_ERR_INTERNAL;
+    } catch (...) {
+        g_last_error = "unknown error";
+        return PLDR_ERR_INTERNAL;
+    }
+}
+
+void need(const void* p, const char* what) {
+    if (!p) throw ArgError{std::string(what) + " is NULL"};
+}
+char* dup(const std::string& s) {
+    char* p = static_cast<char*>(std::malloc(s.size() + 1));
+    if (!p) throw std::bad_alloc();
+    std::memcpy(p, s.c_str(), s.size() + 1);
+    return p;
+}
+void copy_logits(const pldr::api::Tensor& t, double* out) {
+    if (!out) return;
+    const auto v = t.to_vector();
+    std::memcpy(out, v.data(), v.size() * sizeof(double));
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* pldr_last_error(void) {
+    return g_last_error.c_str();
+}
+const char* pldr_version(void) {
+    return pldr::api::version();
+}
+void pldr_string_free(char* s) {
+    std::free(s);
+}
+
+pldr_status pldr_model_load(const char* dir, const char* dtype, pldr_model** out) {
+    return guarded([&] {
+        need(dir, "dir");
+        need(out, "out");
+        *out = nullptr;
+        pldr::api::LoadOptions o;
+        o.dtype = pldr::api::dtype_from_name(dtype ? dtype : "f32");
+        *out = new pldr_model{pldr::api::Model::load(dir, o)};
+    });
+}
+void pldr_model_free(pldr_model* m) {
+    delete m;
+}
+
+pldr_status pldr_model_get_info(const pldr_model* m, pldr_model_info* out) {
+    return guarded([&] {
+        need(m, "model");
+        need(out, "out");
+        const auto& i = m->m.info();
+        *out = {i.vocab_size,
+                i.num_layers,
+                i.num_heads,
+                i.head_dim,
+                i.hidden_size,
+                i.max_position,
+                i.eos_id,
+                i.pad_id,
+                i.num_params,
+                i.learned_g,
+                m->m.has_tokenizer(),
+                i.dtype == pldr::api::DType::F64};
+    });
+}
+
+pldr_status pldr_tokenize(const pldr_model* m, const char* text, int64_t* ids, int64_t cap,
+                          int64_t* n_out) {
+    pldr_status st = PLDR_OK;
+    const pldr_status g = guarded([&] {
+        need(m, "model");
+        need(text, "text");
+        need(n_out, "n_out");
+        if (cap > 0) need(ids, "ids");
+        const auto v = m->m.tokenizer().encode(text);
+        *n_out = int64_t(v.size());
+        if (int64_t(v.size()) > cap) {
+            g_last_error = "pldr_tokenize: " + std::to_string(v.size()) +
+                           " ids do not fit in a buffer of " + std::to_string(cap);
+            st = PLDR_ERR_BUFFER_TOO_SMALL;
+            return;
+        }
+        std::copy(v.begin(), v.end(), ids);
+    });
+    return g != PLDR_OK ? g : st;
+}
+
+pldr_status pldr_detokenize(const pldr_model* m, const int64_t* ids, int64_t n, char** text_out) {
+    return guarded([&] {
+        need(m, "model");
+        need(text_out, "text_out");
+        if (n < 0) throw ArgError{"n must be >= 0"};
+        if (n > 0) need(ids, "ids");
+        *text_out = dup(m->m.tokenizer().decode(std::vector<int64_t>(ids, ids + n)));
+    });
+}
+
+pldr_generate_options pldr_generate_default_options(void) {
+    pldr_generate_options o;
+    o.max_tokens = 64;
+    o.sampling = {1.0, 1.0, 0, 0.0, 1.0, 0, 0};
+    o.stop_at_eos = 1;
+    o.cache = nullptr;
+    return o;
+}
+
+pldr_status pldr_generate(const pldr_model* m, const char* prompt, const pldr_generate_options* opt,
+                          pldr_token_callback cb, void* user, char** text_out) {
+    return guarded([&] {
+        need(m, "model");
+        need(prompt, "prompt");
+        need(text_out, "text_out");
+        *text_out = nullptr;
+        const pldr_generate_options d = pldr_generate_default_options();
+        const pldr_generate_options& o = opt ? *opt : d;
+        pldr::api::GenerateOptions g;
+        g.max_tokens = o.max_tokens;
+        g.stop_at_eos = o.stop_at_eos != 0;
+        g.cache = pldr::api::cache_mode_from_name(o.cache ? o.cache : "kvg");
+        g.sampling.temperature = o.sampling.temperature;
+        g.sampling.top_p = o.sampling.top_p;
+        g.sampling.top_k = o.sampling.top_k;
+        g.sampling.min_p = o.sampling.min_p;
+        g.sampling.repetition_penalty = o.sampling.repetition_penalty;
+        g.sampling.seed = o.sampling.seed;
+        g.sampling.greedy = o.sampling.greedy != 0;
+        pldr::api::TokenCallback f;
+        if (cb)
+            f = [&](const pldr::api::TokenInfo& t, const std::string&) {
+                return cb(t.id, t.text.c_str(), t.logprob, user) != 0;
+            };
+        *text_out = dup(m->m.generate(prompt, g, f).text);
+    });
+}
+
+pldr_status pldr_score(const pldr_model* m, const char* context, const char* continuation,
+                       const char* mode, double* logprob, int* is_greedy) {
+    return guarded([&] {
+        need(m, "model");
+        need(context, "context");
+        need(continuation, "continuation");
+        need(logprob, "logprob");
+        pldr::api::ScoreOptions o;
+        o.mode = pldr::api::score_mode_from_name(mode ? mode : "block");
+        const auto r = m->m.score(context, continuation, o);
+        *logprob = r.logprob;
+        if (is_greedy) *is_greedy = r.is_greedy;
+    });
+}
+
+pldr_status pldr_forward_tensor(const pldr_model* m, const int64_t* ids, int64_t batch, int64_t seq,
+                                const char* name, double* out, int64_t cap, int64_t* n_out,
+                                int64_t* shape, int* ndim) {
+    pldr_status st = PLDR_OK;
+    const pldr_status g = guarded([&] {
+        need(m, "model");
+        need(ids, "ids");
+        need(name, "name");
+        need(n_out, "n_out");
+        if (batch < 1 || seq < 1) throw ArgError{"batch and seq must be >= 1"};
+        const auto r = m->m.forward(std::vector<int64_t>(ids, ids + batch * seq), batch);
+        const auto& t = r.get(name);
+        *n_out = t.numel();
+        if (shape && ndim) {
+            if (t.shape.size() > 8) throw ArgError{"tensor has more than 8 dimensions"};
+            *ndim = int(t.shape.size());
+            std::copy(t.shape.begin(), t.shape.end(), shape);
+        }
+        if (t.numel() > cap) {
+            g_last_error = std::string("pldr_forward_tensor: ") + name + " has " +
+                           std::to_string(t.numel()) + " values, the buffer " + std::to_string(cap);
+            st = PLDR_ERR_BUFFER_TOO_SMALL;
+            return;
+        }
+        need(out, "out");
+        const auto v = t.to_vector();
+        std::memcpy(out, v.data(), v.size() * sizeof(double));
+    });
+    return g != PLDR_OK ? g : st;
+}
+
+pldr_status pldr_loss_and_grad(const pldr_model* m, const int64_t* tokens, int64_t batch,
+                               int64_t seq, double* loss, const char* grad_name, double* grads,
+                               int64_t cap, int64_t* n_out) {
+    pldr_status st = PLDR_OK;
+    const pldr_status g = guarded([&] {
+        need(m, "model");
+        need(tokens, "tokens");
+        need(loss, "loss");
+        if (batch < 1 || seq < 2) throw ArgError{"batch must be >= 1 and seq >= 2"};
+        const auto r =
+            m->m.loss_and_grads(std::vector<int64_t>(tokens, tokens + batch * seq), batch);
+        *loss = r.loss.value;
+        if (!grads) return;
+        need(grad_name, "grad_name");
+        need(n_out, "n_out");
+        const auto& t = r.get(grad_name);
+        *n_out = t.numel();
+        if (t.numel() > cap) {
+            g_last_error = std::string("pldr_loss_and_grad: the gradient of ") + grad_name +
+                           " has " + std::to_string(t.numel()) + " values, the buffer " +
+                           std::to_string(cap);
+            st = PLDR_ERR_BUFFER_TOO_SMALL;
+            return;
+        }
+        const auto v = t.to_vector();
+        std::memcpy(grads, v.data(), v.size() * sizeof(double));
+    });
+    return g != PLDR_OK ? g : st;
+}
+
+pldr_status pldr_session_new(const pldr_model* m, const char* cache, pldr_session** out) {
+    return guarded([&] {
+        need(m, "model");
+        need(out, "out");
+        *out = nullptr;
+        *out = new pldr_session{
+            pldr::api::Session(m->m, pldr::api::cache_mode_from_name(cache ? cache : "kvg"))};
+    });
+}
+void pldr_session_free(pldr_session* s) {
+    delete s;
+}
+pldr_status pldr_session_prefill(pldr_session* s, const int64_t* ids, int64_t n, double* logits) {
+    return guarded([&] {
+        need(s, "session");
+        need(ids, "ids");
+        if (n < 1) throw ArgError{"prefill needs n >= 1 tokens"};
+        copy_logits(s->s.prefill(std::vector<int64_t>(ids, ids + n)), logits);
+    });
+}
+pldr_status pldr_session_decode(pldr_session* s, int64_t id, double* logits) {
+    return guarded([&] {
+        need(s, "session");
+        copy_logits(s->s.decode(id), logits);
+    });
+}
+pldr_status pldr_session_reset(pldr_session* s) {
+    return guarded([&] {
+        need(s, "session");
+        s->s.reset();
+    });
+}
+int64_t pldr_session_length(const pldr_session* s) {
+    return s ? s->s.length() : 0;
+}
+
+}  // extern "C"
