@@ -91,25 +91,31 @@ void Slot::reset() {
     p_->sampler.reset();
 }
 
-int64_t Slot::length() const { return p_->s.length(); }
-const std::vector<int64_t>& Slot::tokens() const { return p_->s.tokens(); }
+int64_t Slot::length() const {
+    return p_->s.length();
+}
+const std::vector<int64_t>& Slot::tokens() const {
+    return p_->s.tokens();
+}
 
 // ---- Engine ----
 
-Engine::Engine(const std::string& model_dir, int64_t ctx, EchoMode echo)
+Engine::Engine(const std::string& model_dir, int64_t ctx, EchoMode echo,
+               const std::string& tokenizer)
     : p_(std::make_unique<Impl>()), echo_(echo) {
     p_->m = load_model<Real>(model_dir);
     p_->m.set_reference_numerics(true);
-    const std::string tp = model_dir + "/tokenizer.model";
-    PLDR_REQUIRE(std::filesystem::exists(tp), "serving needs a tokenizer: ", tp, " not found");
-    p_->tok = std::make_unique<Tokenizer>(tp);
-    PLDR_REQUIRE(p_->tok->vocab_size() <= p_->m.cfg.vocab_size, tp, ": tokenizer has ",
-                 p_->tok->vocab_size(), " pieces but the model's vocabulary is ",
-                 p_->m.cfg.vocab_size);
     const int64_t L = p_->m.cfg.max_position;
     PLDR_REQUIRE(ctx >= 0 && ctx <= L, "--ctx must be in [0, ", L,
                  "] (max_position_embeddings; 0 = all of it), got ", ctx);
     ctx_ = ctx > 0 ? ctx : L;
+    const std::string tp = tokenizer.empty() ? model_dir + "/tokenizer.model" : tokenizer;
+    PLDR_REQUIRE(std::filesystem::exists(tp), "serving needs a tokenizer: ", tp,
+                 " not found (give --tokenizer)");
+    p_->tok = std::make_unique<Tokenizer>(tp);
+    PLDR_REQUIRE(p_->tok->vocab_size() <= p_->m.cfg.vocab_size, tp, ": tokenizer has ",
+                 p_->tok->vocab_size(), " pieces but the model's vocabulary is ",
+                 p_->m.cfg.vocab_size);
     name_ = std::filesystem::path(model_dir).lexically_normal().filename().string();
     if (name_.empty()) name_ = std::filesystem::path(model_dir).parent_path().filename().string();
     if (name_.empty()) name_ = "pldr";
@@ -117,10 +123,18 @@ Engine::Engine(const std::string& model_dir, int64_t ctx, EchoMode echo)
 
 Engine::~Engine() = default;
 
-int64_t Engine::vocab_size() const { return p_->m.cfg.vocab_size; }
-int64_t Engine::eos_id() const { return p_->m.cfg.eos_token_id; }
-int64_t Engine::bos_id() const { return p_->m.cfg.bos_token_id; }
-int64_t Engine::pad_id() const { return p_->m.cfg.pad_token_id; }
+int64_t Engine::vocab_size() const {
+    return p_->m.cfg.vocab_size;
+}
+int64_t Engine::eos_id() const {
+    return p_->m.cfg.eos_token_id;
+}
+int64_t Engine::bos_id() const {
+    return p_->m.cfg.bos_token_id;
+}
+int64_t Engine::pad_id() const {
+    return p_->m.cfg.pad_token_id;
+}
 
 std::vector<int64_t> Engine::tokenize(const std::string& text) const {
     return p_->tok->encode(text);
@@ -162,11 +176,12 @@ void Engine::pieces(const std::vector<int64_t>& ids, std::vector<std::string>* o
 void Engine::check_ids(const std::vector<int64_t>& ids) const {
     const int64_t V = vocab_size();
     for (int64_t id : ids)
-        PLDR_REQUIRE(id >= 0 && id < V, "token id ", id, " is outside the vocabulary [0, ", V,
-                     ")");
+        PLDR_REQUIRE(id >= 0 && id < V, "token id ", id, " is outside the vocabulary [0, ", V, ")");
 }
 
-std::unique_ptr<Slot> Engine::new_slot() const { return std::unique_ptr<Slot>(new Slot(*this)); }
+std::unique_ptr<Slot> Engine::new_slot() const {
+    return std::unique_ptr<Slot>(new Slot(*this));
+}
 
 void Engine::decode_batch(const std::vector<Slot*>& slots, const std::vector<int64_t>& ids,
                           std::vector<std::string>* errors) const {

@@ -72,9 +72,11 @@ class Slot {
 
 class Engine {
   public:
-    // Loads MODEL_DIR (config.json, model.safetensors, tokenizer.model). ctx: the context limit
-    // (0 = max_position_embeddings; larger is an error).
-    Engine(const std::string& model_dir, int64_t ctx, EchoMode echo);
+    // Loads MODEL_DIR (config.json, model.safetensors) and the tokenizer (default
+    // MODEL_DIR/tokenizer.model). ctx: the context limit (0 = max_position_embeddings; larger is
+    // an error).
+    Engine(const std::string& model_dir, int64_t ctx, EchoMode echo,
+           const std::string& tokenizer = {});
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;

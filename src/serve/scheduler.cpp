@@ -14,6 +14,11 @@ bool Job::wait(int ms) {
     return cv.wait_for(lk, std::chrono::milliseconds(ms), [&] { return done || !events.empty(); });
 }
 
+bool Job::wait_done(int ms) {
+    std::unique_lock<std::mutex> lk(mu);
+    return cv.wait_for(lk, std::chrono::milliseconds(ms), [&] { return done; });
+}
+
 namespace {
 
 // Bytes at the end of s that could begin a stop string (held back until known).
@@ -53,7 +58,9 @@ Scheduler::Scheduler(const Engine& e, int64_t slots, int64_t max_queue)
     th_ = std::thread([this] { loop(); });
 }
 
-Scheduler::~Scheduler() { shutdown(); }
+Scheduler::~Scheduler() {
+    shutdown();
+}
 
 bool Scheduler::submit(const std::vector<std::shared_ptr<Job>>& jobs) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -119,10 +126,15 @@ void Scheduler::sample_and_emit(Job& j) {
     if (j.gen.empty()) j.t_first = Clock::now();
     j.gen.push_back(t);
     const bool eos = j.stop_at_eos && t.id == e_.eos_id();
-    std::vector<int64_t> ids;
+    // The text the generated tokens add after the prompt: decoded after the last prompt token,
+    // so that a leading space is kept (a decoded text drops the space of its first piece).
+    std::vector<int64_t> ids = {j.prompt.back()};
     for (const auto& g : j.gen) ids.push_back(g.id);
     if (eos) ids.pop_back();
+    const std::string head = e_.detokenize({j.prompt.back()});
     j.all = e_.detokenize(ids);
+    j.all = j.all.compare(0, head.size(), head) == 0 ? j.all.substr(head.size())
+                                                     : e_.detokenize({ids.begin() + 1, ids.end()});
     // The first stop string found ends the text before it.
     size_t cut = std::string::npos;
     for (const auto& s : j.stop) {

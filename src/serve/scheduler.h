@@ -56,6 +56,8 @@ struct Job {
 
     // Waits up to `ms` for an event or the end; returns true when something changed.
     bool wait(int ms);
+    // Waits up to `ms` for the end; returns done.
+    bool wait_done(int ms);
 };
 
 struct SchedulerStats {

@@ -30,7 +30,9 @@ struct HttpError {
     std::string type, message;
 };
 
-[[noreturn]] void bad(const std::string& msg) { throw HttpError{400, "invalid_request_error", msg}; }
+[[noreturn]] void bad(const std::string& msg) {
+    throw HttpError{400, "invalid_request_error", msg};
+}
 
 std::string error_body(const std::string& type, const std::string& msg) {
     json j;
@@ -64,11 +66,13 @@ std::string brief(const json& v) {
 
 bool get_bool(const json& b, const char* k, bool def) {
     if (!b.contains(k) || b[k].is_null()) return def;
-    if (!b[k].is_boolean()) bad(std::string("'") + k + "' must be a boolean (got " + brief(b[k]) + ")");
+    if (!b[k].is_boolean())
+        bad(std::string("'") + k + "' must be a boolean (got " + brief(b[k]) + ")");
     return b[k].get<bool>();
 }
 
-double get_num(const json& b, const char* k, double def, double lo, double hi, bool lo_open = false) {
+double get_num(const json& b, const char* k, double def, double lo, double hi,
+               bool lo_open = false) {
     if (!b.contains(k) || b[k].is_null()) return def;
     if (!b[k].is_number())
         bad(std::string("'") + k + "' must be a number (got " + brief(b[k]) + ")");
@@ -82,23 +86,27 @@ double get_num(const json& b, const char* k, double def, double lo, double hi, b
 int64_t get_int(const json& b, const char* k, int64_t def, int64_t lo, int64_t hi) {
     if (!b.contains(k) || b[k].is_null()) return def;
     const json& v = b[k];
-    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
-                                    std::abs(v.get<double>()) < 9e15))
+    if (!v.is_number_integer() &&
+        !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+          std::abs(v.get<double>()) < 9e15))
         bad(std::string("'") + k + "' must be an integer (got " + brief(v) + ")");
     if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
         bad(std::string("'") + k + "' is out of range (got " + brief(v) + ")");
     const int64_t x = v.is_number_float() ? int64_t(v.get<double>()) : v.get<int64_t>();
     if (x < lo || x > hi)
-        bad(std::string("'") + k + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-            "] (got " + brief(v) + ")");
+        bad(std::string("'") + k + "' must be in [" + std::to_string(lo) + ", " +
+            std::to_string(hi) + "] (got " + brief(v) + ")");
     return x;
 }
 
 std::vector<int64_t> id_list(const json& a, const Engine& e, const char* what) {
     std::vector<int64_t> ids;
     for (const auto& x : a) {
-        if (!x.is_number_integer()) bad(std::string(what) + " must hold integer token ids (got " + brief(x) + ")");
-        const int64_t id = x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX) ? -1 : x.get<int64_t>();
+        if (!x.is_number_integer())
+            bad(std::string(what) + " must hold integer token ids (got " + brief(x) + ")");
+        const int64_t id = x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX)
+                               ? -1
+                               : x.get<int64_t>();
         if (id < 0 || id >= e.vocab_size())
             bad(std::string(what) + ": token id " + x.dump() + " is outside the vocabulary [0, " +
                 std::to_string(e.vocab_size()) + ")");
@@ -115,7 +123,7 @@ class Server {
   public:
     Server(const std::string& dir, const ServeOptions& o)
         : o_(o),
-          e_(dir, o.ctx, o.mode == "cached" ? EchoMode::CACHED : EchoMode::BLOCK),
+          e_(dir, o.ctx, o.mode == "cached" ? EchoMode::CACHED : EchoMode::BLOCK, o.tokenizer),
           sched_(e_, o.parallel, o.queue) {
         max_tokens_ = o.max_tokens > 0 ? std::min(o.max_tokens, e_.ctx()) : e_.ctx();
     }
@@ -135,6 +143,7 @@ class Server {
 
     void completions(const httplib::Request& req, httplib::Response& res, bool chat);
     json choice_logprobs(const Job& j, bool echo) const;
+    std::string key_of(int64_t id) const;
     void tokenize(const httplib::Request& req, httplib::Response& res);
     void detokenize(const httplib::Request& req, httplib::Response& res);
     void deductive(const httplib::Request& req, httplib::Response& res);
@@ -211,18 +220,20 @@ std::vector<Server::Prompt> Server::parse_prompts(const json& p) const {
                     out.push_back(q);
                 } else {
                     bad("'prompt' must be a string, a list of strings, a list of token ids or a "
-                        "list of token-id lists (got an element " + brief(x) + ")");
+                        "list of token-id lists (got an element " +
+                        brief(x) + ")");
                 }
             }
         }
     } else {
         bad("'prompt' must be a string, a list of strings or token ids (got " + brief(p) + ")");
     }
-    if (out.size() > 1024) bad("'prompt' holds " + std::to_string(out.size()) + " prompts (at most 1024)");
+    if (out.size() > 1024)
+        bad("'prompt' holds " + std::to_string(out.size()) + " prompts (at most 1024)");
     for (const auto& q : out)
         if (int64_t(q.ids.size()) > e_.ctx())
-            bad("prompt of " + std::to_string(q.ids.size()) + " tokens is longer than the context (" +
-                std::to_string(e_.ctx()) + " tokens)");
+            bad("prompt of " + std::to_string(q.ids.size()) +
+                " tokens is longer than the context (" + std::to_string(e_.ctx()) + " tokens)");
     return out;
 }
 
@@ -231,14 +242,16 @@ std::vector<std::string> Server::parse_stop(const json& b) const {
     if (!b.contains("stop") || b["stop"].is_null()) return stop;
     const json& s = b["stop"];
     auto one = [&](const json& x) {
-        if (!x.is_string()) bad("'stop' must be a string or a list of strings (got " + brief(x) + ")");
+        if (!x.is_string())
+            bad("'stop' must be a string or a list of strings (got " + brief(x) + ")");
         const std::string v = x.get<std::string>();
-        if (v.empty()) bad("'stop' strings must not be empty");
+        if (v.empty()) return;  // harnesses may append an empty EOS text; nothing to match
         if (v.size() > 256) bad("'stop' strings must be at most 256 bytes");
         stop.push_back(v);
     };
     if (s.is_array()) {
-        if (s.size() > 16) bad("'stop' holds " + std::to_string(s.size()) + " strings (at most 16)");
+        if (s.size() > 16)
+            bad("'stop' holds " + std::to_string(s.size()) + " strings (at most 16)");
         for (const auto& x : s) one(x);
     } else {
         one(s);
@@ -246,12 +259,13 @@ std::vector<std::string> Server::parse_stop(const json& b) const {
     return stop;
 }
 
-std::vector<std::shared_ptr<Job>> Server::make_jobs(const json& b, const std::vector<Prompt>& prompts,
+std::vector<std::shared_ptr<Job>> Server::make_jobs(const json& b,
+                                                    const std::vector<Prompt>& prompts,
                                                     const std::vector<std::string>& extra_stop,
                                                     int64_t* n_out, bool chat) const {
-    const int64_t max_tokens =
-        get_int(b, chat && b.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
-                chat ? std::min<int64_t>(256, max_tokens_) : 16, 0, max_tokens_);
+    const int64_t max_tokens = get_int(
+        b, chat && b.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+        chat ? std::min<int64_t>(256, max_tokens_) : 16, 0, max_tokens_);
     SamplingParams sp;
     sp.temperature = get_num(b, "temperature", 1.0, 0.0, 100.0);
     sp.top_p = get_num(b, "top_p", 1.0, 0.0, 1.0, true);
@@ -272,8 +286,7 @@ std::vector<std::shared_ptr<Job>> Server::make_jobs(const json& b, const std::ve
     stop.insert(stop.end(), extra_stop.begin(), extra_stop.end());
     if (chat && b.contains("logprobs") && !b["logprobs"].is_null() && !b["logprobs"].is_boolean())
         bad("'logprobs' must be a boolean for chat completions");
-    if (!echo && max_tokens == 0)
-        bad("'max_tokens' is 0 without 'echo': nothing to return");
+    if (!echo && max_tokens == 0) bad("'max_tokens' is 0 without 'echo': nothing to return");
     std::vector<std::shared_ptr<Job>> jobs;
     for (const auto& p : prompts)
         for (int64_t k = 0; k < n; ++k) {
@@ -299,6 +312,20 @@ void Server::submit(const std::vector<std::shared_ptr<Job>>& jobs) {
                                         " jobs waiting for a slot); retry later"};
 }
 
+// The key of an alternative in top_logprobs: its piece with the word marker as a space.
+std::string Server::key_of(int64_t id) const {
+    std::string p = e_.piece(id), out;
+    for (size_t i = 0; i < p.size();) {
+        if (p.compare(i, 3, "\xE2\x96\x81") == 0) {
+            out += ' ';
+            i += 3;
+        } else {
+            out += p[i++];
+        }
+    }
+    return out;
+}
+
 json Server::choice_logprobs(const Job& j, bool echo) const {
     std::vector<int64_t> ids;
     if (echo) ids = j.prompt;
@@ -313,13 +340,7 @@ json Server::choice_logprobs(const Job& j, bool echo) const {
         tl.push_back(t.logprob);
         json d = json::object();
         for (const auto& [id, v] : t.top) {
-            std::string k;
-            std::vector<std::string> ps;
-            std::vector<int64_t> os;
-            e_.pieces({id}, &ps, &os);
-            k = ps.empty() ? e_.piece(id) : ps[0];
-            if (k.empty()) k = e_.piece(id);
-            if (!d.contains(k)) d[k] = v;
+            if (!d.contains(key_of(id))) d[key_of(id)] = v;
         }
         top.push_back(d);
     };
@@ -346,13 +367,18 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         for (const auto& m : b["messages"]) {
             if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
                 !m.contains("content") || !m["content"].is_string())
-                bad("each message must be an object with string 'role' and 'content' (got " + brief(m) + ")");
+                bad("each message must be an object with string 'role' and 'content' (got " +
+                    brief(m) + ")");
             const std::string role = m["role"].get<std::string>();
             std::string name;
-            if (role == "system") name = "System";
-            else if (role == "user") name = "User";
-            else if (role == "assistant") name = "Assistant";
-            else bad("message role must be system, user or assistant (got '" + role + "')");
+            if (role == "system")
+                name = "System";
+            else if (role == "user")
+                name = "User";
+            else if (role == "assistant")
+                name = "Assistant";
+            else
+                bad("message role must be system, user or assistant (got '" + role + "')");
             text += name + ": " + m["content"].get<std::string>() + "\n";
         }
         text += "Assistant:";
@@ -396,7 +422,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     if (!stream) {
         res.set_chunked_content_provider(
             "application/json",
-            [this, st, id, created, model, chat, echo, want_lp, usage, cancel_all](size_t, httplib::DataSink& sink) {
+            [this, st, id, created, model, chat, echo, want_lp, usage, cancel_all](
+                size_t, httplib::DataSink& sink) {
                 int idle = 0;
                 for (;;) {
                     size_t k = 0;
@@ -406,7 +433,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                         ++k;
                     }
                     if (k == st->jobs.size()) break;
-                    st->jobs[k]->wait(250);
+                    st->jobs[k]->wait_done(250);
                     // A space every second (JSON allows leading whitespace): a client that has
                     // gone away makes the write fail, and its jobs are cancelled.
                     if (++idle % 4 == 0 && !sink.write(" ", 1)) {
@@ -431,7 +458,10 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                         json c;
                         c["index"] = i;
                         if (chat) {
-                            c["message"] = {{"role", "assistant"}, {"content", j.text}};
+                            const size_t sp = j.text.find_first_not_of(' ');
+                            c["message"] = {
+                                {"role", "assistant"},
+                                {"content", sp == std::string::npos ? "" : j.text.substr(sp)}};
                         } else {
                             std::string text = j.text;
                             if (echo) {
@@ -465,7 +495,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, st, id, created, model, chat, echo, want_lp, usage, cancel_all](size_t, httplib::DataSink& sink) {
+        [this, st, id, created, model, chat, echo, want_lp, usage, cancel_all](
+            size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
                 const std::string s = "data: " + j.dump() + "\n\n";
                 return sink.write(s.data(), s.size());
@@ -503,7 +534,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                     if (!st->started[i] && (!evs.empty() || done)) {
                         st->started[i] = true;
                         if (chat) {
-                            if (!send(chunk(i, json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)))
+                            if (!send(chunk(i, json{{"role", "assistant"}, {"content", ""}},
+                                            nullptr, nullptr)))
                                 return cancel_all(), false;
                         } else if (echo) {
                             std::vector<std::string> ps;
@@ -542,7 +574,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                         if (!j.error.empty()) {
                             json e = json::parse(error_body("server_error", j.error));
                             if (!send(e)) return cancel_all(), false;
-                        } else if (!send(chunk(i, chat ? json::object() : json(""), nullptr, j.finish_reason))) {
+                        } else if (!send(chunk(i, chat ? json::object() : json(""), nullptr,
+                                               j.finish_reason))) {
                             return cancel_all(), false;
                         }
                     }
@@ -589,9 +622,12 @@ void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
     const std::string text = b[key].get<std::string>();
     std::vector<int64_t> ids;
     // The special pieces alone map to their ids (lm-eval's remote tokenizer reads EOS this way).
-    if (text == e_.piece(e_.eos_id())) ids = {e_.eos_id()};
-    else if (e_.bos_id() >= 0 && text == e_.piece(e_.bos_id())) ids = {e_.bos_id()};
-    else ids = e_.tokenize(text);
+    if (text == e_.piece(e_.eos_id()))
+        ids = {e_.eos_id()};
+    else if (e_.bos_id() >= 0 && text == e_.piece(e_.bos_id()))
+        ids = {e_.bos_id()};
+    else
+        ids = e_.tokenize(text);
     json out;
     out["tokens"] = ids;
     out["count"] = ids.size();
@@ -608,7 +644,8 @@ void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
 
 void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
     const json b = body_of(req);
-    if (!b.contains("tokens") || !b["tokens"].is_array()) bad("'tokens' must be a list of token ids");
+    if (!b.contains("tokens") || !b["tokens"].is_array())
+        bad("'tokens' must be a list of token ids");
     const auto ids = id_list(b["tokens"], e_, "'tokens'");
     res.set_content(json{{"prompt", e_.detokenize(ids)}}.dump(), "application/json");
 }
@@ -640,7 +677,8 @@ void Server::deductive(const httplib::Request& req, httplib::Response& res) {
             std::to_string(int64_t(ids.size()) - prefix_len) + ")");
     int expect = 0;
     if (!deductive_busy_.compare_exchange_strong(expect, 1))
-        throw HttpError{429, "rate_limit_error", "a /v1/deductive request is already running; retry later"};
+        throw HttpError{429, "rate_limit_error",
+                        "a /v1/deductive request is already running; retry later"};
     struct Release {
         std::atomic<int>& b;
         ~Release() { b = 0; }
@@ -658,7 +696,8 @@ void Server::deductive(const httplib::Request& req, httplib::Response& res) {
             for (int64_t h = 0; h < d.heads; ++h) {
                 json rows = json::array();
                 for (int64_t i = 0; i < D; ++i)
-                    rows.push_back(std::vector<double>(l.begin() + (h * D + i) * D, l.begin() + (h * D + i + 1) * D));
+                    rows.push_back(std::vector<double>(l.begin() + (h * D + i) * D,
+                                                       l.begin() + (h * D + i + 1) * D));
                 hs.push_back(rows);
             }
             layers.push_back(hs);
@@ -684,10 +723,11 @@ std::string Server::metrics() const {
     const SchedulerStats s = sched_.stats();
     std::string m;
     auto line = [&](const char* name, const char* type, const char* help, double v) {
-        m += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name +
-             " " + json(v).dump() + "\n";
+        m += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+             name + " " + json(v).dump() + "\n";
     };
-    m += "# HELP pldr_requests_total HTTP requests by path and status.\n# TYPE pldr_requests_total counter\n";
+    m += "# HELP pldr_requests_total HTTP requests by path and status.\n# TYPE pldr_requests_total "
+         "counter\n";
     {
         std::lock_guard<std::mutex> lk(mmu_);
         for (const auto& [k, v] : requests_) {
@@ -696,9 +736,11 @@ std::string Server::metrics() const {
                  "\"} " + std::to_string(v) + "\n";
         }
     }
-    line("pldr_prompt_tokens_total", "counter", "Prompt tokens prefilled.", double(s.prompt_tokens));
+    line("pldr_prompt_tokens_total", "counter", "Prompt tokens prefilled.",
+         double(s.prompt_tokens));
     line("pldr_generated_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
-    line("pldr_tokens_per_second", "gauge", "Tokens generated per second over the last 10 s.", s.tokens_per_s);
+    line("pldr_tokens_per_second", "gauge", "Tokens generated per second over the last 10 s.",
+         s.tokens_per_s);
     line("pldr_decode_steps_total", "counter", "Batched decode steps.", double(s.decode_steps));
     line("pldr_decode_batched_tokens_total", "counter", "Slot decodes run in batched steps.",
          double(s.batched_tokens));
@@ -721,8 +763,9 @@ int Server::run() {
         if (!res.body.empty()) return;
         std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
                           : res.status == 413 ? "request body is larger than the limit (--max-body)"
-                          : res.status == 405 ? "method " + req.method + " not allowed on " + req.path
-                                              : "bad request";
+                          : res.status == 405
+                              ? "method " + req.method + " not allowed on " + req.path
+                              : "bad request";
         res.set_content(error_body(type_for(res.status), msg), "application/json");
     });
     svr_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
@@ -730,8 +773,11 @@ int Server::run() {
         const std::string p = req.path.size() > 40 ? "other" : req.path;
         ++requests_[p + " " + std::to_string(res.status)];
     });
-    auto post = [this](const char* path, std::function<void(const httplib::Request&, httplib::Response&)> f) {
-        svr_.Post(path, [this, f](const httplib::Request& q, httplib::Response& r) { guard(r, [&] { f(q, r); }); });
+    auto post = [this](const char* path,
+                       std::function<void(const httplib::Request&, httplib::Response&)> f) {
+        svr_.Post(path, [this, f](const httplib::Request& q, httplib::Response& r) {
+            guard(r, [&] { f(q, r); });
+        });
     };
     post("/v1/completions", [this](const auto& q, auto& r) { completions(q, r, false); });
     post("/v1/chat/completions", [this](const auto& q, auto& r) { completions(q, r, true); });
@@ -739,9 +785,13 @@ int Server::run() {
     post("/detokenize", [this](const auto& q, auto& r) { detokenize(q, r); });
     post("/v1/deductive", [this](const auto& q, auto& r) { deductive(q, r); });
     svr_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
-        json m = {{"id", e_.model_name()}, {"object", "model"}, {"created", 0}, {"owned_by", "pldr"},
+        json m = {{"id", e_.model_name()},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "pldr"},
                   {"max_model_len", e_.ctx()}};
-        r.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+        r.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(),
+                      "application/json");
     });
     svr_.Get("/tokenizer_info", [this](const httplib::Request&, httplib::Response& r) {
         json j;
@@ -754,7 +804,8 @@ int Server::run() {
     svr_.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
         if (draining_) {
             r.status = 503;
-            r.set_content(error_body("unavailable_error", "the server is shutting down"), "application/json");
+            r.set_content(error_body("unavailable_error", "the server is shutting down"),
+                          "application/json");
             return;
         }
         r.set_content(R"({"status":"ok"})", "application/json");
@@ -806,9 +857,13 @@ int Server::run() {
 }
 
 int run_server(const std::string& model_dir, const ServeOptions& o) {
-    PLDR_REQUIRE(o.mode == "block" || o.mode == "cached", "--mode must be block or cached (got '", o.mode, "')");
+    PLDR_REQUIRE(o.mode == "block" || o.mode == "cached", "--mode must be block or cached (got '",
+                 o.mode, "')");
     PLDR_REQUIRE(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got ", o.port);
-    PLDR_REQUIRE(o.queue >= 1 && o.queue <= 100000, "--queue must be in [1, 100000], got ", o.queue);
+    PLDR_REQUIRE(o.parallel >= 1 && o.parallel <= 256, "--parallel must be in [1, 256], got ",
+                 o.parallel);
+    PLDR_REQUIRE(o.queue >= 1 && o.queue <= 100000, "--queue must be in [1, 100000], got ",
+                 o.queue);
     PLDR_REQUIRE(o.max_body >= 1024, "--max-body must be >= 1024 bytes, got ", o.max_body);
     PLDR_REQUIRE(o.max_tokens >= 0, "--max-tokens must be >= 0, got ", o.max_tokens);
     PLDR_REQUIRE(o.max_n >= 1 && o.max_n <= 128, "--max-n must be in [1, 128], got ", o.max_n);

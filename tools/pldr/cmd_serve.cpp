@@ -26,6 +26,8 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--max-tokens", o->max_tokens, "limit of max_tokens (0 = the context)")
         ->capture_default_str();
     cmd->add_option("--max-n", o->max_n, "limit of n (choices per prompt)")->capture_default_str();
+    cmd->add_option("--tokenizer", o->tokenizer,
+                    "SentencePiece model (default MODEL_DIR/tokenizer.model)");
     cmd->add_option("--threads", o->threads, "HTTP worker threads (0 = parallel + queue + 4)")
         ->capture_default_str();
     cmd->callback([dir, o]() { return serve::run_server(*dir, *o); });
