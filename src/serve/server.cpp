@@ -282,6 +282,7 @@ std::vector<std::shared_ptr<Job>> Server::make_jobs(const json& b,
         top_n = get_int(b, "logprobs", 0, 0, 20);
     }
     const bool echo = !chat && get_bool(b, "echo", false);
+    const bool ignore_eos = get_bool(b, "ignore_eos", false);
     std::vector<std::string> stop = parse_stop(b);
     stop.insert(stop.end(), extra_stop.begin(), extra_stop.end());
     if (chat && b.contains("logprobs") && !b["logprobs"].is_null() && !b["logprobs"].is_boolean())
@@ -298,6 +299,7 @@ std::vector<std::shared_ptr<Job>> Server::make_jobs(const json& b,
             j->top_n = want_lp ? std::max<int64_t>(top_n, 1) : 0;
             j->echo = echo && want_lp;
             j->stop = stop;
+            j->stop_at_eos = !ignore_eos;
             jobs.push_back(j);
         }
     *n_out = n;

@@ -35,7 +35,7 @@ def one_round(s, a, deadline):
         t0 = time.time()
         try:
             evs = s.stream("/v1/completions", {"prompt": prompts[i % 4], "max_tokens": a.max_tokens,
-                                              "temperature": 0.8, "seed": i, "stream": True,
+                                              "temperature": 0.8, "seed": i, "stream": True, "ignore_eos": True,
                                               "logprobs": 1})
             n = sum(len(ch["logprobs"]["tokens"]) for e in evs[:-1] if e != "[DONE]"
                     for ch in e["choices"] if ch.get("logprobs"))

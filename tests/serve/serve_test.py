@@ -231,7 +231,8 @@ def run_all(s):
     # a client that disconnects frees its slot
     before = s.metric("pldr_jobs_cancelled_total")
     sock = socket.create_connection(("127.0.0.1", s.port))
-    req = json.dumps({"prompt": "Once upon a time", "max_tokens": 1000, "stream": True, "temperature": 0})
+    req = json.dumps({"prompt": "Once upon a time", "max_tokens": 1000, "stream": True, "temperature": 0,
+                      "ignore_eos": True})
     sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   f"Content-Length: {len(req)}\r\n\r\n{req}").encode())
     got = sock.recv(4096)
@@ -247,7 +248,7 @@ def run_all(s):
     # same for a non-streamed request (noticed by the keep-alive write)
     before = s.metric("pldr_jobs_cancelled_total")
     sock = socket.create_connection(("127.0.0.1", s.port))
-    req = json.dumps({"prompt": "Once upon a time", "max_tokens": 1000, "temperature": 0})
+    req = json.dumps({"prompt": "Once upon a time", "max_tokens": 1000, "temperature": 0, "ignore_eos": True})
     sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   f"Content-Length: {len(req)}\r\n\r\n{req}").encode())
     time.sleep(0.5)
@@ -273,7 +274,7 @@ def queue_full_and_drain(pldr):
 
     def long_stream(key):
         results[key] = s.stream("/v1/completions", {"prompt": "Once", "max_tokens": 200, "temperature": 0,
-                                                   "stream": True})
+                                                   "ignore_eos": True, "stream": True})
 
     t1 = threading.Thread(target=long_stream, args=("a",))
     t1.start()
