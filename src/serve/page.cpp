@@ -33,10 +33,10 @@ canvas{background:#fff;border:1px solid #ccc}svg{background:#fff;border:1px soli
 </div><div id="right">
 <div><b>G<sub>LM</sub></b> per layer (rows) and head (columns) for the current text
 <span class="note">(blue &lt; 0 &lt; red, each matrix scaled to its own max |value|)</span></div>
-<canvas id="heat" width="520" height="300"></canvas>
+<canvas id="heat" width="540" height="300"></canvas>
 <div><b>eps_G</b> per generated step and layer: relative RMS change of G<sub>LM</sub> from the
 prompt's operator <span class="note">(0 = the operator is collapsed: a KVG cache is exact)</span></div>
-<svg id="eps" width="520" height="200"></svg>
+<svg id="eps" width="540" height="200"></svg>
 </div></div>
 <script>
 "use strict";
@@ -46,7 +46,8 @@ fetch('/v1/models').then(r=>r.json()).then(j=>{$('model').textContent=j.data[0].
 function color(v){const t=Math.max(-1,Math.min(1,v));const a=Math.round(255*(1-Math.abs(t)));
  return t>=0?`rgb(255,${a},${a})`:`rgb(${a},${a},255)`}
 function drawHeat(d){const c=$('heat'),g=c.getContext('2d');const L=d.layers,H=d.heads,D=d.head_dim;
- const pad=18,cell=Math.max(2,Math.floor(Math.min((c.width-pad*(H+1))/(H*D),(c.height-pad*(L+1))/(L*D))));
+ const pad=18,cell=Math.max(2,Math.min(12,Math.floor((c.width-pad*(H+1))/(H*D))));
+ const h=pad+L*(D*cell+pad);if(c.height!==h)c.height=h;
  g.clearRect(0,0,c.width,c.height);g.font='11px sans-serif';g.fillStyle='#333';
  for(let l=0;l<L;l++)for(let h=0;h<H;h++){const M=d.G_LM[l][h];let mx=0;
   for(const r of M)for(const v of r)mx=Math.max(mx,Math.abs(v));mx=mx||1;
@@ -56,8 +57,8 @@ function drawHeat(d){const c=$('heat'),g=c.getContext('2d');const L=d.layers,H=d
  draws++;document.body.dataset.heatmapDraws=draws}
 function drawEps(d){const s=$('eps'),W=+s.getAttribute('width'),H=+s.getAttribute('height');
  const e=d.eps_G||[];let html='';const cols=['#d62728','#1f77b4','#2ca02c','#ff7f0e','#9467bd','#8c564b'];
- let lo=1e-9,hi=1e-9;for(const r of e)for(const v of r)if(v>0){hi=Math.max(hi,v)}
- hi=Math.max(hi*2,1e-6);lo=Math.min(lo,hi/1e4);
+ let lo=Infinity,hi=0;for(const r of e)for(const v of r)if(v>0){hi=Math.max(hi,v);lo=Math.min(lo,v)}
+ if(!(hi>0)){hi=1;lo=1e-6}hi*=2;lo=Math.max(Math.min(lo/2,hi/100),hi/1e8);
  const X=t=>30+(W-40)*(e.length>1?t/(e.length-1):0.5),Y=v=>{const y=Math.log10(Math.max(v,lo));
   return H-20-(H-30)*(y-Math.log10(lo))/(Math.log10(hi)-Math.log10(lo))};
  html+=`<text x="4" y="12" font-size="10">${hi.toExponential(0)}</text><text x="4" y="${H-22}" font-size="10">${lo.toExponential(0)}</text>`;

@@ -4,7 +4,9 @@ clicks Generate, waits for streamed text and a drawn G_LM heatmap (canvas pixels
 and saves a screenshot. Drives Chromium over the DevTools protocol (python3-websocket).
 Exits 77 (skipped) with a message when chromium or python3-websocket is absent.
 
-Usage: page_test.py PLDR [SCREENSHOT.png]"""
+Usage: page_test.py PLDR [SCREENSHOT.png [MODEL_DIR [PROMPT]]]
+(docs/serve-page.png: page_test.py build/pldr docs/serve-page.png models/pldr-sotu-small
+ "Fellow citizens, the state of our Union is")"""
 import base64
 import json
 import os
@@ -20,6 +22,8 @@ from serve_util import ROOT, Server, check  # noqa: E402
 
 PLDR = sys.argv[1]
 SHOT = sys.argv[2] if len(sys.argv) > 2 else os.path.join(tempfile.gettempdir(), "pldr-serve-page.png")
+MODEL = sys.argv[3] if len(sys.argv) > 3 else None
+PROMPT = sys.argv[4] if len(sys.argv) > 4 else "Once upon a time, in a quiet village by the sea,"
 
 chrome = shutil.which("chromium") or shutil.which("chromium-browser")
 if not chrome:
@@ -55,10 +59,10 @@ class Tab:
 
 
 def main():
-    s = Server(PLDR, args=["--parallel", "2"])
+    s = Server(PLDR, args=["--parallel", "2"], **({"model": MODEL} if MODEL else {}))
     prof = tempfile.mkdtemp(prefix="pldr-chromium-")
     cr = subprocess.Popen([chrome, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                           "--remote-debugging-port=0", f"--user-data-dir={prof}", "--window-size=1280,800",
+                           "--remote-debugging-port=0", f"--user-data-dir={prof}", "--window-size=1280,900",
                            "--remote-allow-origins=*", "about:blank"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -73,7 +77,7 @@ def main():
         page = next(t for t in tabs if t["type"] == "page")
         tab = Tab(page["webSocketDebuggerUrl"])
         tab.call("Page.enable")
-        tab.call("Emulation.setDeviceMetricsOverride", width=1200, height=760, deviceScaleFactor=1, mobile=False)
+        tab.call("Emulation.setDeviceMetricsOverride", width=1200, height=820, deviceScaleFactor=1, mobile=False)
         tab.call("Page.navigate", url=f"http://127.0.0.1:{s.port}/")
         t0 = time.time()
         while tab.js("document.readyState") != "complete" or tab.js("document.getElementById('go')===null"):
@@ -81,9 +85,9 @@ def main():
             time.sleep(0.1)
         # Type the prompt (key events into the focused textarea), set the settings, click Generate.
         tab.js("(()=>{const p=document.getElementById('prompt');p.value='';p.focus();return 1})()")
-        tab.call("Input.insertText", text="Once upon a time, in a quiet village by the sea,")
+        tab.call("Input.insertText", text=PROMPT)
         tab.js("document.getElementById('max_tokens').value='40';document.getElementById('temperature').value='0.7'")
-        check(tab.js("document.getElementById('prompt').value").startswith("Once upon a time"), "typing failed")
+        check(tab.js("document.getElementById('prompt').value") == PROMPT, "typing failed")
         tab.js("document.getElementById('go').click()")
         # Streamed text appears while generating: wait for partial output before the end.
         t0 = time.time()
@@ -111,7 +115,8 @@ def main():
         check(colored > 2000, f"heatmap has only {colored} coloured pixels")
         lines = tab.js("document.querySelectorAll('#eps polyline').length")
         pts = tab.js("(document.querySelector('#eps polyline')||{getAttribute:()=>''}).getAttribute('points')")
-        check(lines == 2 and len(pts.split()) >= 2, f"eps_G chart: {lines} lines, points {pts[:60]}")
+        layers = s.post("/v1/deductive", {"prompt": "a"})[1]["layers"]
+        check(lines == layers and len(pts.split()) >= 2, f"eps_G chart: {lines} lines, points {pts[:60]}")
         shot = tab.call("Page.captureScreenshot", format="png")
         os.makedirs(os.path.dirname(os.path.abspath(SHOT)), exist_ok=True)
         tmp = SHOT + ".tmp"
