@@ -142,7 +142,7 @@ class Server {
     void submit(const std::vector<std::shared_ptr<Job>>& jobs);
 
     void completions(const httplib::Request& req, httplib::Response& res, bool chat);
-    json choice_logprobs(const Job& j, bool echo) const;
+    json choice_logprobs(const Job& j, bool echo, int64_t base = 0) const;
     std::string key_of(int64_t id) const;
     void tokenize(const httplib::Request& req, httplib::Response& res);
     void detokenize(const httplib::Request& req, httplib::Response& res);
@@ -328,13 +328,25 @@ std::string Server::key_of(int64_t id) const {
     return out;
 }
 
-json Server::choice_logprobs(const Job& j, bool echo) const {
+json Server::choice_logprobs(const Job& j, bool echo, int64_t base) const {
+    // Each token's text in context: with echo, from the start of the prompt; otherwise after
+    // the last prompt token (so that a generated token keeps its leading space), with offsets
+    // into the generated text from `base` on.
     std::vector<int64_t> ids;
-    if (echo) ids = j.prompt;
+    if (echo)
+        ids = j.prompt;
+    else if (!j.prompt.empty())
+        ids = {j.prompt.back()};
     for (const auto& g : j.gen) ids.push_back(g.id);
     std::vector<std::string> pieces;
     std::vector<int64_t> offsets;
     e_.pieces(ids, &pieces, &offsets);
+    if (!echo && !j.prompt.empty() && !pieces.empty()) {
+        const int64_t skip = int64_t(pieces[0].size());
+        pieces.erase(pieces.begin());
+        offsets.erase(offsets.begin());
+        for (auto& o : offsets) o = o - skip + base;
+    }
     json lp;
     lp["tokens"] = pieces;
     json tl = json::array(), top = json::array();
@@ -400,12 +412,15 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     struct State {
         std::vector<std::shared_ptr<Job>> jobs;
         std::vector<bool> started, ended;
+        std::vector<int64_t> last_tok, sent;  // streamed logprobs: previous token, text length
         bool sent_done = false;
     };
     auto st = std::make_shared<State>();
     st->jobs = jobs;
     st->started.assign(jobs.size(), false);
     st->ended.assign(jobs.size(), false);
+    st->last_tok.assign(jobs.size(), -1);
+    st->sent.assign(jobs.size(), 0);
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
     const int64_t created = int64_t(std::time(nullptr));
     const std::string model = e_.model_name();
@@ -562,9 +577,14 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                         any = true;
                         json lp = nullptr;
                         if (want_lp && !ev.tokens.empty()) {
+                            // In context: after the previous token (the prompt's last one first).
                             Job tmp;
+                            tmp.prompt = {st->last_tok[i] >= 0 ? st->last_tok[i] : j.prompt.back()};
                             tmp.gen = ev.tokens;
-                            lp = choice_logprobs(tmp, false);
+                            lp = choice_logprobs(tmp, false, st->sent[i]);
+                            st->last_tok[i] = ev.tokens.back().id;
+                            for (const auto& t : lp["tokens"])
+                                st->sent[i] += int64_t(t.get<std::string>().size());
                         }
                         if (ev.text.empty() && lp.is_null()) continue;
                         json d = chat ? json{{"content", ev.text}} : json(ev.text);

@@ -115,6 +115,13 @@ def run_all(s):
     check(len(L["tokens"]) == 5 and all(len(d) <= 3 and len(d) >= 1 for d in L["top_logprobs"]), f"{L}")
     check(all(abs(v - max(d.values())) < 1e-12 for v, d in zip(L["token_logprobs"], L["top_logprobs"])),
           "greedy token is not its top logprob")
+    g5 = lp["choices"][0]["text"]
+    check("".join(L["tokens"]) == g5 and all(g5[o:].startswith(t) for o, t in zip(L["text_offset"], L["tokens"])),
+          f"generated tokens/offsets {L['tokens']} {L['text_offset']} vs {g5!r}")
+    evs = s.stream("/v1/completions", {**body, "max_tokens": 5, "logprobs": 3, "stream": True})
+    st_toks = [t for e in evs[:-1] for ch in e["choices"] if ch.get("logprobs") for t in ch["logprobs"]["tokens"]]
+    st_offs = [o for e in evs[:-1] for ch in e["choices"] if ch.get("logprobs") for o in ch["logprobs"]["text_offset"]]
+    check(st_toks == L["tokens"] and st_offs == L["text_offset"], f"streamed logprobs {st_toks} {st_offs}")
 
     # streaming: the deltas add up to the non-streamed text; ends with [DONE]
     evs = s.stream("/v1/completions", {**body, "stream": True})
