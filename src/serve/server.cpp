@@ -307,6 +307,10 @@ std::vector<std::shared_ptr<Job>> Server::make_jobs(const json& b,
 }
 
 void Server::submit(const std::vector<std::shared_ptr<Job>>& jobs) {
+    if (int64_t(jobs.size()) > o_.queue)
+        bad("the request makes " + std::to_string(jobs.size()) +
+            " jobs (prompts x n), more than the queue holds (" + std::to_string(o_.queue) +
+            ", --queue)");
     if (!sched_.submit(jobs))
         throw HttpError{draining_ ? 503 : 429, draining_ ? "unavailable_error" : "rate_limit_error",
                         draining_ ? "the server is shutting down"
@@ -792,7 +796,13 @@ int Server::run() {
     });
     svr_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
         std::lock_guard<std::mutex> lk(mmu_);
-        const std::string p = req.path.size() > 40 ? "other" : req.path;
+        // Known routes only (a client's path must not add label values or break the format).
+        static const char* const known[] = {
+            "/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/deductive", "/tokenize",
+            "/detokenize",     "/tokenizer_info",      "/health",    "/metrics",      "/"};
+        std::string p = "other";
+        for (const char* k : known)
+            if (req.path == k) p = k;
         ++requests_[p + " " + std::to_string(res.status)];
     });
     auto post = [this](const char* path,

@@ -204,6 +204,7 @@ def run_all(s):
         ("/v1/completions", {"prompt": "a", "seed": "x"}, None, 400, "'seed' must be an integer"),
         ("/v1/completions", {"prompt": "a", "n": 0}, None, 400, "'n' must be in"),
         ("/v1/completions", {"prompt": "a", "n": 100}, None, 400, "'n' must be in"),
+        ("/v1/completions", {"prompt": ["a"] * 5, "n": 2}, None, 400, "more than the queue holds"),
         ("/v1/completions", {"prompt": "a", "stop": 3}, None, 400, "'stop' must be"),
         ("/v1/completions", {"prompt": "a", "stop": ["x" * 300]}, None, 400, "at most 256 bytes"),
         ("/v1/completions", {"prompt": "a", "stream": "yes"}, None, 400, "'stream' must be a boolean"),
