@@ -304,7 +304,7 @@ def queue_full_and_drain(pldr):
         pass  # the listener may already be closed
     t1.join(120)
     t2.join(120)
-    code_holder["code"] = s.p.wait(60)
+    code_holder["code"] = s.stop(60)
     check(results.get("a", [None])[-1] == "[DONE]" and results.get("b", [None])[-1] == "[DONE]",
           "SIGTERM did not drain the running streams")
     check(code_holder["code"] == 0, f"exit code after SIGTERM: {code_holder['code']}")

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,14 +22,22 @@ class Server:
         e.setdefault("OPENBLAS_NUM_THREADS", "1")
         if env:
             e.update(env)
+        # stderr to a file: a sanitizer report must neither block the server on a full pipe nor
+        # get lost (stop() prints its tail when the exit code is not 0).
+        self.err = tempfile.NamedTemporaryFile(prefix="pldr-serve-", suffix=".err", delete=False)
         self.p = subprocess.Popen([pldr, "serve", model, "--host", "127.0.0.1", "--port", "0", *args],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, text=True)
+                                  stdout=subprocess.PIPE, stderr=self.err, env=e, text=True)
         line = self.p.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         if not m:
             self.p.kill()
-            raise RuntimeError("server did not start: " + line + self.p.stderr.read())
+            self.p.wait()
+            raise RuntimeError("server did not start: " + line + self.stderr())
         self.port = int(m.group(1))
+
+    def stderr(self):
+        with open(self.err.name, errors="replace") as f:
+            return f.read()
 
     def conn(self, timeout=120):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -92,11 +101,15 @@ class Server:
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
         try:
-            return self.p.wait(timeout)
+            code = self.p.wait(timeout)
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
-            return None
+            code = None
+        if code != 0:
+            print("server stderr (tail):\n" + self.stderr()[-4000:], file=sys.stderr)
+        os.unlink(self.err.name)
+        return code
 
 
 def check(cond, msg):
