@@ -102,8 +102,11 @@ def run(pldr, a, parallel):
     # No growth between rounds. The first round warms up; a thread's first BLAS call or first
     # allocation maps per-thread buffers once (a step of about 4.5 MiB measured, at whichever round
     # that thread first works). After round 1 the RSS may not grow by more than 8 MiB in all (a
-    # growing cache or a per-request leak of 10 KiB shows over the rounds of the full run, and
-    # LeakSanitizer checks leaks at exit in the ASan run).
+    # growing cache, or a leak of more than ~50 KiB per request in the CTest run, shows; smaller
+    # leaks are LeakSanitizer's job, at exit in the ASan run).
+    if asan_binary(pldr):
+        print("  RSS check skipped: AddressSanitizer's quarantine keeps freed memory (LeakSanitizer "
+              "checks leaks at exit, and the exit code was 0)")
     elif len(rss) >= 2:
         base = rss[1] if len(rss) > 2 else rss[0]
         check(rss[-1] - base <= 8 * 1024, f"RSS grew by {(rss[-1] - base) / 1024:.1f} MiB after the first round")
