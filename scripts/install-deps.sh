@@ -10,6 +10,7 @@ PKGS=(
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libpng-dev zlib1g-dev
+  libcpp-httplib-dev         # pldr serve (HTTP server)
   libsleef-dev               # torch's float32 cos/sin (the reference's RoPE table)
   clang-format
   pybind11-dev python3-dev python3-numpy python3-pytest   # the Python module (docs/python.md)
@@ -17,7 +18,7 @@ PKGS=(
   iproute2                    # ip netns: the two-host test (tests/dist_two_hosts.sh)
   clang libclang-rt-14-dev libomp-dev   # the libFuzzer targets (scripts/fuzz.sh, fuzz/README.md)
 )
-if [ "${PLDR_WITH_BROWSER:-0}" = "1" ]; then PKGS+=(chromium); fi
+if [ "${PLDR_WITH_BROWSER:-0}" = "1" ]; then PKGS+=(chromium python3-websocket); fi  # the page test (tests/serve/page_test.py)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -462,6 +462,12 @@ std::vector<Case> cases() {
     c.push_back({"EXIT-signal", [] { return std::string("inspect x"); }, "internal error: SIGSEGV",
                  2, "PLDR_TEST_FAULT=segv"});
     c.push_back({"EXIT-usage", [] { return std::string("dump --no-such-option"); }, "error:", 1});
+    c.push_back({"SERVE-ctx", [] { return "serve " + q(kLearned) + " --ctx 100000"; },
+                 "--ctx must be in [0, 64]", 1});
+    c.push_back({"SERVE-parallel", [] { return "serve " + q(kLearned) + " --parallel 0 --port 0"; },
+                 "--parallel must be in [1, 256]", 1});
+    c.push_back({"SERVE-queue", [] { return "serve " + q(kLearned) + " --queue 0"; },
+                 "--queue must be in [1, 100000]", 1});
     return c;
 }
 

@@ -63,5 +63,6 @@ void add_train(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_perplexity(CLI::App& app);
 void add_audit(CLI::App& app);
+void add_serve(CLI::App& app);
 
 }  // namespace pldr::cli

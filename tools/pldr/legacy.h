@@ -1,11 +1,12 @@
 // The internal library for the commands not yet ported to the public API (inspect, collapse,
-// tokenizer, prepare, train, plot, perplexity). tests/check_cli_includes.sh lists them;
+// tokenizer, prepare, train, plot, perplexity, serve). tests/check_cli_includes.sh lists them;
 // a command that moves to include/pldr/ drops this header and leaves that list.
 #pragma once
 #include "common.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "io/model_load.h"
+#include "serve/server.h"
 #include "train/loss.h"
 
 namespace pldr::cli {
