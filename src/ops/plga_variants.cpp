@@ -6,12 +6,14 @@
 
 namespace pldr {
 
-extern const PositiveMap kPositiveMapIswiglu;  // ops/positive_map_iswiglu.cpp
-extern const Coupling kCouplingPower;          // ops/coupling_power.cpp
+extern const PositiveMap kPositiveMapIswiglu;   // ops/positive_map_iswiglu.cpp
+extern const PositiveMap kPositiveMapSoftplus;  // ops/positive_map_softplus.cpp
+extern const Coupling kCouplingPower;           // ops/coupling_power.cpp
 
 const std::vector<const PositiveMap*>& positive_maps() {
     static const std::vector<const PositiveMap*> t = {
         &kPositiveMapIswiglu,
+        &kPositiveMapSoftplus,
     };
     return t;
 }
