@@ -46,16 +46,16 @@ io-npy-order @@ src/io/npy.cpp @@ 'fortran_order': False @@ 'fortran_order': Tru
 train-adam-bc1 @@ src/train/adamw.cpp @@ 1.0 - std::pow(cfg.beta1, td) @@ 1.0 - std::pow(cfg.beta1, td + 1) @@ AdamW first-moment bias correction off by one step
 train-warmup @@ src/train/schedule.cpp @@ return (1.0 / warmup_d) * s; @@ return (1.0 / warmup_d) * (s + 1); @@ warmup starts at lr > 0
 train-clip @@ src/train/clip.cpp @@ const T lo = -limit; @@ const T lo = -2 * limit; @@ clip by value is asymmetric
-model-causal @@ src/model/plga_layer.cpp @@ (j > Tp + i || @@ (j > Tp + i + 1 || @@ causal mask lets each position see the next one
+model-causal @@ src/model/plga_attention.cpp @@ (j > Tp + i || @@ (j > Tp + i + 1 || @@ causal mask lets each position see the next one
 model-emb-grad @@ src/model/backward.cpp @@ e[j] += dx0[n * d + j] * scale; @@ e[j] += dx0[n * d + j]; @@ embedding gradient misses the sqrt(d) factor
 ops-rope-sign @@ src/ops/rope.cpp @@ v[i0] = x0 * c - x1 * s; @@ v[i0] = x0 * c + x1 * s; @@ RoPE (interleaved) rotates the wrong way
 ops-rope-grad @@ src/ops/rope.cpp @@ g1 = d1 * c - d0 * s; @@ g1 = d1 * c + d0 * s; @@ RoPE backward sign (exact numerics)
-ops-ce-count @@ src/ops/plga.cpp @@ ++scored; @@ scored += 2; @@ masked cross-entropy divides by the wrong token count
-ops-dag-taylor @@ src/ops/dag.cpp @@ S(1 / 2.0), S(1 / 6.0), S(1 / 24.0) @@ S(1 / 2.0), S(1 / 6.0), S(1 / 20.0) @@ expm T4 Taylor coefficient
-ops-dag-grad @@ src/ops/dag.cpp @@ const double g = scale * sg * 2.0; @@ const double g = scale * sg; @@ exact DAG gradient halved
+ops-ce-count @@ src/ops/cross_entropy.cpp @@ ++scored; @@ scored += 2; @@ masked cross-entropy divides by the wrong token count
+ops-dag-taylor @@ src/ops/dag_torch.cpp @@ S(1 / 2.0), S(1 / 6.0), S(1 / 24.0) @@ S(1 / 2.0), S(1 / 6.0), S(1 / 20.0) @@ expm T4 Taylor coefficient
+ops-dag-grad @@ src/ops/dag_exact.cpp @@ const double g = scale * sg * 2.0; @@ const double g = scale * sg; @@ exact DAG gradient halved
 ops-ln-eps @@ src/ops/dense.cpp @@ std::sqrt(v + T(eps)) @@ std::sqrt(v + T(10 * eps)) @@ LayerNorm epsilon ×10
 ops-glu-swap @@ src/ops/dense.cpp @@ gated[i] = silu(h1[i]) * h2[i] @@ gated[i] = silu(h2[i]) * h1[i] @@ GLU gates the wrong branch
-ops-alm-floor @@ src/ops/plga.cpp @@ Z[i] * silu(Z[i]) + T(1e-9) @@ Z[i] * silu(Z[i]) + T(1e-8) @@ A_LM floor 1e-8 instead of 1e-9
+ops-alm-floor @@ src/ops/positive_map_iswiglu.cpp @@ Z[i] * silu(Z[i]) + T(1e-9) @@ Z[i] * silu(Z[i]) + T(1e-8) @@ A_LM floor 1e-8 instead of 1e-9
 EOF
 )
 

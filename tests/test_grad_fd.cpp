@@ -3,7 +3,7 @@
 //
 // Method: central differences (f(x+h) − f(x−h)) / (2h) with h = 1e-6·max(1, |x|) for the kernels,
 // except where a test explains another step (the PLGA floor region); the whole-model checks use
-// the fourth-order stencil at h = 3e-4·max(1, |x|) (see the comment above ModelCase). A vector
+// the fourth-order stencil at h = 3e-4·max(1, |x|) (see the comment above FdModel). A vector
 // output is reduced to a scalar with a fixed random projection L = Σ r ⊙ out, so every output
 // element matters. Per tensor the error is max|analytic − numeric| / max|numeric| (the measure of
 // the golden tests), required ≤ 1e-6. Analytic gradient buffers are pre-filled with a constant
@@ -28,6 +28,7 @@
 #include "core/rng.h"
 #include "model/init.h"
 #include "model/model.h"
+#include "numeric_cases.h"
 #include "ops/dag.h"
 #include "ops/ops.h"
 #include "train/loss.h"
@@ -347,13 +348,18 @@ struct PlgaCase {
     Vec rG, rLM, rP;  // projections of G, A_LM, A_P
 };
 
+pldr::PlgaParams<const double> params_of(const PlgaCase& c) {
+    return {c.W.data(), c.b.data(), c.P.data(), c.a.data(), c.ba.data()};
+}
+
 // L = Σ rG⊙G (+ Σ rLM⊙A_LM + Σ rP⊙A_P when `extra`), checked w.r.t. A, W, b, P, a, b_a.
-double check_plga(const char* what, PlgaCase& c, bool extra, double h_rel) {
+double check_plga(const std::string& what, const pldr::PlgaOptions& o, PlgaCase& c, bool extra,
+                  double h_rel) {
     const int64_t D = c.D, DD = D * D;
     Vec Z(static_cast<size_t>(DD)), LM(Z.size()), AP(Z.size()), G(Z.size());
     auto f = [&] {
-        pldr::plga_g_forward(Z.data(), LM.data(), AP.data(), G.data(), c.A.data(), c.W.data(),
-                             c.b.data(), c.P.data(), c.a.data(), c.ba.data(), D);
+        pldr::plga_g_forward(o, params_of(c), c.A.data(),
+                             pldr::PlgaSaved<double>{Z.data(), LM.data(), AP.data(), G.data()});
         double L = project(c.rG, G.data());
         if (extra) L += project(c.rLM, LM.data()) + project(c.rP, AP.data());
         return L;
@@ -362,15 +368,18 @@ double check_plga(const char* what, PlgaCase& c, bool extra, double h_rel) {
     Vec dA = prefilled(Z.size()), dW = prefilled(Z.size()), db = prefilled(Z.size()),
         dP = prefilled(Z.size()), da = prefilled(Z.size()), dba = prefilled(Z.size()),
         scratch(static_cast<size_t>(2 * DD));
-    pldr::plga_g_backward(dA.data(), dW.data(), db.data(), dP.data(), da.data(), dba.data(),
-                          c.rG.data(), extra ? c.rLM.data() : nullptr,
-                          extra ? c.rP.data() : nullptr, c.A.data(), Z.data(), LM.data(), AP.data(),
-                          c.W.data(), c.P.data(), c.a.data(), D, scratch.data());
+    pldr::plga_g_backward(
+        o, params_of(c), c.A.data(),
+        pldr::PlgaSaved<const double>{Z.data(), LM.data(), AP.data(), G.data()},
+        pldr::PlgaOutGrads<double>{c.rG.data(), extra ? c.rLM.data() : nullptr,
+                                   extra ? c.rP.data() : nullptr},
+        dA.data(), pldr::PlgaParams<double>{dW.data(), db.data(), dP.data(), da.data(), dba.data()},
+        scratch.data());
     // h_rel applies to A, W, b (they move Z). P, a, b_a leave Z alone: L is linear in a and b_a,
     // and varies with P on the scale 1/|log A_LM| ≥ 1/21, so they take a larger step whatever
     // the regime (with h = 1e-8 the rounding noise ε·|L|/h of L ~ 1e2 would be ~1e-4 of their
     // O(1) gradients).
-    return check_slots(what, f,
+    return check_slots(what.c_str(), f,
                        {{"A", &c.A, &dA},
                         {"W", &c.W, &dW},
                         {"b", &c.b, &db},
@@ -403,6 +412,7 @@ PlgaCase plga_case(int64_t D, uint64_t seed, const Vec& z) {
     return c;
 }
 
+// Every registered variant (positive map × coupling) of the operator.
 TEST(FdKernels, PlgaOperatorBulk) {
     SingleThread one_thread;
     // Every |Z| ≥ 0.15: A_LM is far above the 1e-9 floor, the standard step applies everywhere.
@@ -410,10 +420,14 @@ TEST(FdKernels, PlgaOperatorBulk) {
     pldr::Rng r(81);
     Vec z(static_cast<size_t>(D * D));
     for (auto& v : z) v = (r.uniform() < 0.5 ? -1.0 : 1.0) * r.uniform(0.15, 2.0);
-    for (bool extra : {false, true}) {
-        PlgaCase c = plga_case(D, 82, z);
-        check_plga(extra ? "plga bulk (+dA_LM, dA_P)" : "plga bulk", c, extra, 1e-6);
-    }
+    for (const pldr::PositiveMap* pm : pldr::positive_maps())
+        for (const pldr::Coupling* cp : pldr::couplings())
+            for (bool extra : {false, true}) {
+                PlgaCase c = plga_case(D, 82, z);
+                const std::string what = std::string("plga bulk ") + pm->name + "/" + cp->name +
+                                         (extra ? " (+dA_LM, dA_P)" : "");
+                check_plga(what, pldr::PlgaOptions{pm, cp, D}, c, extra, 1e-6);
+            }
 }
 
 TEST(FdKernels, PlgaOperatorFloorRegion) {
@@ -431,19 +445,21 @@ TEST(FdKernels, PlgaOperatorFloorRegion) {
     const int64_t D = 5;
     Vec z = {0.0,   3e-6, -1e-5, 2.5e-5, -4e-5, 7e-5, -1.2e-4, 2e-4, 0.8, -0.6, 1.3,  -1.7, 0.4,
              -0.25, 2.1,  -0.9,  0.55,   1.1,   -2.4, 0.3,     -0.7, 1.6, -1.1, 0.65, -0.45};
+    // The floor region of iSwiGLU (the default positive map) with the default coupling.
+    const pldr::PlgaOptions o{&pldr::positive_map("iswiglu"), &pldr::coupling("power"), D};
     for (bool extra : {false, true}) {
         PlgaCase c = plga_case(D, 91, z);
         // Sanity: the floor is really hit, with a negative exponent on some floor entry.
         Vec Z(z.size()), LM(z.size()), AP(z.size()), G(z.size());
-        pldr::plga_g_forward(Z.data(), LM.data(), AP.data(), G.data(), c.A.data(), c.W.data(),
-                             c.b.data(), c.P.data(), c.a.data(), c.ba.data(), D);
+        pldr::plga_g_forward(o, params_of(c), c.A.data(),
+                             pldr::PlgaSaved<double>{Z.data(), LM.data(), AP.data(), G.data()});
         int floor_neg = 0, floor_pos = 0;
         for (size_t i = 0; i < LM.size(); ++i) {
             if (LM[i] < 1e-8) (c.P[i] < 0 ? floor_neg : floor_pos)++;
         }
         ASSERT_GT(floor_neg, 0);
         ASSERT_GT(floor_pos, 0);
-        check_plga(extra ? "plga floor (+dA_LM, dA_P)" : "plga floor", c, extra, 1e-8);
+        check_plga(extra ? "plga floor (+dA_LM, dA_P)" : "plga floor", o, c, extra, 1e-8);
     }
 }
 
@@ -467,65 +483,6 @@ TEST(FdKernels, PlgaOperatorFloorRegion) {
 // 3e-4: 4.4e-8 (noise ∝ 1/h, on a tensor with max|g| 5.4e-5), 1e-3: 1.1e-7 (truncation, on wq).
 // So h = 3e-4·max(1,|x|).
 
-struct ModelCase {
-    std::string name;
-    int64_t L, H, D, V, B, S;
-    pldr::GType g = pldr::GType::LEARNED;
-    bool random_G = false;
-    pldr::DagCoeffs dag{};
-    bool halves = false;  // reference_rope = false
-    bool tied = false;    // tie_word_embeddings
-    bool regular = true;  // shift blst by +1.5 (false: Z near 0, A_P large, as in trained models)
-};
-
-pldr::Model<double> make_model(const ModelCase& mc, uint64_t seed) {
-    pldr::Config c;
-    c.num_layers = mc.L;
-    c.num_heads = mc.H;
-    c.head_dim = mc.D;
-    c.hidden_size = mc.H * mc.D;
-    c.intermediate_size = 2 * c.hidden_size - 3;
-    c.vocab_size = mc.V;
-    c.max_position = 16;
-    c.num_reslayerA = 2;
-    c.num_denseA = 2;
-    c.A_dff = 2 * mc.D;
-    c.g_type = mc.g;
-    c.reference_rope = !mc.halves;
-    c.tie_word_embeddings = mc.tied;
-    pldr::Model<double> m(c);
-    m.set_reference_numerics(false);  // pure float64, EXACT DAG mode
-    pldr::init_weights(m, seed);
-    pldr::Rng r(seed * 7 + 1);
-    for (auto& p : m.params) p += 0.05 * r.normal();
-    if (c.learned_g()) {
-        const int64_t n = c.num_heads * c.head_dim * c.head_dim;
-        for (const auto& lw : m.w.layers)
-            for (int64_t i = 0; i < n; ++i) {
-                lw.P[i] = (r.uniform() < 0.3 ? -1.0 : 1.0) * r.uniform(0.1, 1.0);
-                if (mc.regular) lw.b[i] += 1.5;
-            }
-    }
-    if (mc.random_G)
-        for (auto& g : m.G_fixed) g = 0.5 * r.normal() + (r.uniform() < 0.2 ? 1.0 : 0.0);
-    return m;
-}
-
-// tokens [B, S+1]: random ids in [1, V) with pad (0) at position 2 of row 0 (an input key and a
-// target at once) and as the last target of the last row. Position 0 is never pad: a query row
-// whose keys are all masked sees only Ep − 1e9, whose float64 spacing (1.2e-7) makes the loss a
-// staircase at the FD scale (the analytic gradient there is that of the unmasked softmax, as in
-// the reference's autograd).
-std::vector<int64_t> make_tokens(const ModelCase& mc, uint64_t seed) {
-    pldr::Rng r(seed);
-    const int64_t S1 = mc.S + 1;
-    std::vector<int64_t> t(static_cast<size_t>(mc.B * S1));
-    for (auto& x : t) x = 1 + int64_t(r.below(uint64_t(mc.V - 1)));
-    t[size_t(std::min<int64_t>(2, mc.S))] = 0;
-    t[size_t(mc.B * S1 - 1)] = 0;
-    return t;
-}
-
 #ifdef NDEBUG
 constexpr int64_t kSample = 40;  // entries per tensor (all when the tensor is not larger)
 #else
@@ -538,30 +495,38 @@ struct ModelReport {
     int tensors = 0, entries = 0;
 };
 
-ModelReport check_model(const ModelCase& mc, uint64_t seed) {
+// The loss of a case: CE, plus the DAG regularizer when the case has it.
+pldr::DagCoeffs dag_of(const numeric::Case& k) {
+    return k.dag ? pldr::DagCoeffs{0.1, 0.2, 0.3} : pldr::DagCoeffs{};
+}
+
+ModelReport check_model(const numeric::Case& k, pldr::Model<double> m, uint64_t seed) {
     SingleThread one_thread;
-    pldr::Model<double> m = make_model(mc, seed);
-    const std::vector<int64_t> tok = make_tokens(mc, seed + 3);
+    const numeric::Shape& mc = k.shape;
+    const pldr::DagCoeffs dag = dag_of(k);
+    const std::vector<int64_t> tok = numeric::make_tokens(mc, seed + 3);
     const int64_t S1 = mc.S + 1;
     pldr::Activations<double> acts;
     Vec grads(m.params.size(), kPrefill);
     const pldr::LossResult res =
-        pldr::loss_and_grads(m, tok.data(), mc.B, S1, mc.dag, acts, grads.data());
+        pldr::loss_and_grads(m, tok.data(), mc.B, S1, dag, acts, grads.data());
     for (auto& g : grads) g -= kPrefill;
     EXPECT_TRUE(std::isfinite(res.value));
     EXPECT_EQ(res.scored, mc.B * mc.S - 2);  // the two pad targets are not scored
-    if (mc.dag.any()) {
+    if (dag.any()) {
         EXPECT_GT(res.dag_loss, 0.0);
     }
     if (m.cfg.learned_g()) {
-        double min_z = INFINITY;
+        // Every A_LM far above the 1e-9 floor, whatever the positive map (for iSwiGLU this is
+        // |Z| ≥ ~0.02, where A_LM ≥ ~2e-4).
+        double min_alm = INFINITY;
         for (const auto& la : acts.layers)
-            for (double z : la.Z.data) min_z = std::min(min_z, std::fabs(z));
-        EXPECT_GT(min_z, 0.02) << mc.name << ": the model is not at the intended regular point";
+            for (double x : la.A_LM.data) min_alm = std::min(min_alm, x);
+        EXPECT_GT(min_alm, 1e-4) << k.name << ": the model is not at the intended regular point";
     }
     auto f = [&] {
         pldr::Activations<double> a;
-        return pldr::loss_and_grads<double>(m, tok.data(), mc.B, S1, mc.dag, a, nullptr).value;
+        return pldr::loss_and_grads<double>(m, tok.data(), mc.B, S1, dag, a, nullptr).value;
     };
     EXPECT_EQ(f(), res.value);  // deterministic forward
     ModelReport rep;
@@ -578,7 +543,7 @@ ModelReport check_model(const ModelCase& mc, uint64_t seed) {
         }
         const ErrStat s =
             fd_check(f, m.params.data() + e.offset, grads.data() + e.offset, e.numel, 3e-4, idx, 4);
-        EXPECT_LE(s.err, kTol) << mc.name << ": " << e.name << " max|Δ| " << s.max_abs
+        EXPECT_LE(s.err, kTol) << k.name << ": " << e.name << " max|Δ| " << s.max_abs
                                << " max|num| " << s.max_num;
         ++rep.tensors;
         rep.entries += idx.empty() ? int(e.numel) : int(idx.size());
@@ -587,73 +552,54 @@ ModelReport check_model(const ModelCase& mc, uint64_t seed) {
             rep.worst_name = e.name;
         }
     }
-    std::printf("[fd] model %-30s loss %9.4f  %3d tensors %4d entries  worst %.2e (%s)\n",
-                mc.name.c_str(), res.value, rep.tensors, rep.entries, rep.worst,
+    std::printf("[fd] model %-50s loss %9.4f  %3d tensors %4d entries  worst %.2e (%s)\n",
+                k.name.c_str(), res.value, rep.tensors, rep.entries, rep.worst,
                 rep.worst_name.c_str());
     return rep;
 }
 
-const ModelCase kShapes[] = {
-    {"L2 H2 dk4 V13 B2 S5", 2, 2, 4, 13, 2, 5},
-    {"L1 H3 dk6 V29 B1 S7", 1, 3, 6, 29, 1, 7},
-    {"L2 H1 dk8 V17 B3 S3", 2, 1, 8, 17, 3, 3},
-};
+// Every case of the list (tests/numeric_cases.h): variants × shapes × learned/fixed G × DAG.
+class FdModel : public testing::TestWithParam<numeric::Case> {};
 
-TEST(FdModel, LearnedG) {
-    uint64_t seed = 100;
-    for (ModelCase mc : kShapes) check_model(mc, ++seed);
-    // Halves RoPE and tied embeddings on the first shape.
-    ModelCase mc = kShapes[0];
-    mc.name += " halves+tied";
-    mc.halves = true;
-    mc.tied = true;
-    check_model(mc, 110);
+TEST_P(FdModel, Gradients) {
+    const numeric::Case& k = GetParam();
+    const uint64_t seed = numeric::seed_of(k);
+    check_model(k, numeric::make_model(k, seed), seed);
 }
 
-TEST(FdModel, FixedG) {
-    uint64_t seed = 200;
-    for (ModelCase mc : kShapes) {
-        const std::string base = mc.name;
-        mc.g = pldr::GType::IDENTITY;
-        mc.name = base + " G=I";
-        check_model(mc, ++seed);
-        mc.g = pldr::GType::RANDOM;
-        mc.name = base + " G random";
-        mc.random_G = true;
-        check_model(mc, ++seed);
-    }
-}
+INSTANTIATE_TEST_SUITE_P(Cases, FdModel, testing::ValuesIn(numeric::cases()), numeric::CaseName());
 
-TEST(FdModel, LearnedGWithDag) {
-    uint64_t seed = 300;
-    for (ModelCase mc : kShapes) {
-        mc.dag = pldr::DagCoeffs{0.1, 0.2, 0.3};
-        mc.name += " dag";
-        check_model(mc, ++seed);
-    }
+// Outside the list: halves RoPE and tied embeddings, on the first shape.
+TEST(FdModelExtra, HalvesRopeTiedEmbeddings) {
+    numeric::Case k;
+    k.shape = numeric::shapes()[0];
+    k.name = numeric::shape_name(k.shape) + " halves+tied";
+    check_model(k, numeric::make_model(k, 110, true, true, true), 110);
 }
 
 // Not a finite-difference check: at the saturated point (no blst shift: some Z ~ 1e-3 with
 // negative P, A_P up to ~1e4, DAG values up to ~1e8) the loss and every gradient must stay
 // finite in pure float64 (EXACT DAG). Before the fix in ops/dag.cpp the EXACT log-trace
 // underflowed to log(0) there: loss = inf on two of these three shapes.
-TEST(FdModel, DagFiniteAtSaturatedPoint) {
+TEST(FdModelExtra, DagFiniteAtSaturatedPoint) {
     SingleThread one_thread;
     uint64_t seed = 300;
-    for (ModelCase mc : kShapes) {
-        mc.dag = pldr::DagCoeffs{0.1, 0.2, 0.3};
-        mc.regular = false;
-        pldr::Model<double> m = make_model(mc, ++seed);
-        const std::vector<int64_t> tok = make_tokens(mc, seed + 3);
+    for (const numeric::Shape& mc : numeric::shapes()) {
+        numeric::Case k;
+        k.shape = mc;
+        k.dag = true;
+        const std::string name = numeric::shape_name(mc);
+        pldr::Model<double> m = numeric::make_model(k, ++seed, /*regular=*/false);
+        const std::vector<int64_t> tok = numeric::make_tokens(mc, seed + 3);
         pldr::Activations<double> acts;
         Vec grads(m.params.size(), 0.0);
         const pldr::LossResult res =
-            pldr::loss_and_grads(m, tok.data(), mc.B, mc.S + 1, mc.dag, acts, grads.data());
-        EXPECT_TRUE(std::isfinite(res.value)) << mc.name;
-        EXPECT_GT(res.dagAp, 100.0) << mc.name << ": not the saturated regime";
+            pldr::loss_and_grads(m, tok.data(), mc.B, mc.S + 1, dag_of(k), acts, grads.data());
+        EXPECT_TRUE(std::isfinite(res.value)) << name;
+        EXPECT_GT(res.dagAp, 100.0) << name << ": not the saturated regime";
         int64_t bad = 0;
         for (double g : grads) bad += std::isfinite(g) ? 0 : 1;
-        EXPECT_EQ(bad, 0) << mc.name;
+        EXPECT_EQ(bad, 0) << name;
     }
 }
 

@@ -13,6 +13,7 @@
 #include "core/fs.h"
 #include "io/config_json.h"
 #include "model/layout.h"
+#include "ops/plga_variants.h"
 
 using namespace pldr;
 
@@ -169,6 +170,8 @@ const std::vector<std::string> kHfKeys = {
     "custom_G_type",
     "cache_first_G",
     "dtype",
+    "plga_positive_map",
+    "plga_coupling",
 };
 
 // Every field of the config table compares equal (the table's own comparison: a field added
@@ -493,6 +496,39 @@ TEST(ConfigTable, EveryFieldRoundTrips) {
     for (const auto& f : config_fields()) keys.push_back(f.key);
     EXPECT_EQ(keys, kHfKeys);
     EXPECT_GE(varied, 22);
+}
+
+// Every registered PLGA variant survives save → load, whatever its name: a variant that
+// config_to_json dropped, or that config_from_json read back as another, fails here.
+TEST(ConfigTable, EveryVariantRoundTrips) {
+    const Config base = parse(kTinyV510);
+    EXPECT_EQ(base.plga_positive_map, positive_maps().front()->name);  // absent ⇒ the default
+    EXPECT_EQ(base.plga_coupling, couplings().front()->name);
+    int n = 0;
+    for (const PositiveMap* pm : positive_maps())
+        for (const Coupling* cp : couplings()) {
+            Config c = base;
+            c.plga_positive_map = pm->name;
+            c.plga_coupling = cp->name;
+            const Config back = config_from_json(config_to_json(c), pm->name);
+            EXPECT_EQ(back.plga_positive_map, pm->name);
+            EXPECT_EQ(back.plga_coupling, cp->name);
+            expect_same(c, back);
+            ++n;
+        }
+    EXPECT_EQ(n, int(positive_maps().size() * couplings().size()));
+    for (const FixedGType& t : fixed_g_types()) {
+        Config c = base;
+        c.g_type = t.type;
+        EXPECT_EQ(config_from_json(config_to_json(c), t.name).g_type, t.type) << t.name;
+    }
+    // An unknown name is refused with the key and the registered names.
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(kTinyV510);
+    j["plga_positive_map"] = "relu";
+    EXPECT_ERROR_HAS(parse(j.dump()), "key 'plga_positive_map' is 'relu' (expected 'iswiglu'");
+    j = nlohmann::ordered_json::parse(kTinyV510);
+    j["plga_coupling"] = 3;
+    EXPECT_ERROR_HAS(parse(j.dump()), "key 'plga_coupling' must be a string");
 }
 
 // Null and absent token ids behave as the spec says: null = no such token (-1, written back as

@@ -6,6 +6,7 @@
 
 #include "infer/session.h"
 #include "io/tokenizer.h"
+#include "ops/linear.h"
 
 namespace pldr {
 
@@ -14,18 +15,6 @@ ScoreMode score_mode_from_name(const std::string& s) {
     if (s == "sequential") return ScoreMode::SEQUENTIAL;
     if (s == "cached") return ScoreMode::CACHED;
     fail("--mode must be block, sequential or cached (got '", s, "')");
-}
-
-const char* score_mode_name(ScoreMode m) {
-    switch (m) {
-        case ScoreMode::BLOCK:
-            return "block";
-        case ScoreMode::SEQUENTIAL:
-            return "sequential";
-        case ScoreMode::CACHED:
-            return "cached";
-    }
-    return "?";
 }
 
 ScoreRequest encode_request(const Tokenizer& tok, const std::string& context,

@@ -16,7 +16,6 @@ class Tokenizer;
 
 enum class ScoreMode { BLOCK, SEQUENTIAL, CACHED };
 ScoreMode score_mode_from_name(const std::string& s);  // "block" | "sequential" | "cached"
-const char* score_mode_name(ScoreMode m);
 
 struct ScoreRequest {
     std::vector<int64_t> context, continuation;  // token ids

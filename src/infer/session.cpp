@@ -6,6 +6,7 @@
 
 #include "io/safetensors.h"
 #include "model/plga_layer.h"
+#include "ops/linear.h"
 
 namespace pldr {
 

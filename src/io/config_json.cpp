@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "io/json_util.h"
+#include "ops/plga_variants.h"
 
 namespace pldr {
 
@@ -96,6 +97,14 @@ J id_or_null(int64_t v) {
 }
 J dim_or_null(const Config& c, int64_t v) {
     return (!c.learned_g() && v == 0) ? J(nullptr) : J(v);
+}
+
+// The first registered variant whose name is not `cur` (`cur` when there is no other).
+template <typename V>
+std::string other_name(const std::vector<const V*>& list, const std::string& cur) {
+    for (const V* v : list)
+        if (cur != v->name) return v->name;
+    return cur;
 }
 
 // A member compared and written as is.
@@ -261,15 +270,16 @@ const std::vector<Field>& fields() {
                  return;
              }
              const std::string g = r.string("custom_G_type", "");
-             if (g == "identity")
-                 c.g_type = GType::IDENTITY;
-             else if (g == "random")
-                 c.g_type = GType::RANDOM;
-             else if (g == "external")
-                 c.g_type = GType::EXTERNAL;
-             else
-                 fail(r.where, ": key 'custom_G_type' is '", g,
-                      "' (expected null, 'identity', 'random' or 'external')");
+             for (const FixedGType& ft : fixed_g_types())
+                 if (g == ft.name) {
+                     c.g_type = ft.type;
+                     return;
+                 }
+             std::string known = "null";
+             const auto& types = fixed_g_types();
+             for (size_t i = 0; i < types.size(); ++i)
+                 known += (i + 1 == types.size() ? " or '" : ", '") + std::string(types[i].name) + "'";
+             fail(r.where, ": key 'custom_G_type' is '", g, "' (expected ", known, ")");
          },
          [](const Config& c, J& j) {
              j["custom_G_type"] = c.learned_g() ? J(nullptr) : J(g_type_name(c.g_type));
@@ -286,6 +296,26 @@ const std::vector<Field>& fields() {
              c.dtype = r.string(r.present("dtype") ? "dtype" : "torch_dtype", Config{}.dtype);
          },
          [](const Config& c, J& j) { j["dtype"] = c.dtype; }},
+        // The PLGA variants (ops/plga_variants.h): read, checked and written by name, so a
+        // registered variant cannot be dropped on save (tests: ConfigTable.EveryVariantRoundTrips).
+        {{"plga_positive_map", PLDR_SAME(plga_positive_map),
+          positive_maps().size() < 2
+              ? nullptr
+              : +[](Config& c) {
+                    c.plga_positive_map = other_name(positive_maps(), c.plga_positive_map);
+                }},
+         [](const Reader& r, Config& c) {
+             c.plga_positive_map = r.string("plga_positive_map", Config{}.plga_positive_map);
+         },
+         [](const Config& c, J& j) { j["plga_positive_map"] = c.plga_positive_map; }},
+        {{"plga_coupling", PLDR_SAME(plga_coupling),
+          couplings().size() < 2
+              ? nullptr
+              : +[](Config& c) { c.plga_coupling = other_name(couplings(), c.plga_coupling); }},
+         [](const Reader& r, Config& c) {
+             c.plga_coupling = r.string("plga_coupling", Config{}.plga_coupling);
+         },
+         [](const Config& c, J& j) { j["plga_coupling"] = c.plga_coupling; }},
     };
     return t;
 }

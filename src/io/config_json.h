@@ -9,13 +9,16 @@
 //   missing or null (stored as 0, written back as null); when given they must be positive.
 // - hidden_size: null or missing ⇒ H·head_dim; otherwise it must equal H·head_dim.
 // - intermediate_size: null or missing ⇒ floor(H·head_dim·4·2/3).
-// - custom_G_type ∈ {null, "identity", "random", "external"}; hidden_act must be "silu";
+// - custom_G_type ∈ {null, "identity", "random", "external"} (the fixed-G types of the registry);
+// hidden_act must be "silu";
 //   rope_scaling must be null when reference_rope is false (and is ignored when it is true);
 //   attention_dropout must be 0 (no dropout is implemented); model_type, when present, must be
 //   "pldrllm".
 // - pad/bos/eos_token_id: a non-negative integer below vocab_size, or null (stored as -1);
 //   missing ⇒ the §9.2 default (0, 2, 3).
 // - dtype (or the older torch_dtype): float32, float64, float16 or bfloat16.
+// - plga_positive_map, plga_coupling: a registered variant (ops/plga_variants.h); missing or
+//   null ⇒ "iswiglu", "power" (the PLDR-LLM operator). Always written.
 // Other missing or null optional keys take the §9.2 defaults (those of pldr::Config).
 #pragma once
 #include <string>

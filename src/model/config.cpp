@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/plga_variants.h"
 
 namespace pldr {
 
@@ -54,6 +55,10 @@ void validate_config(const Config& c, const std::string& where) {
                      c.dtype == "bfloat16",
                  where, ": key 'dtype' is '", c.dtype,
                  "' (expected float32, float64, float16 or bfloat16)");
+    PLDR_REQUIRE(find_positive_map(c.plga_positive_map), where, ": key 'plga_positive_map' is '",
+                 c.plga_positive_map, "' (expected ", positive_map_names(), ")");
+    PLDR_REQUIRE(find_coupling(c.plga_coupling), where, ": key 'plga_coupling' is '",
+                 c.plga_coupling, "' (expected ", coupling_names(), ")");
     auto token = [&](const char* key, int64_t v) {
         PLDR_REQUIRE(v >= -1 && v < c.vocab_size, where, ": key '", key, "' is ", v,
                      ", outside the vocabulary [0,", c.vocab_size, ") (null means none)");

@@ -29,6 +29,9 @@ struct Config {
     int64_t A_dff = 170;
     GType g_type = GType::LEARNED;
     bool cache_first_G = false;
+    // The PLGA operator's variants, by their registry names (ops/plga_variants.h).
+    std::string plga_positive_map = "iswiglu";  // A_LM = f(Z)
+    std::string plga_coupling = "power";        // A_P = c(A_LM, P)
     int64_t pad_token_id = 0;  // token ids: -1 = null in config.json (no such token)
     int64_t bos_token_id = 2;
     int64_t eos_token_id = 3;

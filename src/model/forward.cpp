@@ -6,6 +6,9 @@
 
 #include "core/blas.h"
 #include "model/plga_layer.h"
+#include "ops/activation.h"
+#include "ops/layernorm.h"
+#include "ops/linear.h"
 
 namespace pldr {
 

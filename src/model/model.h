@@ -5,7 +5,7 @@
 
 #include "model/config.h"
 #include "model/layout.h"
-#include "ops/ops.h"
+#include "ops/rope.h"
 
 namespace pldr {
 

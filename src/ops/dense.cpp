@@ -3,7 +3,11 @@
 #include <cmath>
 
 #include "core/blas.h"
-#include "ops/ops.h"
+#include "ops/activation.h"
+#include "ops/glu.h"
+#include "ops/layernorm.h"
+#include "ops/linear.h"
+#include "ops/softmax.h"
 
 namespace pldr {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "ops/ops.h"
+#include "ops/rope.h"
 
 namespace pldr {
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/cross_entropy.h"
 #include "ops/dag.h"
 
 namespace pldr {

@@ -25,7 +25,6 @@ class MetricsLog {
     MetricsLog& operator=(const MetricsLog&) = delete;
 
     void write(const nlohmann::ordered_json& obj);
-    bool is_open() const { return f_ != nullptr; }
     const std::string& path() const { return path_; }
 
   private:

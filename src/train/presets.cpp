@@ -6,10 +6,6 @@
 
 namespace pldr {
 
-std::vector<std::string> preset_names() {
-    return {"tiny", "small", "v51-110M"};
-}
-
 Config preset_config(const std::string& name, int64_t vocab_size) {
     PLDR_REQUIRE(vocab_size >= 2, "preset ", name, ": vocabulary size must be >= 2 (got ",
                  vocab_size, ")");

@@ -9,9 +9,6 @@
 
 namespace pldr {
 
-// Names of the presets, in order of size: "tiny", "small", "v51-110M".
-std::vector<std::string> preset_names();
-
 // The config of preset `name` with vocabulary `vocab_size` (a learned G_LM, PLDR-LLM v510):
 //   tiny:     L2 H2 dk16  (d 32),  A_dff 16,  R 2, N 2, max_position 256   (~10^5 + 33·V params)
 //   small:    L4 H4 dk32  (d 128), A_dff 64,  R 4, N 2, max_position 512   (~1.2M + 129·V params)

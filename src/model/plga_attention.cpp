@@ -1,0 +1,318 @@
+// PLGA attention, forward and backward side by side (see plga_attention.h), in the order of the
+// equations of docs/plga.md §2: the metric learner (A0 = Qᵀ·Q, LN_A, the residual units), the
+// operator G_LM, then the scores, the softmax and E·V. Each backward reverses the forward above
+// it. Shapes: B batch, S queries, Tk keys, H heads, D = dk, d = H·D; q/k/v live in [B,S,H,D]
+// layout and the per-(b,h) matrices are strided views.
+#include "model/plga_attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/blas.h"
+#include "ops/glu.h"
+#include "ops/layernorm.h"
+#include "ops/plga.h"
+#include "ops/softmax.h"
+
+namespace pldr {
+
+namespace {
+
+// ---- the metric learner: A0 = Qᵀ·Q → LN_A → R residual units (spec §1.4 steps 4–6, §1.7) ----
+
+template <typename T>
+void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B, int64_t S,
+                            LayerActs<T>& la) {
+    const Config& c = m.cfg;
+    const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size;
+    const int64_t rows = B * H * D;
+    la.A0.resize_for_overwrite({B, H, D, D});
+#pragma omp parallel for collapse(2) if (B * H * S * D * D > kParallelWork)
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const T* q = la.q.ptr() + b * S * d + h * D;  // [S,D] with row stride d
+            gemm(true, false, D, D, S, T(1), q, d, q, d, T(0), la.A0.ptr() + (b * H + h) * D * D,
+                 D);
+        }
+    la.A_ln.resize_for_overwrite({B, H, D, D});
+    la.lnA_mean.resize({rows});
+    la.lnA_rstd.resize({rows});
+    layernorm_forward(la.A_ln.ptr(), la.lnA_mean.ptr(), la.lnA_rstd.ptr(), la.A0.ptr(), w.lnA_g,
+                      w.lnA_b, rows, D, c.layer_norm_eps);
+    la.res.resize(static_cast<size_t>(c.num_reslayerA));
+    const Tensor<T>* cur = &la.A_ln;
+    for (int64_t r = 0; r < c.num_reslayerA; ++r) {
+        ResUnitActs<T>& ru = la.res[size_t(r)];
+        const ResUnitView<T>& rw = w.res[size_t(r)];
+        ru.in = *cur;
+        ru.glu.resize(static_cast<size_t>(c.num_denseA));
+        const Tensor<T>* x = &ru.in;
+        Tensor<T> y({B, H, D, D});
+        for (int64_t n = 0; n < c.num_denseA; ++n) {
+            GluActs<T>& g = ru.glu[size_t(n)];
+            g.x = *x;
+            g.h1.resize_for_overwrite({rows, c.A_dff});
+            g.h2.resize_for_overwrite({rows, c.A_dff});
+            g.gated.resize_for_overwrite({rows, c.A_dff});
+            const GluView<T>& gw = rw.glu[size_t(n)];
+            glu_forward(y.ptr(), g.h1.ptr(), g.h2.ptr(), g.gated.ptr(), g.x.ptr(),
+                        GluParams<T>{gw.w1, gw.b1, gw.w2, gw.b2, gw.w3, gw.b3}, rows, D, c.A_dff,
+                        D);
+            x = &y;
+        }
+        ru.sum.resize({B, H, D, D});
+        for (int64_t i = 0; i < ru.sum.numel(); ++i) ru.sum[i] = y[i] + ru.in[i];
+        ru.mean.resize({rows});
+        ru.rstd.resize({rows});
+        Tensor<T>& out = (r + 1 == c.num_reslayerA) ? la.A : y;
+        out.resize({B, H, D, D});
+        layernorm_forward(out.ptr(), ru.mean.ptr(), ru.rstd.ptr(), ru.sum.ptr(), rw.ln_g, rw.ln_b,
+                          rows, D, c.layer_norm_eps);
+        if (r + 1 < c.num_reslayerA) {
+            la.A = out;  // keep the chain: next unit reads la.A via cur
+            cur = &la.A;
+        }
+    }
+    if (c.num_reslayerA == 0) la.A = la.A_ln;
+}
+
+// Given dA, accumulates the learner's parameter gradients and dq += d(A0 = Qᵀ·Q)/dq.
+template <typename T>
+void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const LayerActs<T>& la,
+                             int64_t B, int64_t S, Tensor<T>& dA, LayerView<T>& gw, Tensor<T>& dq) {
+    const Config& c = m.cfg;
+    const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, DD = D * D;
+    // Res units in reverse, then LN_A, then A0 = qᵀq.
+    const int64_t rows = B * H * D;
+    for (int64_t r = c.num_reslayerA - 1; r >= 0; --r) {
+        const ResUnitActs<T>& ru = la.res[size_t(r)];
+        const ResUnitView<T>& rw = w.res[size_t(r)];
+        ResUnitView<T>& rg = gw.res[size_t(r)];
+        Tensor<T> dsum({B, H, D, D});
+        layernorm_backward(dsum.ptr(), rg.ln_g, rg.ln_b, dA.ptr(), ru.sum.ptr(), ru.mean.ptr(),
+                           ru.rstd.ptr(), rw.ln_g, rows, D);
+        Tensor<T> dy = dsum;
+        std::vector<T> sc(static_cast<size_t>(2 * rows * c.A_dff));
+        for (int64_t n = c.num_denseA - 1; n >= 0; --n) {
+            const GluActs<T>& ga = ru.glu[size_t(n)];
+            const GluView<T>& gv = rw.glu[size_t(n)];
+            GluView<T>& gg = rg.glu[size_t(n)];
+            Tensor<T> dxn({B, H, D, D});
+            glu_backward(dxn.ptr(), GluGrads<T>{gg.w1, gg.b1, gg.w2, gg.b2, gg.w3, gg.b3}, dy.ptr(),
+                         ga.x.ptr(), ga.h1.ptr(), ga.h2.ptr(), ga.gated.ptr(),
+                         GluParams<T>{gv.w1, gv.b1, gv.w2, gv.b2, gv.w3, gv.b3}, rows, D, c.A_dff,
+                         D, sc.data());
+            dy = std::move(dxn);
+        }
+        for (int64_t i = 0; i < dA.numel(); ++i) dA[i] = dsum[i] + dy[i];  // d(unit input)
+    }
+    Tensor<T> dA0({B, H, D, D});
+    layernorm_backward(dA0.ptr(), gw.lnA_g, gw.lnA_b, dA.ptr(), la.A0.ptr(), la.lnA_mean.ptr(),
+                       la.lnA_rstd.ptr(), w.lnA_g, rows, D);
+    // A0 = qᵀq ⇒ dq += q·(dA0 + dA0ᵀ)
+#pragma omp parallel for collapse(2) if (B * H * S * D * D > kParallelWork)
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const T* g0 = dA0.ptr() + (b * H + h) * DD;
+            std::vector<T> sym(static_cast<size_t>(DD));
+            for (int64_t i = 0; i < D; ++i)
+                for (int64_t j = 0; j < D; ++j) sym[i * D + j] = g0[i * D + j] + g0[j * D + i];
+            const T* q = la.q.ptr() + b * S * d + h * D;
+            gemm(false, false, S, D, D, T(1), q, d, sym.data(), D, T(1),
+                 dq.ptr() + b * S * d + h * D, d);
+        }
+}
+
+// ---- the operator: Z = W·A + b; A_LM = f(Z); A_P = c(A_LM, P); G = a·A_P + b_a, per (b,h) ----
+
+template <typename T>
+void operator_forward(const Model<T>& m, const LayerView<T>& w, int64_t B, LayerActs<T>& la) {
+    const Config& c = m.cfg;
+    const int64_t H = c.num_heads, D = c.head_dim, DD = D * D;
+    const PlgaOptions opt = plga_options(c);
+    la.Z.resize({B, H, D, D});
+    la.A_LM.resize({B, H, D, D});
+    la.A_P.resize({B, H, D, D});
+#pragma omp parallel for collapse(2) if (B * H * D * D * D > kParallelWork)
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t o = (b * H + h) * DD, p = h * DD;
+            plga_g_forward(
+                opt, PlgaParams<const T>{w.W + p, w.b + p, w.P + p, w.a + p, w.ba + p},
+                la.A.ptr() + o,
+                PlgaSaved<T>{la.Z.ptr() + o, la.A_LM.ptr() + o, la.A_P.ptr() + o, la.G.ptr() + o});
+        }
+}
+
+// Given dG (plus the extra dA_LM, dA_P of other losses), accumulates the operator's parameter
+// gradients and returns dA [B,H,D,D].
+template <typename T>
+Tensor<T> operator_backward(const Model<T>& m, const LayerView<T>& w, const LayerActs<T>& la,
+                            int64_t B, const Tensor<T>& dG, const DeductiveGrads<T>* extra,
+                            LayerView<T>& gw) {
+    const Config& c = m.cfg;
+    const int64_t H = c.num_heads, D = c.head_dim, DD = D * D;
+    const PlgaOptions opt = plga_options(c);
+    Tensor<T> dA({B, H, D, D});
+    const T* xA_LM = (extra && extra->dA_LM.numel()) ? extra->dA_LM.ptr() : nullptr;
+    const T* xA_P = (extra && extra->dA_P.numel()) ? extra->dA_P.ptr() : nullptr;
+#pragma omp parallel for if (B * H * D * D * D > kParallelWork)
+    for (int64_t h = 0; h < H; ++h) {
+        std::vector<T> sc(static_cast<size_t>(2 * DD));
+        const int64_t p = h * DD;
+        for (int64_t b = 0; b < B; ++b) {
+            const int64_t o = (b * H + h) * DD;
+            plga_g_backward(opt, PlgaParams<const T>{w.W + p, w.b + p, w.P + p, w.a + p, w.ba + p},
+                            la.A.ptr() + o,
+                            PlgaSaved<const T>{la.Z.ptr() + o, la.A_LM.ptr() + o, la.A_P.ptr() + o,
+                                               la.G.ptr() + o},
+                            PlgaOutGrads<T>{dG.ptr() + o, xA_LM ? xA_LM + o : nullptr,
+                                            xA_P ? xA_P + o : nullptr},
+                            dA.ptr() + o,
+                            PlgaParams<T>{gw.W + p, gw.b + p, gw.P + p, gw.a + p, gw.ba + p},
+                            sc.data());
+        }
+    }
+    return dA;
+}
+
+}  // namespace
+
+// ---- the attention: G, then Ep = (Q·G)·Kᵀ / √dk, E = softmax(Ep + mask·(−1e9)), O = E·V -----
+
+template <typename T>
+void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
+                            const AttnInput<T>& in, LayerActs<T>& la) {
+    const Config& c = m.cfg;
+    const LayerView<T>& w = m.w.layers[size_t(l)];
+    const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size;
+    const int64_t DD = D * D;
+
+    // The operator G_LM per (b,h).
+    la.G.resize({B, H, D, D});
+    if (in.G_frozen) {  // the G-cache (or a preset operator): skip the learner and operator
+        auto frozen = [&](Tensor<T>& dst, const T* src) {
+            if (src) dst = Tensor<T>({B, H, D, D}, std::vector<T>(src, src + B * H * DD));
+        };
+        frozen(la.A, in.A_frozen);
+        frozen(la.A_LM, in.A_LM_frozen);
+        frozen(la.A_P, in.A_P_frozen);
+        std::copy(in.G_frozen, in.G_frozen + B * H * DD, la.G.ptr());
+    } else if (!c.learned_g()) {
+        for (int64_t b = 0; b < B; ++b)
+            std::copy(m.G_fixed_layer(l), m.G_fixed_layer(l) + H * DD, la.G.ptr() + b * H * DD);
+    } else {
+        if (in.A_frozen) {
+            la.A = Tensor<T>({B, H, D, D}, std::vector<T>(in.A_frozen, in.A_frozen + B * H * DD));
+        } else {
+            metric_learner_forward(m, w, B, S, la);
+        }
+        operator_forward(m, w, B, la);
+    }
+
+    // Keys and values: the past (KV-cache) followed by this chunk.
+    const int64_t Tp = in.T_past, Tk = Tp + S;
+    const T* K = la.k.ptr();
+    const T* Vv = la.v.ptr();
+    if (in.K_cache) {
+        PLDR_CHECK(B == 1 && in.V_cache);
+        std::copy(la.k.data.begin(), la.k.data.end(), in.K_cache + Tp * d);
+        std::copy(la.v.data.begin(), la.v.data.end(), in.V_cache + Tp * d);
+        K = in.K_cache;
+        Vv = in.V_cache;
+    } else {
+        PLDR_CHECK(Tp == 0);
+    }
+
+    // Scores Ep = (Q·G)·Kᵀ / sqrt(dk); E = softmax(Ep + mask·(−1e9)); O = E·V.
+    la.QG.resize_for_overwrite({B, H, S, D});
+    la.Ep.resize_for_overwrite({B, H, S, Tk});
+    la.E.resize_for_overwrite({B, H, S, Tk});
+    la.O.resize_for_overwrite({B, S, d});
+    const T scale = m.score_scale();
+#pragma omp parallel for collapse(2) if (B * H * S * Tk * D > kParallelWork)
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const T* q = la.q.ptr() + b * S * d + h * D;
+            const T* kk = K + b * Tk * d + h * D;
+            const T* vv = Vv + b * Tk * d + h * D;
+            T* qg = la.QG.ptr() + (b * H + h) * S * D;
+            T* ep = la.Ep.ptr() + (b * H + h) * S * Tk;
+            T* e = la.E.ptr() + (b * H + h) * S * Tk;
+            gemm(false, false, S, D, D, T(1), q, d, la.G.ptr() + (b * H + h) * DD, D, T(0), qg, D);
+            gemm(false, true, S, Tk, D, T(1), qg, D, kk, d, T(0), ep, Tk);
+            for (int64_t i = 0; i < S * Tk; ++i) ep[i] /= scale;
+            for (int64_t i = 0; i < S; ++i) {
+                for (int64_t j = 0; j < Tk; ++j) {
+                    T x = ep[i * Tk + j];
+                    if (in.mask &&
+                        (j > Tp + i || (in.key_ids && in.key_ids[b * Tk + j] == c.pad_token_id)))
+                        x += T(-1e9);
+                    e[i * Tk + j] = x;
+                }
+            }
+            softmax_forward(e, e, S, Tk);
+            gemm(false, false, S, D, Tk, T(1), e, Tk, vv, d, T(0), la.O.ptr() + b * S * d + h * D,
+                 d);
+        }
+}
+
+template <typename T>
+void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& la, int64_t B,
+                             int64_t S, const DeductiveGrads<T>* extra, const Tensor<T>& dO,
+                             LayerView<T>& gw, Tensor<T>& dq, Tensor<T>& dk, Tensor<T>& dv) {
+    const Config& c = m.cfg;
+    const LayerView<T>& w = m.w.layers[size_t(l)];
+    const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, DD = D * D, Tk = S;
+
+    // O = E·V; E = softmax(Ep + mask); Ep = (Q·G)·Kᵀ / scale, per (b,h).
+    dq = Tensor<T>({B, S, d});
+    dk = Tensor<T>({B, S, d});
+    dv = Tensor<T>({B, S, d});
+    Tensor<T> dG({B, H, D, D});
+    const T scale = m.score_scale();
+#pragma omp parallel for collapse(2) if (B * H * S * Tk * D > kParallelWork)
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t bh = b * H + h;
+            const T* q = la.q.ptr() + b * S * d + h * D;
+            const T* k = la.k.ptr() + b * Tk * d + h * D;
+            const T* v = la.v.ptr() + b * Tk * d + h * D;
+            const T* E = la.E.ptr() + bh * S * Tk;
+            const T* QG = la.QG.ptr() + bh * S * D;
+            const T* G = la.G.ptr() + bh * DD;
+            const T* dOh = dO.ptr() + b * S * d + h * D;
+            std::vector<T> dE(static_cast<size_t>(S * Tk)), dEp(static_cast<size_t>(S * Tk), T(0)),
+                dQG(static_cast<size_t>(S * D));
+            gemm(false, true, S, Tk, D, T(1), dOh, d, v, d, T(0), dE.data(), Tk);  // dE = dO·Vᵀ
+            gemm(true, false, Tk, D, S, T(1), E, Tk, dOh, d, T(0), dv.ptr() + b * Tk * d + h * D,
+                 d);  // dV = Eᵀ·dO
+            softmax_backward(dEp.data(), dE.data(), E, S, Tk);
+            for (auto& x : dEp) x /= scale;
+            gemm(false, false, S, D, Tk, T(1), dEp.data(), Tk, k, d, T(0), dQG.data(), D);
+            gemm(true, false, Tk, D, S, T(1), dEp.data(), Tk, QG, D, T(0),
+                 dk.ptr() + b * Tk * d + h * D, d);  // dK
+            gemm(false, true, S, D, D, T(1), dQG.data(), D, G, D, T(0),
+                 dq.ptr() + b * S * d + h * D, d);  // dQ = dQG·Gᵀ
+            gemm(true, false, D, D, S, T(1), q, d, dQG.data(), D, T(0), dG.ptr() + bh * DD,
+                 D);  // dG = Qᵀ·dQG
+        }
+    if (!c.learned_g()) return;  // a fixed G is a constant
+
+    if (extra && extra->dG.numel())
+        for (int64_t i = 0; i < dG.numel(); ++i) dG[i] += extra->dG[i];
+    Tensor<T> dA = operator_backward(m, w, la, B, dG, extra, gw);
+    metric_learner_backward(m, w, la, B, S, dA, gw, dq);
+}
+
+#define PLDR_INSTANTIATE(T)                                                                        \
+    template void plga_attention_forward<T>(const Model<T>&, int64_t, int64_t, int64_t,            \
+                                            const AttnInput<T>&, LayerActs<T>&);                   \
+    template void plga_attention_backward<T>(                                                      \
+        const Model<T>&, int64_t, const LayerActs<T>&, int64_t, int64_t, const DeductiveGrads<T>*, \
+        const Tensor<T>&, LayerView<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&);
+PLDR_INSTANTIATE(float)
+PLDR_INSTANTIATE(double)
+#undef PLDR_INSTANTIATE
+
+}  // namespace pldr

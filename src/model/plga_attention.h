@@ -1,0 +1,48 @@
+// PLGA attention (spec §1.4–1.8, docs/plga.md §2–3), forward and backward side by side, from the
+// rotated q, k and the values v to the heads' output O:
+//   A0 = Qᵀ·Q → LN_A → R residual units = A        the metric learner (learned G only)
+//   Z = W·A + b;  A_LM = f(Z);  A_P = c(A_LM, P);  G = a·A_P + b_a      the operator (ops/plga.h)
+//   Ep = (Q·G)·Kᵀ / √dk;  E = softmax(Ep + mask·(−1e9));  O = E·V
+// A fixed-G model skips the first two lines (G is the layer's constant). The projections, RoPE,
+// the residual LayerNorms and the FFN around it are the decoder layer's (model/plga_layer.h).
+#pragma once
+#include <vector>
+
+#include "model/backward.h"  // DeductiveGrads
+#include "model/forward.h"
+
+namespace pldr {
+
+template <typename T>
+struct AttnInput {
+    const int64_t* pos = nullptr;      // [B,S] query positions (RoPE)
+    bool mask = true;                  // causal + padding mask; false = decode step (mask None)
+    const int64_t* key_ids = nullptr;  // [B,T] key ids for the padding mask (null: no pad mask)
+    // KV-cache (batch 1): buffers of rotated keys and values [T_max,H,D] holding T_past rows.
+    // The layer writes this chunk's S rows at T_past and attends over all T_past + S rows.
+    // Null: no cache, the keys are this chunk's.
+    T* K_cache = nullptr;
+    T* V_cache = nullptr;
+    int64_t T_past = 0;
+    // Frozen operator (the caches of spec §4.1), each [B,H,D,D] or null:
+    // A_frozen skips the metric learner; G_frozen (with A_LM/A_P) skips the PLGA operator too.
+    const T* A_frozen = nullptr;
+    const T* A_LM_frozen = nullptr;
+    const T* A_P_frozen = nullptr;
+    const T* G_frozen = nullptr;
+};
+
+// Reads la.q, la.k (rotated) and la.v [B,S,d]; fills A0 … G (learned G), QG, Ep, E and O.
+template <typename T>
+void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
+                            const AttnInput<T>& in, LayerActs<T>& la);
+
+// Given dO [B,S,d] (and the optional extra gradients of the deductive outputs), overwrites dq,
+// dk, dv [B,S,d] (rotated q and k) and accumulates the metric learner's and the operator's
+// parameter gradients into gw. No KV-cache (training: keys = queries).
+template <typename T>
+void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& la, int64_t B,
+                             int64_t S, const DeductiveGrads<T>* extra, const Tensor<T>& dO,
+                             LayerView<T>& gw, Tensor<T>& dq, Tensor<T>& dk, Tensor<T>& dv);
+
+}  // namespace pldr

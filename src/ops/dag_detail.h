@@ -1,0 +1,71 @@
+// Internals shared by the DAG kernels (ops/dag_torch.cpp, ops/dag_exact.cpp, ops/dag.cpp): small
+// dense helpers and the per-instance kernels of the two modes. Not for other users.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace pldr {
+namespace dag_detail {
+
+// ------------------------------------------------------------------------------------------
+// Small dense helpers (n ≤ 128 here; plain loops, i-k-j order so that each output element
+// accumulates over k sequentially).
+
+// C = A·B, all n×n row-major; C must not alias A or B. kFma: fused multiply-adds, as the
+// reference's BLAS kernels and its AVX2-compiled elementwise kernels do (this brings the float32
+// golden dag values to within 0–1 ulp).
+template <bool kFma, typename S>
+void matmul_impl(const S* A, const S* B, S* C, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        S* c = C + i * n;
+        std::fill(c, c + n, S(0));
+        for (int64_t k = 0; k < n; ++k) {
+            const S a = A[i * n + k];
+            const S* b = B + k * n;
+            for (int64_t j = 0; j < n; ++j) c[j] = kFma ? std::fma(a, b[j], c[j]) : c[j] + a * b[j];
+        }
+    }
+}
+template <typename S>
+void matmul(const S* A, const S* B, S* C, int64_t n) {
+    matmul_impl<false>(A, B, C, n);
+}
+template <typename S>
+void matmul_fma(const S* A, const S* B, S* C, int64_t n) {
+    matmul_impl<true>(A, B, C, n);
+}
+
+// out = Σ_j coef[j]·in[j] (elementwise), accumulated from zero in the order j = 0, 1, ...
+// (the order torch's _compute_linear_combination uses), with fused multiply-adds.
+template <typename S>
+void lincomb(const std::vector<const S*>& in, const S* coef, int64_t nn, S* out) {
+    std::fill(out, out + nn, S(0));
+    for (size_t j = 0; j < in.size(); ++j) {
+        const S cj = coef[j];
+        const S* x = in[j];
+        for (int64_t e = 0; e < nn; ++e) out[e] = std::fma(x[e], cj, out[e]);
+    }
+}
+
+template <typename S>
+void set_identity(S* I, int64_t n) {
+    std::fill(I, I + n * n, S(0));
+    for (int64_t i = 0; i < n; ++i) I[i * n + i] = S(1);
+}
+
+// EXACT mode, one instance (ops/dag_exact.cpp): |log tr expm(X∘X)/n| in double; accumulates
+// scale·d/dX into dX when not null.
+template <typename T>
+double dag_exact_one(const T* X, int64_t n, T* dX, double scale);
+
+// REFERENCE_F32 mode, one instance (ops/dag_torch.cpp): torch's float32 computation and its
+// autograd backward seeded with `seed`.
+template <typename T>
+float dag_ref_one(const T* X, int64_t n, T* dX, float seed);
+
+// torch's float32 CPU sum order for small sizes (ops/dag_torch.cpp).
+float torch_sum_f32(const float* x, int64_t size, int64_t stride);
+
+}  // namespace dag_detail
+}  // namespace pldr

@@ -1,0 +1,26 @@
+// The GLU block of the FFN and of the metric learner, forward and backward (src/ops/dense.cpp).
+#pragma once
+#include <cstdint>
+
+namespace pldr {
+
+// ---- GLU variant: out = W3·(silu(W1·x+b1) ⊙ (W2·x+b2)) + b3, x [N,I], hidden F, out [N,O] ----
+// Saves h1 = W1·x+b1 and h2 = W2·x+b2 (each [N,F]) and gated = silu(h1)⊙h2 [N,F].
+template <typename T>
+struct GluParams {
+    const T *w1, *b1, *w2, *b2, *w3, *b3;  // biases may be null
+};
+template <typename T>
+struct GluGrads {
+    T *w1, *b1, *w2, *b2, *w3, *b3;
+};
+template <typename T>
+void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluParams<T>& p, int64_t N,
+                 int64_t I, int64_t F, int64_t O);
+// scratch: 2·N·F workspace.
+template <typename T>
+void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const T* h1, const T* h2,
+                  const T* gated, const GluParams<T>& p, int64_t N, int64_t I, int64_t F, int64_t O,
+                  T* scratch);
+
+}  // namespace pldr
