@@ -98,6 +98,11 @@ class Tokenizer {
     std::string piece(int64_t id) const;
     int64_t vocab_size() const;
     int64_t eos_id() const;
+    int64_t pad_id() const;
+    // Data preparation's encoding of a document: encode(text), then EOS (never BOS).
+    std::vector<int64_t> encode_document(const std::string& text) const;
+    // A SentencePiece .model file on its own (without a model).
+    static Tokenizer load(const std::string& path);
 
     struct Impl;
     explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
@@ -274,6 +279,10 @@ class Model {
     std::vector<std::string> parameter_names() const;
     Tensor parameter(const std::string& name) const;
 
+    // Writes the model as a model directory (config.json + model.safetensors, stored as F32 or
+    // F64), atomically; the tokenizer is not copied.
+    void save(const std::string& dir, DType stored = DType::F32) const;
+
     struct Impl;
     explicit Model(std::shared_ptr<const Impl> impl);
     const std::shared_ptr<const Impl>& impl() const { return impl_; }
@@ -412,6 +421,94 @@ struct AuditResult {
 };
 // The collapse audit (spec §8.1, docs/audit.md).
 AuditResult audit(const Model& m, const AuditOptions& opt);
+
+// ---- Model directories, tokenizers, token shards, collapse ---------------------------------
+
+// A model directory as stored (`pldr inspect`): validated (config.json, the weights files, every
+// expected tensor with its shape) without loading the weights.
+struct ModelDirInfo {
+    std::string dir, weights_path;
+    std::string tokenizer_path;  // "" = none
+    bool sharded = false;
+    bool learned_g = true;
+    std::string g_type;       // custom_G_type of a fixed-G_LM model ("" when learned)
+    std::string config_json;  // the config as config.json holds it (normalised)
+    // Trained parameters (buffers excluded) per group ("embedding", "layer.attn", ...), sorted
+    // by group name, and their total.
+    std::vector<std::pair<std::string, int64_t>> param_groups;
+    int64_t num_params = 0;
+    struct StoredTensor {
+        std::string name, dtype;  // dtype as in safetensors: "F32", "BF16", ...
+        std::vector<int64_t> shape;
+    };
+    std::vector<StoredTensor> tensors;  // sorted by name
+};
+ModelDirInfo inspect_model_dir(const std::string& dir);
+
+// SentencePiece training with the reference's special pieces ([PAD]=0 [UNK]=1 [START]=2
+// [END]=3 [SEP]=4 [CLS]=5). Writes <output_prefix>.model and .vocab.
+struct TokenizerTrainOptions {
+    std::vector<std::string> input_files;  // UTF-8 text, one sentence per line
+    std::string output_prefix;
+    int64_t vocab_size = 32000;
+    std::string model_type = "unigram";  // unigram | bpe | char | word
+    double character_coverage = 0.9995;
+    int64_t input_sentence_size = 5000000;  // sentences sampled (0 = all)
+    int num_threads = 0;                    // 0 = every core
+    unsigned seed = 0;
+    bool verbose = false;  // SentencePiece's log on stderr
+};
+void train_tokenizer(const TokenizerTrainOptions& opt);
+
+// Tokenize and pack a corpus into token shards (train.pldrtok, valid.pldrtok, meta.json).
+struct PrepareOptions {
+    std::string tokenizer_path;
+    std::vector<std::string> input_files;
+    bool one_doc_per_line = true;  // false: each whole file is one document
+    int64_t ctx = 1024;            // chunk length in tokens (≥ 2)
+    int64_t block_docs = 1600;     // documents per packing block
+    // Every round(1/f)-th document to validation (f in [0, 0.5]), or explicit validation files.
+    double valid_fraction = 0.0;
+    std::vector<std::string> valid_files;
+    std::string output_dir;
+    int num_threads = 0;  // 0 = the OpenMP default
+};
+struct SplitStats {
+    int64_t documents = 0, tokens = 0, chunks = 0, dropped_tokens = 0;
+    double unigram_entropy = 0;  // nats/token of the written shard, pad excluded
+};
+struct PrepareStats {
+    SplitStats train, valid;
+    bool has_valid = false;
+    int64_t empty_documents = 0, vocab_size = 0, ctx = 0;
+};
+PrepareStats prepare_corpus(const PrepareOptions& opt);
+
+// The loss of a model on a prepared shard (every chunk, or `batches` batches of `batch` chunks),
+// next to the shard's unigram entropy (`pldr perplexity`).
+struct ShardEval {
+    int64_t ctx = 0, chunks = 0, tokens = 0;
+    double loss = 0, ce = 0, accuracy = 0, perplexity = 0;
+    double dagA = 0, dagAp = 0, dagG = 0;  // learned-G models
+    double unigram_entropy = 0;            // nats/token of the shard, pad excluded
+};
+// ctx 0 = the shard's chunk length; batches 0 = every chunk.
+ShardEval evaluate_shard(const Model& m, const std::string& shard_path, int64_t batch,
+                         int64_t batches = 0, int64_t ctx = 0);
+
+// The fixed-G_LM model of a learned-G model (custom_G_type external, the metric learner
+// dropped), G_LM taken from the prefill of `g_prompt` or, when empty, the reference's v510Gi
+// recipe (a pass over the single token EOS). A fixed-G model comes back unchanged. The result
+// has no tokenizer.
+Model collapse(const Model& m, const std::vector<int64_t>& g_prompt = {});
+// KL(a || b) and top-1 agreement of two models (same vocabulary and precision) over the tokens,
+// in windows of `window` tokens.
+struct ModelComparison {
+    int64_t tokens = 0;  // predicted positions compared
+    double kl_mean = 0, kl_max = 0, top1_agree = 0, nll_a = 0, nll_b = 0;
+};
+ModelComparison compare_models(const Model& a, const Model& b, const std::vector<int64_t>& ids,
+                               int64_t window);
 
 // ---- Training --------------------------------------------------------------------------------
 
