@@ -14,6 +14,7 @@
 // Token ids are int64. Shapes are row-major; B = batch, S = sequence length, H = heads,
 // D = head dimension (dk), V = vocabulary.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,6 +28,10 @@ namespace pldr::api {
 
 // The library's version, "MAJOR.MINOR.PATCH".
 const char* version();
+// Process-wide allocator tuning for programs that run forward or training steps: freed memory
+// is kept for reuse instead of being returned to the system after each step (fewer page
+// faults; peak memory unchanged). Call once at program start.
+void tune_allocator();
 
 enum class DType { F32, F64, I64 };  // I64: token ids (files.hpp int_tensor)
 // The KV-cache and G-cache of a session: kvg (both), kv (KV only; G_LM recomputed from the
@@ -512,37 +517,90 @@ ModelComparison compare_models(const Model& a, const Model& b, const std::vector
 
 // ---- Training --------------------------------------------------------------------------------
 
+enum class ClipMode { VALUE, NORM, NONE };  // per element, the global 2-norm, or none
+
 struct TrainOptions {
-    std::string preset;       // e.g. "tiny" (train/presets), or config_path
-    std::string config_path;  // a config.json for a new model
-    std::string data_dir;     // train.pldrtok [+ valid.pldrtok] (pldr prepare)
-    std::string out_dir;      // checkpoint directory
-    std::string resume_dir;   // continue from this checkpoint ("" = new run)
+    // Model source: a preset (e.g. "tiny") or config_path for a new run; with resume_dir either
+    // may be given and must then match the checkpoint.
+    std::string preset;
+    std::string config_path;        // a config.json for a new model
+    bool fixed_g_identity = false;  // train the SDPA baseline (G_LM = I)
+    std::string data_dir;           // train.pldrtok [+ valid.pldrtok] (pldr prepare)
+    std::string out_dir;            // checkpoint directory
+    std::string resume_dir;         // continue from this checkpoint ("" = new run)
+    std::string metrics_path;       // JSON lines; "" = <out_dir>/metrics.jsonl
     DType dtype = DType::F32;
-    int64_t steps = 1000, batch = 16, accum = 1, ctx = 0;
+    bool reference_numerics = true;  // float64: the reference's float32 islands (else exact)
+    // The training maths (stored in the checkpoint; a resumed run must not change them).
+    int64_t steps = 1000, batch = 16, accum = 1, ctx = 0;  // ctx 0 = the shard's
     uint64_t seed = 1234;
+    bool shuffle = true;  // false: chunks in file order (the reference's order)
     double lr = 1e-3;
     int64_t warmup = -1;  // −1: min(2000, steps / 10)
+    double lr_alpha = 0.1, weight_decay = 0.1;
     DagCoefficients dag;
-    int64_t eval_every = 100, eval_batches = 8, save_every = 500, stop_at = 0;
+    ClipMode clip = ClipMode::VALUE;
+    double clip_value = 1.0, clip_norm = 1.0;
+    // Names of the maths options set explicitly ("lr", "dag", "clip", ...): on resume they must
+    // equal the checkpoint's (an error otherwise), except "steps", which may change the schedule
+    // length; the others come from the checkpoint.
+    std::vector<std::string> given = {"steps"};
+    // Run control (may change on resume).
+    int64_t eval_every = 100, eval_batches = 8, save_every = 500;
+    int64_t stop_at = 0;  // > 0: stop with a checkpoint after this step
+    // Data parallel under mpirun (docs/distributed.md); no effect in one process.
+    bool zero1 = false;       // ZeRO-1: the AdamW moments sharded across ranks
+    double dist_timeout = 0;  // seconds a collective may wait (0: PLDR_DIST_TIMEOUT or 300)
 };
 
 struct TrainStep {
     int64_t step = 0, total = 0;
     Loss loss;
     double lr = 0, grad_norm = 0, tokens_per_s = 0;
+    double elapsed_s = 0, eta_s = 0;
+};
+
+struct TrainEval {
+    int64_t step = 0;
+    ShardEval result;  // unigram_entropy unset
 };
 
 struct TrainSummary {
     int64_t steps_done = 0, start_step = 0, num_params = 0;
-    std::string stop_reason;  // "completed" | "stop_at" | "callback"
+    std::string stop_reason;  // "completed" | "stop_at" | "callback" | "interrupted"
     bool has_eval = false;
     Loss last_eval;
+    double tokens_per_s = 0;            // this run
+    double valid_unigram_entropy = -1;  // nats/token of the valid shard (−1: none)
+    int ranks = 1;                      // data-parallel ranks
+    bool root = true;                   // this process is rank 0 (it reports)
+    double comm_s_per_step = 0;         // data parallel: seconds per step in the collectives
 };
+
+// What training reports: every step (return false to stop with a checkpoint), every
+// validation, informational lines. stop_flag (optional) is polled after every step: a signal
+// handler may set it (a checkpoint is written and training stops, "interrupted"); a stop asked
+// by on_step sets it too.
+struct TrainCallbacks {
+    std::function<bool(const TrainStep&)> on_step;
+    std::function<void(const TrainEval&)> on_eval;
+    std::function<void(const std::string&)> on_message;
+    std::atomic<bool>* stop_flag = nullptr;
+};
+
+// The loss curves of a metrics file written by training (JSON lines): "train" (the loss of each
+// step) and "valid" (each validation), x = step. A line that is not a JSON object with a numeric
+// step and loss is an error naming the line; so is a file with no training line.
+struct LossCurve {
+    std::string label;
+    std::vector<double> x, y;
+};
+std::vector<LossCurve> read_loss_curves(const std::string& metrics_path);
 
 // Trains (or resumes) with checkpoints; on_step runs after every step and may return false to
 // stop (a checkpoint is then written).
 TrainSummary train(const TrainOptions& opt,
                    const std::function<bool(const TrainStep&)>& on_step = {});
+TrainSummary train(const TrainOptions& opt, const TrainCallbacks& callbacks);
 
 }  // namespace pldr::api

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "api_impl.h"
+#include "core/alloc.h"
 #include "infer/collapse.h"
 #include "io/config_json.h"
 #include "io/model_dir.h"
@@ -10,11 +11,16 @@
 #include "io/param_names.h"
 #include "model/forward.h"
 #include "train/data_loader.h"
+#include "train/metrics.h"
 #include "train/prepare.h"
 #include "train/shard.h"
 #include "train/step.h"
 
 namespace pldr::api {
+
+void tune_allocator() {
+    ::pldr::tune_allocator();
+}
 
 // ---- Tokenizer (standalone) ------------------------------------------------------------------
 
@@ -192,6 +198,15 @@ ModelComparison compare_models(const Model& a, const Model& b, const std::vector
         const CompareReport r = ::pldr::compare_models(ma, mb, ids, window);
         return ModelComparison{r.tokens, r.kl_mean, r.kl_max, r.top1_agree, r.nll_a, r.nll_b};
     });
+}
+
+// ---- Training metrics ------------------------------------------------------------------------
+
+std::vector<LossCurve> read_loss_curves(const std::string& path) {
+    std::vector<LossCurve> r;
+    for (auto& c : ::pldr::read_loss_curves(path))
+        r.push_back({std::move(c.label), std::move(c.x), std::move(c.y)});
+    return r;
 }
 
 }  // namespace pldr::api

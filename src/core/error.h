@@ -10,11 +10,7 @@
 
 namespace pldr {
 
-// A broken internal invariant (a bug, not bad input). Derives from Error so that library code
-// that reports errors generically still sees it.
-struct InternalError : Error {
-    using Error::Error;
-};
+// pldr::InternalError (pldr/error.hpp): a broken internal invariant, thrown by PLDR_CHECK.
 
 namespace detail {
 inline void concat_into(std::ostringstream&) {}

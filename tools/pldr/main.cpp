@@ -13,8 +13,6 @@
 #include <string>
 
 #include "common.h"
-#include "core/alloc.h"
-#include "core/error.h"
 
 namespace {
 
@@ -65,7 +63,7 @@ void install_crash_handlers() {
 
 int main(int argc, char** argv) {
     install_crash_handlers();
-    pldr::tune_allocator();
+    pldr::api::tune_allocator();
     CLI::App app{"pldr: PLDR-LLM (Power Law Graph Attention) engine"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "pldr 0.1.0");
@@ -87,7 +85,9 @@ int main(int argc, char** argv) {
         // Test hook for the exit-code tests (tests/test_errors_table.cpp): simulates a bug.
         if (const char* f = std::getenv("PLDR_TEST_FAULT")) {
             const std::string fault = f;
-            if (fault == "internal") PLDR_CHECK(fault != "internal");
+            if (fault == "internal")
+                throw pldr::InternalError(
+                    "internal check failed: fault != \"internal\" (simulated, PLDR_TEST_FAULT)");
             if (fault == "exception") throw std::logic_error("simulated logic error");
             if (fault == "segv") std::raise(SIGSEGV);
             if (fault == "abort") std::abort();
