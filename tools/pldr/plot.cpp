@@ -13,8 +13,6 @@
 
 namespace pldr {
 
-namespace api = pldr::api;
-
 namespace {
 
 // 5×7 glyphs, one byte per row, bit 4 = leftmost column; other characters are drawn as a box.
