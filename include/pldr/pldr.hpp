@@ -16,6 +16,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -28,6 +29,12 @@ namespace pldr::api {
 
 // The library's version, "MAJOR.MINOR.PATCH".
 const char* version();
+// Errors: every function throws pldr::Error (pldr/error.hpp) with a one-line message. A broken
+// internal invariant (a bug in pldr, not bad input) is a pldr::Error too; is_internal_error
+// tells it apart (tools exit with code 2 for it, 1 otherwise). internal_check throws such an
+// error ("internal check failed: <what>") unless cond holds.
+bool is_internal_error(const std::exception& e);
+void internal_check(bool cond, const std::string& what);
 // Process-wide allocator tuning for programs that run forward or training steps: freed memory
 // is kept for reuse instead of being returned to the system after each step (fewer page
 // faults; peak memory unchanged). Call once at program start.

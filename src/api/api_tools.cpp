@@ -22,6 +22,13 @@ void tune_allocator() {
     ::pldr::tune_allocator();
 }
 
+bool is_internal_error(const std::exception& e) {
+    return dynamic_cast<const ::pldr::InternalError*>(&e) != nullptr;
+}
+void internal_check(bool cond, const std::string& what) {
+    if (!cond) throw ::pldr::InternalError("internal check failed: " + what);
+}
+
 // ---- Tokenizer (standalone) ------------------------------------------------------------------
 
 int64_t Tokenizer::pad_id() const {

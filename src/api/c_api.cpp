@@ -36,12 +36,9 @@ pldr_status guarded(F&& f) {
     } catch (const std::bad_alloc&) {
         g_last_error = "out of memory";
         return PLDR_ERR_OUT_OF_MEMORY;
-    } catch (const pldr::InternalError& e) {
-        g_last_error = e.what();
-        return PLDR_ERR_INTERNAL;
     } catch (const pldr::Error& e) {
         g_last_error = e.what();
-        return PLDR_ERR_FAILED;
+        return pldr::api::is_internal_error(e) ? PLDR_ERR_INTERNAL : PLDR_ERR_FAILED;
     } catch (const std::exception& e) {
         g_last_error = e.what();
         return PLDR_ERR_INTERNAL;

@@ -10,7 +10,11 @@
 
 namespace pldr {
 
-// pldr::InternalError (pldr/error.hpp): a broken internal invariant, thrown by PLDR_CHECK.
+// A broken internal invariant (a bug, not bad input). Derives from Error so that library code
+// that reports errors generically still sees it.
+struct InternalError : Error {
+    using Error::Error;
+};
 
 namespace detail {
 inline void concat_into(std::ostringstream&) {}

@@ -86,8 +86,7 @@ int main(int argc, char** argv) {
         if (const char* f = std::getenv("PLDR_TEST_FAULT")) {
             const std::string fault = f;
             if (fault == "internal")
-                throw pldr::InternalError(
-                    "internal check failed: fault != \"internal\" (simulated, PLDR_TEST_FAULT)");
+                pldr::api::internal_check(fault != "internal", "simulated (PLDR_TEST_FAULT)");
             if (fault == "exception") throw std::logic_error("simulated logic error");
             if (fault == "segv") std::raise(SIGSEGV);
             if (fault == "abort") std::abort();
@@ -98,10 +97,11 @@ int main(int argc, char** argv) {
     } catch (const CLI::Error& e) {
         std::fprintf(stderr, "pldr: error: %s\n", e.what());
         return 1;
-    } catch (const pldr::InternalError& e) {
-        std::fprintf(stderr, "pldr: internal error: %s\n", e.what());
-        return 2;
     } catch (const pldr::Error& e) {
+        if (pldr::api::is_internal_error(e)) {
+            std::fprintf(stderr, "pldr: internal error: %s\n", e.what());
+            return 2;
+        }
         std::fprintf(stderr, "pldr: error: %s\n", e.what());
         return 1;
     } catch (const std::bad_alloc&) {
