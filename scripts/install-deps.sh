@@ -19,6 +19,9 @@ PKGS=(
   clang libclang-rt-14-dev libomp-dev   # the libFuzzer targets (scripts/fuzz.sh, fuzz/README.md)
 )
 if [ "${PLDR_WITH_BROWSER:-0}" = "1" ]; then PKGS+=(chromium python3-websocket); fi  # the page test (tests/serve/page_test.py)
+# Optional: PyTorch, for the Python test that compares model.forward with a PyTorch
+# re-implementation (python/tests/test_torch_reference.py; skipped without it). Large.
+if [ "${PLDR_WITH_TORCH:-0}" = "1" ]; then PKGS+=(python3-torch); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

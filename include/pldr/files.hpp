@@ -16,6 +16,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // A whole file; throws pldr::Error naming the path.
 std::string read_file(const std::string& path);
 bool file_exists(const std::string& path);
+// Throws pldr::Error "<what> is not valid UTF-8 (byte N)" unless text is UTF-8.
+void require_utf8(const std::string& text, const std::string& what);
 
 // Tensor files. save_safetensors writes the tensors (f32, f64 or i64, in order) and string
 // metadata atomically; save_npy one tensor as a NumPy .npy file.

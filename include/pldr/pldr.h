@@ -106,6 +106,57 @@ pldr_status pldr_session_decode(pldr_session* s, int64_t id, double* logits);
 pldr_status pldr_session_reset(pldr_session* s);
 int64_t pldr_session_length(const pldr_session* s);
 
+/* ---- Model directories, evaluation, training ---- */
+
+typedef struct pldr_dir_info {
+    int64_t num_params;  /* trained parameters (buffers excluded) */
+    int64_t num_tensors; /* stored tensors */
+    int sharded, learned_g, has_tokenizer;
+} pldr_dir_info;
+/* Validates a model directory without loading its weights (`pldr inspect`); when config_json is
+ * not NULL, *config_json = its normalised config.json (pldr_string_free). */
+pldr_status pldr_inspect_model_dir(const char* dir, pldr_dir_info* out, char** config_json);
+
+typedef struct pldr_shard_eval {
+    int64_t ctx, chunks, tokens;
+    double loss, ce, accuracy, perplexity;
+    double dag_a, dag_ap, dag_g;
+    double unigram_entropy; /* nats/token of the shard, pad excluded */
+} pldr_shard_eval;
+/* The loss of the model on a prepared shard (a .pldrtok file): batches of `batch` chunks,
+ * `batches` of them (0 = every chunk), chunks of ctx tokens (0 = the shard's). */
+pldr_status pldr_evaluate_shard(const pldr_model* m, const char* shard_path, int64_t batch,
+                                int64_t batches, int64_t ctx, pldr_shard_eval* out);
+
+typedef struct pldr_train_options {
+    const char* preset;                       /* "tiny", ... or NULL */
+    const char* config_path;                  /* a config.json for a new model, or NULL */
+    const char* data_dir;                     /* train.pldrtok [+ valid.pldrtok] */
+    const char* out_dir;                      /* checkpoint directory */
+    const char* resume_dir;                   /* NULL = a new run */
+    const char* dtype;                        /* "f32" | "f64"; NULL = "f32" */
+    int64_t steps, batch, accum, ctx, warmup; /* ctx 0 = the shard's; warmup -1 = default */
+    uint64_t seed;
+    double lr;
+    double dag_a, dag_ap, dag_g; /* DAG loss coefficients */
+    int64_t eval_every, eval_batches, save_every, stop_at;
+} pldr_train_options;
+/* Defaults as pldr train: 1000 steps, batch 16, lr 1e-3, seed 1234, eval every 100 over 8
+ * batches, checkpoints every 500. */
+pldr_train_options pldr_train_default_options(void);
+
+typedef struct pldr_train_summary {
+    int64_t steps_done, start_step, num_params;
+    int stopped;  /* 0: completed; 1: stop_at; 2: the callback; 3: interrupted */
+    int has_eval; /* last_eval_loss is set */
+    double last_eval_loss;
+} pldr_train_summary;
+/* Called after every step with the step, the total, the loss and the learning rate; return 0
+ * to stop (a checkpoint is written). */
+typedef int (*pldr_train_callback)(int64_t step, int64_t total, double loss, double lr, void* user);
+pldr_status pldr_train(const pldr_train_options* opt, pldr_train_callback cb, void* user,
+                       pldr_train_summary* out);
+
 #ifdef __cplusplus
 }
 #endif

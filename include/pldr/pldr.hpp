@@ -14,7 +14,9 @@
 // Token ids are int64. Shapes are row-major; B = batch, S = sequence length, H = heads,
 // D = head dimension (dk), V = vocabulary.
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,6 +29,16 @@ namespace pldr::api {
 
 // The library's version, "MAJOR.MINOR.PATCH".
 const char* version();
+// Errors: every function throws pldr::Error (pldr/error.hpp) with a one-line message. A broken
+// internal invariant (a bug in pldr, not bad input) is a pldr::Error too; is_internal_error
+// tells it apart (tools exit with code 2 for it, 1 otherwise). internal_check throws such an
+// error ("internal check failed: <what>") unless cond holds.
+bool is_internal_error(const std::exception& e);
+void internal_check(bool cond, const std::string& what);
+// Process-wide allocator tuning for programs that run forward or training steps: freed memory
+// is kept for reuse instead of being returned to the system after each step (fewer page
+// faults; peak memory unchanged). Call once at program start.
+void tune_allocator();
 
 enum class DType { F32, F64, I64 };  // I64: token ids (files.hpp int_tensor)
 // The KV-cache and G-cache of a session: kvg (both), kv (KV only; G_LM recomputed from the
@@ -98,6 +110,11 @@ class Tokenizer {
     std::string piece(int64_t id) const;
     int64_t vocab_size() const;
     int64_t eos_id() const;
+    int64_t pad_id() const;
+    // Data preparation's encoding of a document: encode(text), then EOS (never BOS).
+    std::vector<int64_t> encode_document(const std::string& text) const;
+    // A SentencePiece .model file on its own (without a model).
+    static Tokenizer load(const std::string& path);
 
     struct Impl;
     explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
@@ -274,6 +291,10 @@ class Model {
     std::vector<std::string> parameter_names() const;
     Tensor parameter(const std::string& name) const;
 
+    // Writes the model as a model directory (config.json + model.safetensors, stored as F32 or
+    // F64), atomically; the tokenizer is not copied.
+    void save(const std::string& dir, DType stored = DType::F32) const;
+
     struct Impl;
     explicit Model(std::shared_ptr<const Impl> impl);
     const std::shared_ptr<const Impl>& impl() const { return impl_; }
@@ -413,39 +434,180 @@ struct AuditResult {
 // The collapse audit (spec §8.1, docs/audit.md).
 AuditResult audit(const Model& m, const AuditOptions& opt);
 
+// ---- Model directories, tokenizers, token shards, collapse ---------------------------------
+
+// A model directory as stored (`pldr inspect`): validated (config.json, the weights files, every
+// expected tensor with its shape) without loading the weights.
+struct ModelDirInfo {
+    std::string dir, weights_path;
+    std::string tokenizer_path;  // "" = none
+    bool sharded = false;
+    bool learned_g = true;
+    std::string g_type;       // custom_G_type of a fixed-G_LM model ("" when learned)
+    std::string config_json;  // the config as config.json holds it (normalised)
+    // Trained parameters (buffers excluded) per group ("embedding", "layer.attn", ...), sorted
+    // by group name, and their total.
+    std::vector<std::pair<std::string, int64_t>> param_groups;
+    int64_t num_params = 0;
+    struct StoredTensor {
+        std::string name, dtype;  // dtype as in safetensors: "F32", "BF16", ...
+        std::vector<int64_t> shape;
+    };
+    std::vector<StoredTensor> tensors;  // sorted by name
+};
+ModelDirInfo inspect_model_dir(const std::string& dir);
+
+// SentencePiece training with the reference's special pieces ([PAD]=0 [UNK]=1 [START]=2
+// [END]=3 [SEP]=4 [CLS]=5). Writes <output_prefix>.model and .vocab.
+struct TokenizerTrainOptions {
+    std::vector<std::string> input_files;  // UTF-8 text, one sentence per line
+    std::string output_prefix;
+    int64_t vocab_size = 32000;
+    std::string model_type = "unigram";  // unigram | bpe | char | word
+    double character_coverage = 0.9995;
+    int64_t input_sentence_size = 5000000;  // sentences sampled (0 = all)
+    int num_threads = 0;                    // 0 = every core
+    unsigned seed = 0;
+    bool verbose = false;  // SentencePiece's log on stderr
+};
+void train_tokenizer(const TokenizerTrainOptions& opt);
+
+// Tokenize and pack a corpus into token shards (train.pldrtok, valid.pldrtok, meta.json).
+struct PrepareOptions {
+    std::string tokenizer_path;
+    std::vector<std::string> input_files;
+    bool one_doc_per_line = true;  // false: each whole file is one document
+    int64_t ctx = 1024;            // chunk length in tokens (≥ 2)
+    int64_t block_docs = 1600;     // documents per packing block
+    // Every round(1/f)-th document to validation (f in [0, 0.5]), or explicit validation files.
+    double valid_fraction = 0.0;
+    std::vector<std::string> valid_files;
+    std::string output_dir;
+    int num_threads = 0;  // 0 = the OpenMP default
+};
+struct SplitStats {
+    int64_t documents = 0, tokens = 0, chunks = 0, dropped_tokens = 0;
+    double unigram_entropy = 0;  // nats/token of the written shard, pad excluded
+};
+struct PrepareStats {
+    SplitStats train, valid;
+    bool has_valid = false;
+    int64_t empty_documents = 0, vocab_size = 0, ctx = 0;
+};
+PrepareStats prepare_corpus(const PrepareOptions& opt);
+
+// The loss of a model on a prepared shard (every chunk, or `batches` batches of `batch` chunks),
+// next to the shard's unigram entropy (`pldr perplexity`).
+struct ShardEval {
+    int64_t ctx = 0, chunks = 0, tokens = 0;
+    double loss = 0, ce = 0, accuracy = 0, perplexity = 0;
+    double dagA = 0, dagAp = 0, dagG = 0;  // learned-G models
+    double unigram_entropy = 0;            // nats/token of the shard, pad excluded
+};
+// ctx 0 = the shard's chunk length; batches 0 = every chunk.
+ShardEval evaluate_shard(const Model& m, const std::string& shard_path, int64_t batch,
+                         int64_t batches = 0, int64_t ctx = 0);
+
+// The fixed-G_LM model of a learned-G model (custom_G_type external, the metric learner
+// dropped), G_LM taken from the prefill of `g_prompt` or, when empty, the reference's v510Gi
+// recipe (a pass over the single token EOS). A fixed-G model comes back unchanged. The result
+// has no tokenizer.
+Model collapse(const Model& m, const std::vector<int64_t>& g_prompt = {});
+// KL(a || b) and top-1 agreement of two models (same vocabulary and precision) over the tokens,
+// in windows of `window` tokens.
+struct ModelComparison {
+    int64_t tokens = 0;  // predicted positions compared
+    double kl_mean = 0, kl_max = 0, top1_agree = 0, nll_a = 0, nll_b = 0;
+};
+ModelComparison compare_models(const Model& a, const Model& b, const std::vector<int64_t>& ids,
+                               int64_t window);
+
 // ---- Training --------------------------------------------------------------------------------
 
+enum class ClipMode { VALUE, NORM, NONE };  // per element, the global 2-norm, or none
+
 struct TrainOptions {
-    std::string preset;       // e.g. "tiny" (train/presets), or config_path
-    std::string config_path;  // a config.json for a new model
-    std::string data_dir;     // train.pldrtok [+ valid.pldrtok] (pldr prepare)
-    std::string out_dir;      // checkpoint directory
-    std::string resume_dir;   // continue from this checkpoint ("" = new run)
+    // Model source: a preset (e.g. "tiny") or config_path for a new run; with resume_dir either
+    // may be given and must then match the checkpoint.
+    std::string preset;
+    std::string config_path;        // a config.json for a new model
+    bool fixed_g_identity = false;  // train the SDPA baseline (G_LM = I)
+    std::string data_dir;           // train.pldrtok [+ valid.pldrtok] (pldr prepare)
+    std::string out_dir;            // checkpoint directory
+    std::string resume_dir;         // continue from this checkpoint ("" = new run)
+    std::string metrics_path;       // JSON lines; "" = <out_dir>/metrics.jsonl
     DType dtype = DType::F32;
-    int64_t steps = 1000, batch = 16, accum = 1, ctx = 0;
+    bool reference_numerics = true;  // float64: the reference's float32 islands (else exact)
+    // The training maths (stored in the checkpoint; a resumed run must not change them).
+    int64_t steps = 1000, batch = 16, accum = 1, ctx = 0;  // ctx 0 = the shard's
     uint64_t seed = 1234;
+    bool shuffle = true;  // false: chunks in file order (the reference's order)
     double lr = 1e-3;
     int64_t warmup = -1;  // −1: min(2000, steps / 10)
+    double lr_alpha = 0.1, weight_decay = 0.1;
     DagCoefficients dag;
-    int64_t eval_every = 100, eval_batches = 8, save_every = 500, stop_at = 0;
+    ClipMode clip = ClipMode::VALUE;
+    double clip_value = 1.0, clip_norm = 1.0;
+    // Names of the maths options set explicitly ("lr", "dag", "clip", ...): on resume they must
+    // equal the checkpoint's (an error otherwise), except "steps", which may change the schedule
+    // length; the others come from the checkpoint.
+    std::vector<std::string> given = {"steps"};
+    // Run control (may change on resume).
+    int64_t eval_every = 100, eval_batches = 8, save_every = 500;
+    int64_t stop_at = 0;  // > 0: stop with a checkpoint after this step
+    // Data parallel under mpirun (docs/distributed.md); no effect in one process.
+    bool zero1 = false;       // ZeRO-1: the AdamW moments sharded across ranks
+    double dist_timeout = 0;  // seconds a collective may wait (0: PLDR_DIST_TIMEOUT or 300)
 };
 
 struct TrainStep {
     int64_t step = 0, total = 0;
     Loss loss;
     double lr = 0, grad_norm = 0, tokens_per_s = 0;
+    double elapsed_s = 0, eta_s = 0;
+};
+
+struct TrainEval {
+    int64_t step = 0;
+    ShardEval result;  // unigram_entropy unset
 };
 
 struct TrainSummary {
     int64_t steps_done = 0, start_step = 0, num_params = 0;
-    std::string stop_reason;  // "completed" | "stop_at" | "callback"
+    std::string stop_reason;  // "completed" | "stop_at" | "callback" | "interrupted"
     bool has_eval = false;
     Loss last_eval;
+    double tokens_per_s = 0;            // this run
+    double valid_unigram_entropy = -1;  // nats/token of the valid shard (−1: none)
+    int ranks = 1;                      // data-parallel ranks
+    bool root = true;                   // this process is rank 0 (it reports)
+    double comm_s_per_step = 0;         // data parallel: seconds per step in the collectives
 };
+
+// What training reports: every step (return false to stop with a checkpoint), every
+// validation, informational lines. stop_flag (optional) is polled after every step: a signal
+// handler may set it (a checkpoint is written and training stops, "interrupted"); a stop asked
+// by on_step sets it too.
+struct TrainCallbacks {
+    std::function<bool(const TrainStep&)> on_step;
+    std::function<void(const TrainEval&)> on_eval;
+    std::function<void(const std::string&)> on_message;
+    std::atomic<bool>* stop_flag = nullptr;
+};
+
+// The loss curves of a metrics file written by training (JSON lines): "train" (the loss of each
+// step) and "valid" (each validation), x = step. A line that is not a JSON object with a numeric
+// step and loss is an error naming the line; so is a file with no training line.
+struct LossCurve {
+    std::string label;
+    std::vector<double> x, y;
+};
+std::vector<LossCurve> read_loss_curves(const std::string& metrics_path);
 
 // Trains (or resumes) with checkpoints; on_step runs after every step and may return false to
 // stop (a checkpoint is then written).
 TrainSummary train(const TrainOptions& opt,
                    const std::function<bool(const TrainStep&)>& on_step = {});
+TrainSummary train(const TrainOptions& opt, const TrainCallbacks& callbacks);
 
 }  // namespace pldr::api

@@ -251,30 +251,14 @@ const Model::Impl& impl_of(const Model& m) {
 
 Model Model::load(const std::string& dir, const LoadOptions& opt) {
     auto impl = std::make_shared<Impl>();
-    auto fill = [&](auto& m) {
-        m.set_reference_numerics(opt.reference_numerics);
-        ModelInfo& i = impl->info;
-        const auto& c = m.cfg;
-        i.dir = dir;
-        i.dtype = opt.dtype;
-        i.vocab_size = c.vocab_size;
-        i.num_layers = c.num_layers;
-        i.num_heads = c.num_heads;
-        i.head_dim = c.head_dim;
-        i.hidden_size = c.hidden_size;
-        i.max_position = c.max_position;
-        i.eos_id = c.eos_token_id;
-        i.pad_id = c.pad_token_id;
-        i.bos_id = c.bos_token_id;
-        i.learned_g = c.learned_g();
-        i.num_params = m.num_params();
-    };
     if (opt.dtype == DType::F32) {
         impl->m32 = std::make_unique<::pldr::Model<float>>(load_model<float>(dir));
-        fill(*impl->m32);
+        impl->m32->set_reference_numerics(opt.reference_numerics);
+        impl->info = info_of(*impl->m32, dir);
     } else {
         impl->m64 = std::make_unique<::pldr::Model<double>>(load_model<double>(dir));
-        fill(*impl->m64);
+        impl->m64->set_reference_numerics(opt.reference_numerics);
+        impl->info = info_of(*impl->m64, dir);
     }
     std::string tp = opt.tokenizer;
     if (tp.empty() && file_exists(dir + "/tokenizer.model")) tp = dir + "/tokenizer.model";

@@ -79,4 +79,25 @@ struct Model::Impl {
 
 const Model::Impl& impl_of(const Model& m);
 
+// The ModelInfo of an internal model loaded from `dir` in precision `dtype`.
+template <typename T>
+ModelInfo info_of(const ::pldr::Model<T>& m, const std::string& dir) {
+    ModelInfo i;
+    const auto& c = m.cfg;
+    i.dir = dir;
+    i.dtype = dtype_of<T>();
+    i.vocab_size = c.vocab_size;
+    i.num_layers = c.num_layers;
+    i.num_heads = c.num_heads;
+    i.head_dim = c.head_dim;
+    i.hidden_size = c.hidden_size;
+    i.max_position = c.max_position;
+    i.eos_id = c.eos_token_id;
+    i.pad_id = c.pad_token_id;
+    i.bos_id = c.bos_token_id;
+    i.learned_g = c.learned_g();
+    i.num_params = m.num_params();
+    return i;
+}
+
 }  // namespace pldr::api

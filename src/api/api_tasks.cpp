@@ -8,6 +8,7 @@
 #include "audit/report.h"
 #include "audit/runner.h"
 #include "core/fs.h"
+#include "dist/dist.h"
 #include "infer/tasks.h"
 #include "train/trainer_loop.h"
 
@@ -176,35 +177,54 @@ AuditResult audit(const Model& m, const AuditOptions& opt) {
 }
 
 TrainSummary train(const TrainOptions& o, const std::function<bool(const TrainStep&)>& on_step) {
+    TrainCallbacks cb;
+    cb.on_step = on_step;
+    return train(o, cb);
+}
+
+TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
     ::pldr::TrainOptions t;
     t.preset = o.preset;
     t.config_path = o.config_path;
+    t.fixed_g_identity = o.fixed_g_identity;
     t.data_dir = o.data_dir;
     t.out_dir = o.out_dir;
     t.resume_dir = o.resume_dir;
+    t.metrics_path = o.metrics_path;
     t.dtype = name_of(o.dtype);
+    t.numerics = o.reference_numerics ? "reference" : "exact";
     t.steps = o.steps;
     t.batch = o.batch;
     t.accum = o.accum;
     t.ctx = o.ctx;
     t.seed = o.seed;
+    t.shuffle = o.shuffle;
     t.lr = o.lr;
     t.warmup = o.warmup;
+    t.lr_alpha = o.lr_alpha;
+    t.weight_decay = o.weight_decay;
     t.dag = {o.dag.A, o.dag.Ap, o.dag.G};
+    t.clip = o.clip == ClipMode::NONE   ? ::pldr::ClipMode::NONE
+             : o.clip == ClipMode::NORM ? ::pldr::ClipMode::NORM
+                                        : ::pldr::ClipMode::VALUE;
+    t.clip_value = o.clip_value;
+    t.clip_norm = o.clip_norm;
+    t.given = o.given;
     t.eval_every = o.eval_every;
     t.eval_batches = o.eval_batches;
     t.save_every = o.save_every;
     t.stop_at = o.stop_at;
-    if (!o.resume_dir.empty()) {
-        // A resumed run takes its maths from the checkpoint, except the schedule length.
-        t.given = {"steps"};
-    }
-    std::atomic<bool> stop{false};
+    t.zero1 = o.zero1;
+    t.dist_timeout = o.dist_timeout;
+    std::atomic<bool> own_stop{false};
+    std::atomic<bool>& stop = cb.stop_flag ? *cb.stop_flag : own_stop;
     bool by_callback = false;
     ::pldr::TrainHooks hooks;
-    hooks.message = [](const std::string&) {};
+    hooks.message = [&](const std::string& m) {
+        if (cb.on_message) cb.on_message(m);
+    };
     hooks.on_step = [&](const ::pldr::StepReport& s) {
-        if (!on_step) return;
+        if (!cb.on_step) return;
         TrainStep ts;
         ts.step = s.step;
         ts.total = s.total;
@@ -213,10 +233,28 @@ TrainSummary train(const TrainOptions& o, const std::function<bool(const TrainSt
         ts.lr = s.r.lr;
         ts.grad_norm = s.r.grad_norm;
         ts.tokens_per_s = s.tokens_per_s;
-        if (!on_step(ts)) {
+        ts.elapsed_s = s.elapsed_s;
+        ts.eta_s = s.eta_s;
+        if (!cb.on_step(ts)) {
             by_callback = true;
             stop = true;
         }
+    };
+    hooks.on_eval = [&](const ::pldr::EvalReport& e) {
+        if (!cb.on_eval) return;
+        TrainEval te;
+        te.step = e.step;
+        ShardEval& r = te.result;
+        r.chunks = e.r.chunks;
+        r.tokens = e.r.tokens;
+        r.loss = e.r.loss;
+        r.ce = e.r.ce;
+        r.accuracy = e.r.accuracy;
+        r.perplexity = e.r.perplexity;
+        r.dagA = e.r.dagA;
+        r.dagAp = e.r.dagAp;
+        r.dagG = e.r.dagG;
+        cb.on_eval(te);
     };
     hooks.stop_flag = &stop;
     const ::pldr::TrainOutcome out = run_training(t, hooks);
@@ -231,6 +269,11 @@ TrainSummary train(const TrainOptions& o, const std::function<bool(const TrainSt
     s.has_eval = out.has_eval;
     const auto& e = out.last_eval;
     s.last_eval = {e.loss, e.ce, e.accuracy, e.dagA, e.dagAp, e.dagG, e.tokens};
+    s.tokens_per_s = out.tokens_per_s;
+    s.valid_unigram_entropy = out.valid_unigram_entropy;
+    s.ranks = out.ranks;
+    s.root = ::pldr::dist::is_root();
+    s.comm_s_per_step = out.comm_s_per_step;
     return s;
 }
 

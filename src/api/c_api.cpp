@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
 
@@ -37,9 +38,7 @@ pldr_status guarded(F&& f) {
         return PLDR_ERR_OUT_OF_MEMORY;
     } catch (const pldr::Error& e) {
         g_last_error = e.what();
-        // pldr::InternalError (a broken invariant) derives from Error; its message says so.
-        return std::strncmp(e.what(), "internal check failed", 21) == 0 ? PLDR_ERR_INTERNAL
-                                                                        : PLDR_ERR_FAILED;
+        return pldr::api::is_internal_error(e) ? PLDR_ERR_INTERNAL : PLDR_ERR_FAILED;
     } catch (const std::exception& e) {
         g_last_error = e.what();
         return PLDR_ERR_INTERNAL;
@@ -291,6 +290,93 @@ pldr_status pldr_session_reset(pldr_session* s) {
 }
 int64_t pldr_session_length(const pldr_session* s) {
     return s ? s->s.length() : 0;
+}
+
+pldr_status pldr_inspect_model_dir(const char* dir, pldr_dir_info* out, char** config_json) {
+    return guarded([&] {
+        need(dir, "dir");
+        need(out, "out");
+        if (config_json) *config_json = nullptr;
+        const pldr::api::ModelDirInfo i = pldr::api::inspect_model_dir(dir);
+        *out = {i.num_params, int64_t(i.tensors.size()), i.sharded, i.learned_g,
+                !i.tokenizer_path.empty()};
+        if (config_json) *config_json = dup(i.config_json);
+    });
+}
+
+pldr_status pldr_evaluate_shard(const pldr_model* m, const char* shard_path, int64_t batch,
+                                int64_t batches, int64_t ctx, pldr_shard_eval* out) {
+    return guarded([&] {
+        need(m, "model");
+        need(shard_path, "shard_path");
+        need(out, "out");
+        const pldr::api::ShardEval e =
+            pldr::api::evaluate_shard(m->m, shard_path, batch, batches, ctx);
+        *out = {e.ctx,  e.chunks, e.tokens, e.loss,           e.ce, e.accuracy, e.perplexity,
+                e.dagA, e.dagAp,  e.dagG,   e.unigram_entropy};
+    });
+}
+
+pldr_train_options pldr_train_default_options(void) {
+    const pldr::api::TrainOptions d;
+    pldr_train_options o{};
+    o.steps = d.steps;
+    o.batch = d.batch;
+    o.accum = d.accum;
+    o.ctx = d.ctx;
+    o.warmup = d.warmup;
+    o.seed = d.seed;
+    o.lr = d.lr;
+    o.eval_every = d.eval_every;
+    o.eval_batches = d.eval_batches;
+    o.save_every = d.save_every;
+    o.stop_at = d.stop_at;
+    return o;
+}
+
+pldr_status pldr_train(const pldr_train_options* opt, pldr_train_callback cb, void* user,
+                       pldr_train_summary* out) {
+    return guarded([&] {
+        need(opt, "opt");
+        need(out, "out");
+        need(opt->data_dir, "opt->data_dir");
+        need(opt->out_dir, "opt->out_dir");
+        auto str = [](const char* p) { return std::string(p ? p : ""); };
+        pldr::api::TrainOptions o;
+        o.preset = str(opt->preset);
+        o.config_path = str(opt->config_path);
+        o.data_dir = opt->data_dir;
+        o.out_dir = opt->out_dir;
+        o.resume_dir = str(opt->resume_dir);
+        o.dtype = pldr::api::dtype_from_name(opt->dtype ? opt->dtype : "f32");
+        o.steps = opt->steps;
+        o.batch = opt->batch;
+        o.accum = opt->accum;
+        o.ctx = opt->ctx;
+        o.warmup = opt->warmup;
+        o.seed = opt->seed;
+        o.lr = opt->lr;
+        o.dag = {opt->dag_a, opt->dag_ap, opt->dag_g};
+        o.eval_every = opt->eval_every;
+        o.eval_batches = opt->eval_batches;
+        o.save_every = opt->save_every;
+        o.stop_at = opt->stop_at;
+        std::function<bool(const pldr::api::TrainStep&)> f;
+        if (cb)
+            f = [&](const pldr::api::TrainStep& s) {
+                return cb(s.step, s.total, s.loss.value, s.lr, user) != 0;
+            };
+        const pldr::api::TrainSummary r = pldr::api::train(o, f);
+        *out = {r.steps_done,
+                r.start_step,
+                r.num_params,
+                r.stop_reason == "completed"  ? 0
+                : r.stop_reason == "stop_at"  ? 1
+                : r.stop_reason == "callback" ? 2
+                                              : 3,
+                r.has_eval,
+                r.last_eval.value};
+    });
 }
 
 }  // extern "C"

@@ -17,6 +17,9 @@ std::string read_file(const std::string& path) {
 bool file_exists(const std::string& path) {
     return ::pldr::file_exists(path);
 }
+void require_utf8(const std::string& text, const std::string& what) {
+    ::pldr::require_utf8(text, what);
+}
 
 Tensor int_tensor(std::vector<int64_t> shape, std::vector<int64_t> ids) {
     int64_t n = 1;

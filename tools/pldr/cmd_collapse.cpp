@@ -3,12 +3,8 @@
 // v510Gi recipe (a pass over the single token EOS); then the KL divergence and top-1 agreement
 // of the two models on a text.
 #include <cstdio>
-#include <filesystem>
 
-#include "core/fs.h"
-#include "infer/collapse.h"
-#include "io/tokenizer.h"
-#include "legacy.h"
+#include "common.h"
 
 namespace pldr::cli {
 
@@ -20,59 +16,47 @@ struct CollapseArgs {
     ModelOptions mo;
 };
 
-template <typename T>
 int run_collapse(const CollapseArgs& a) {
     {
-        InputSet in;
-        in.add_dir(a.dir);
-        in.add_file(a.text);
-        require_dir_not_input(a.out, in, "--out",
-                              {"config.json", "model.safetensors", "tokenizer.model"});
+        api::Inputs in;
+        in.dir(a.dir);
+        in.file(a.text);
+        in.check_dir(a.out, "--out", {"config.json", "model.safetensors", "tokenizer.model"});
     }
-    Model<T> m = a.mo.load<T>(a.dir);
     const std::string tok_path = a.dir + "/tokenizer.model";
-    std::unique_ptr<Tokenizer> tok;
-    if (file_exists(tok_path)) tok = std::make_unique<Tokenizer>(tok_path);
-    PLDR_REQUIRE(a.prompt.empty() || a.ids.empty(), "give --prompt or --ids, not both");
+    const api::Model m = a.mo.open(a.dir);
+    require(a.prompt.empty() || a.ids.empty(), "give --prompt or --ids, not both");
     std::string how = "v510Gi recipe (a pass over the single token EOS)";
-    GCache<T> g;
-    if (m.cfg.learned_g()) {
+    std::vector<int64_t> g_prompt;
+    if (m.info().learned_g) {
         if (!a.prompt.empty()) {
-            PLDR_REQUIRE(tok, "--prompt needs ", tok_path);
-            auto p = tok->encode_prompt(a.prompt);
-            g = prompt_g_cache(m, p);
-            how = "the prompt's G-cache (" + std::to_string(p.size()) + " tokens)";
+            require(m.has_tokenizer(), "--prompt needs ", tok_path);
+            g_prompt = m.tokenizer().encode_prompt(a.prompt);
+            how = "the prompt's G-cache (" + std::to_string(g_prompt.size()) + " tokens)";
         } else if (!a.ids.empty()) {
-            auto p = parse_ids(a.ids, "--ids");
-            check_inputs(m, p.data(), 1, int64_t(p.size()));
-            g = prompt_g_cache(m, p);
-            how = "the G-cache of --ids (" + std::to_string(p.size()) + " tokens)";
-        } else {
-            g = reference_g_cache(m);
+            g_prompt = parse_ids(a.ids, "--ids");
+            how = "the G-cache of --ids (" + std::to_string(g_prompt.size()) + " tokens)";
         }
     } else {
         how = "none needed: the model already has a fixed G_LM (exact no-op)";
     }
-    Model<T> c = collapse_model(m, g);
-    save_model(c, a.out, a.save_dtype == "f64" ? DType::F64 : DType::F32);
-    if (tok) write_file_atomic(a.out + "/tokenizer.model", read_file(tok_path));
+    const api::Model c = api::collapse(m, g_prompt);
+    c.save(a.out, a.save_dtype == "f64" ? api::DType::F64 : api::DType::F32);
+    if (m.has_tokenizer())
+        api::write_file_atomic(a.out + "/tokenizer.model", api::read_file(tok_path));
     std::printf(
         "collapsed %s → %s (custom_G_type external, %lld → %lld parameters)\nG_LM from %s\n",
-        a.dir.c_str(), a.out.c_str(), (long long)m.num_params(), (long long)c.num_params(),
-        how.c_str());
+        a.dir.c_str(), a.out.c_str(), (long long)m.info().num_params,
+        (long long)c.info().num_params, how.c_str());
     std::vector<int64_t> eval;
     if (!a.text.empty()) {
-        PLDR_REQUIRE(tok, "--text needs a tokenizer (", tok_path, ")");
-        eval = tok->encode(read_file(a.text));
+        require(m.has_tokenizer(), "--text needs a tokenizer (", tok_path, ")");
+        eval = m.tokenizer().encode(api::read_file(a.text));
     } else if (!a.eval_ids.empty()) {
         eval = parse_ids(a.eval_ids, "--eval-ids");
     }
     if (!eval.empty()) {
-        check_inputs(m, eval.data(), 1, 1);
-        for (int64_t id : eval)
-            PLDR_REQUIRE(id >= 0 && id < m.cfg.vocab_size, "token id ", id,
-                         " outside the vocabulary");
-        CompareReport r = compare_models(m, c, eval, a.window);
+        const api::ModelComparison r = api::compare_models(m, c, eval, a.window);
         std::printf(
             "on %lld positions (windows of %lld tokens): KL(full || collapsed) mean %.6g nats, "
             "max %.6g; top-1 agreement %.4f; NLL full %.5f, collapsed %.5f\n",
@@ -101,9 +85,7 @@ void add_collapse(CLI::App& app) {
         ->check(CLI::IsMember({"f32", "f64"}))
         ->capture_default_str();
     a->mo.add_to(cmd);
-    cmd->callback([a]() {
-        return with_dtype(a->mo.dtype, [&]<typename T>() { return run_collapse<T>(*a); });
-    });
+    cmd->callback([a]() { return run_collapse(*a); });
 }
 
 }  // namespace pldr::cli

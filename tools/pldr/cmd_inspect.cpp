@@ -1,13 +1,22 @@
 // pldr inspect MODEL_DIR: the config, the parameter count by group and the tensor table.
 #include <cstdio>
-#include <map>
 
-#include "io/config_json.h"
-#include "io/model_dir.h"
-#include "io/param_names.h"
-#include "legacy.h"
+#include "common.h"
 
 namespace pldr::cli {
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (i) r += ',';
+        r += std::to_string(s[i]);
+    }
+    return r + "]";
+}
+
+}  // namespace
 
 void add_inspect(CLI::App& app) {
     auto* cmd =
@@ -16,36 +25,24 @@ void add_inspect(CLI::App& app) {
     cmd->add_option("MODEL_DIR", *dir, "model directory (config.json + model.safetensors)")
         ->required();
     cmd->callback([dir]() {
-        ModelFiles mf(*dir);
-        check_params_against_file(mf);
-        const Config& c = mf.config();
-        std::printf("model directory: %s\n", mf.dir().c_str());
-        std::printf("weights: %s%s\n", mf.weights_path().c_str(), mf.sharded() ? " (sharded)" : "");
+        const api::ModelDirInfo mi = api::inspect_model_dir(*dir);
+        std::printf("model directory: %s\n", mi.dir.c_str());
+        std::printf("weights: %s%s\n", mi.weights_path.c_str(), mi.sharded ? " (sharded)" : "");
         std::printf("tokenizer: %s\n",
-                    mf.tokenizer_path().empty() ? "(none)" : mf.tokenizer_path().c_str());
-        std::printf("variant: %s\n", c.learned_g() ? "PLDR-LLM v510 (learned G_LM)"
-                                                   : (std::string("fixed G_LM (custom_G_type ") +
-                                                      g_type_name(c.g_type) + ")")
-                                                         .c_str());
-        std::printf("\nconfig.json:\n%s\n", config_to_json(c).c_str());
-        std::map<std::string, int64_t> groups;
-        int64_t total = 0;
-        for (const auto& p : expected_params(c)) {
-            if (p.buffer) continue;
-            groups[param_group(p.name)] += shape_numel(p.shape);
-            total += shape_numel(p.shape);
-        }
+                    mi.tokenizer_path.empty() ? "(none)" : mi.tokenizer_path.c_str());
+        std::printf("variant: %s\n",
+                    mi.learned_g ? "PLDR-LLM v510 (learned G_LM)"
+                                 : ("fixed G_LM (custom_G_type " + mi.g_type + ")").c_str());
+        std::printf("\nconfig.json:\n%s\n", mi.config_json.c_str());
         std::printf("\nparameters by group:\n");
-        for (const auto& [g, n] : groups)
+        for (const auto& [g, n] : mi.param_groups)
             std::printf("  %-16s %14lld  %6.2f%%\n", g.c_str(), (long long)n,
-                        100.0 * double(n) / double(total));
-        std::printf("  %-16s %14lld\n", "total", (long long)total);
+                        100.0 * double(n) / double(mi.num_params));
+        std::printf("  %-16s %14lld\n", "total", (long long)mi.num_params);
         std::printf("\ntensors:\n");
-        for (const auto& name : mf.names()) {
-            const TensorInfo& t = mf.info(name);
-            std::printf("  %-64s %-5s %s\n", name.c_str(), dtype_name(t.dtype),
-                        shape_str(t.shape).c_str());
-        }
+        for (const auto& t : mi.tensors)
+            std::printf("  %-64s %-5s %s\n", t.name.c_str(), t.dtype.c_str(),
+                        shape_text(t.shape).c_str());
         return 0;
     });
 }

@@ -4,9 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "legacy.h"
+#include "common.h"
 #include "plot.h"
-#include "train/metrics.h"
 
 namespace pldr::cli {
 
@@ -49,23 +48,23 @@ void add_plot(CLI::App& app) {
     cmd->add_option("--width", a->width)->capture_default_str();
     cmd->add_option("--height", a->height)->capture_default_str();
     cmd->callback([a]() {
-        PLDR_REQUIRE(a->labels.empty() || a->labels.size() == a->files.size(),
-                     "give one --label "
-                     "per metrics file (",
-                     a->files.size(), "), or none");
+        require(a->labels.empty() || a->labels.size() == a->files.size(),
+                "give one --label "
+                "per metrics file (",
+                a->files.size(), "), or none");
         {
-            InputSet in;
-            for (const auto& f : a->files) in.add_file(f);
-            require_not_input(a->out, in, "--out");
+            api::Inputs in;
+            for (const auto& f : a->files) in.file(f);
+            in.check_file(a->out, "--out");
         }
         PlotSpec spec;
         spec.title = a->title;
         spec.width = a->width, spec.height = a->height;
         for (size_t i = 0; i < a->files.size(); ++i) {
-            const auto curves = read_loss_curves(a->files[i]);
+            const auto curves = api::read_loss_curves(a->files[i]);
             const std::string name = a->labels.empty() ? default_label(a->files[i]) : a->labels[i];
             const auto& col = kColors[i % (sizeof kColors / sizeof kColors[0])];
-            for (const Curve& c : curves) {
+            for (const api::LossCurve& c : curves) {
                 PlotSeries s;
                 const bool train = c.label == "train";
                 const int64_t w =
@@ -87,8 +86,8 @@ void add_plot(CLI::App& app) {
             const std::string v = h.substr(0, colon);
             char* end = nullptr;
             const double y = std::strtod(v.c_str(), &end);
-            PLDR_REQUIRE(!v.empty() && end && *end == '\0' && std::isfinite(y), "--hline: '", v,
-                         "' is not a number");
+            require(!v.empty() && end && *end == '\0' && std::isfinite(y), "--hline: '", v,
+                    "' is not a number");
             PlotSeries s;
             s.x = {x0, x1};
             s.y = {y, y};

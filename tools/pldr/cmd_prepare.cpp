@@ -2,29 +2,24 @@
 // [--whole-files] FILE...: tokenize, pack and write train/valid token shards (train/prepare.h),
 // then print a summary with the unigram entropy of each split.
 #include <cstdio>
-#include <filesystem>
 
-#include "io/tokenizer.h"
-#include "legacy.h"
-#include "train/data_loader.h"
-#include "train/prepare.h"
+#include "common.h"
 
 namespace pldr::cli {
 
 namespace {
 
 struct PrepareArgs {
-    PrepareOptions o;
+    api::PrepareOptions o;
     bool whole_files = false;
 };
 
-void print_split(const char* name, const SplitStats& s, const std::string& path, int64_t pad) {
-    ShardReader r(path);
+void print_split(const char* name, const api::SplitStats& s) {
     std::printf(
         "  %-5s %8lld documents %11lld tokens -> %8lld chunks (%lld tokens dropped)  "
         "unigram entropy %.4f nats/token\n",
         name, (long long)s.documents, (long long)s.tokens, (long long)s.chunks,
-        (long long)s.dropped_tokens, unigram_entropy(r, pad));
+        (long long)s.dropped_tokens, s.unigram_entropy);
 }
 
 }  // namespace
@@ -51,21 +46,18 @@ void add_prepare(CLI::App& app) {
     cmd->callback([a]() {
         a->o.one_doc_per_line = !a->whole_files;
         {
-            InputSet in;
-            in.add_file(a->o.tokenizer_path);
-            for (const auto& f : a->o.input_files) in.add_file(f);
-            for (const auto& f : a->o.valid_files) in.add_file(f);
-            require_dir_not_input(a->o.output_dir, in, "--out",
-                                  {"train.pldrtok", "valid.pldrtok", "meta.json"});
+            api::Inputs in;
+            in.file(a->o.tokenizer_path);
+            for (const auto& f : a->o.input_files) in.file(f);
+            for (const auto& f : a->o.valid_files) in.file(f);
+            in.check_dir(a->o.output_dir, "--out", {"train.pldrtok", "valid.pldrtok", "meta.json"});
         }
-        const PrepareStats st = prepare_corpus(a->o);
-        const std::filesystem::path d(a->o.output_dir);
+        const api::PrepareStats st = api::prepare_corpus(a->o);
         std::printf("prepared %s: vocab %lld, ctx %lld, %lld empty documents skipped\n",
                     a->o.output_dir.c_str(), (long long)st.vocab_size, (long long)st.ctx,
                     (long long)st.empty_documents);
-        const int64_t pad = Tokenizer(a->o.tokenizer_path).pad_id();
-        print_split("train", st.train, (d / "train.pldrtok").string(), pad);
-        if (st.has_valid) print_split("valid", st.valid, (d / "valid.pldrtok").string(), pad);
+        print_split("train", st.train);
+        if (st.has_valid) print_split("valid", st.valid);
         return 0;
     });
 }

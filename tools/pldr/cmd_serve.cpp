@@ -1,7 +1,7 @@
 // pldr serve MODEL_DIR [--host H] [--port N] [--parallel K] [--ctx C] [--mode block|cached]:
 // an OpenAI-compatible HTTP server (src/serve/, README "serve").
 #include "common.h"
-#include "legacy.h"
+#include "pldr/serve.hpp"
 
 namespace pldr::cli {
 

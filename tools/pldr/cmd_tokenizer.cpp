@@ -2,15 +2,14 @@
 // pieces (io/tokenizer.h).
 #include <cstdio>
 
-#include "io/tokenizer.h"
-#include "legacy.h"
+#include "common.h"
 
 namespace pldr::cli {
 
 namespace {
 
 struct TokTrainArgs {
-    TokenizerTrainOptions o;
+    api::TokenizerTrainOptions o;
     bool quiet = false;
 };
 
@@ -51,13 +50,13 @@ void add_tokenizer(CLI::App& app) {
     tr->add_flag("--verbose", ta->o.verbose, "show sentencepiece's log");
     tr->callback([ta]() {
         {
-            InputSet in;
-            for (const auto& f : ta->o.input_files) in.add_file(f);
+            api::Inputs in;
+            for (const auto& f : ta->o.input_files) in.file(f);
             for (const char* ext : {".model", ".vocab"})
-                require_not_input(ta->o.output_prefix + ext, in, "--out");
+                in.check_file(ta->o.output_prefix + ext, "--out");
         }
-        train_tokenizer(ta->o);
-        Tokenizer t(ta->o.output_prefix + ".model");
+        api::train_tokenizer(ta->o);
+        const api::Tokenizer t = api::Tokenizer::load(ta->o.output_prefix + ".model");
         std::printf("wrote %s.model and %s.vocab (%s, %lld pieces)\n", ta->o.output_prefix.c_str(),
                     ta->o.output_prefix.c_str(), ta->o.model_type.c_str(),
                     (long long)t.vocab_size());
@@ -71,8 +70,8 @@ void add_tokenizer(CLI::App& app) {
     en->add_option("TEXT", enc->second, "text to encode")->required();
     en->add_flag("--eos", *eos, "append EOS, as data preparation does");
     en->callback([enc, eos]() {
-        Tokenizer t(enc->first);
-        require_utf8(enc->second, "TEXT");
+        const api::Tokenizer t = api::Tokenizer::load(enc->first);
+        api::require_utf8(enc->second, "TEXT");
         const auto ids = *eos ? t.encode_document(enc->second) : t.encode(enc->second);
         std::printf("%s\n", join_ids(ids).c_str());
         return 0;
@@ -83,7 +82,7 @@ void add_tokenizer(CLI::App& app) {
     de->add_option("TOKENIZER", dec->first, "SentencePiece .model file")->required();
     de->add_option("ID", dec->second, "token ids (separated by spaces or commas)")->required();
     de->callback([dec]() {
-        Tokenizer t(dec->first);
+        const api::Tokenizer t = api::Tokenizer::load(dec->first);
         std::vector<int64_t> ids;
         for (const std::string& s : dec->second)
             for (int64_t id : parse_ids(s, "ID")) ids.push_back(id);

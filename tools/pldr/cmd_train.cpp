@@ -1,5 +1,5 @@
 // pldr train (--preset NAME | --config CONFIG.json) --data SHARD_DIR --out DIR ...: the training
-// program (train/trainer_loop.h) with a progress bar, log lines, and SIGINT/SIGTERM handling.
+// program (pldr::api::train) with a progress bar, log lines, and SIGINT/SIGTERM handling.
 #include <unistd.h>
 
 #include <atomic>
@@ -8,9 +8,7 @@
 #include <cstdio>
 #include <map>
 
-#include "dist/dist.h"
-#include "legacy.h"
-#include "train/trainer_loop.h"
+#include "common.h"
 
 namespace pldr::cli {
 
@@ -24,7 +22,8 @@ extern "C" void on_stop_signal(int) {
 }
 
 struct TrainArgs {
-    TrainOptions o;
+    api::TrainOptions o;
+    std::string dtype = "f32", numerics = "reference";
     std::string dag, fixed_g;
     double clip_value = 1.0, clip_norm = 0;
     bool no_clip = false, no_shuffle = false;
@@ -44,23 +43,26 @@ std::string hms(double s) {
 }
 
 int run_train(TrainArgs& a) {
-    TrainOptions& o = a.o;
-    if (!a.dag.empty()) o.dag = parse_dag_coeffs(a.dag);
+    api::TrainOptions& o = a.o;
+    o.dtype = api::dtype_from_name(a.dtype);
+    o.reference_numerics = a.numerics == "reference";
+    if (!a.dag.empty()) o.dag = parse_dag(a.dag);
     if (!a.fixed_g.empty()) {
-        PLDR_REQUIRE(a.fixed_g == "identity", "--fixed-g supports only 'identity' (got '",
-                     a.fixed_g, "')");
+        require(a.fixed_g == "identity", "--fixed-g supports only 'identity' (got '", a.fixed_g,
+                "')");
         o.fixed_g_identity = true;
     }
     o.shuffle = !a.no_shuffle;
     if (a.no_clip) {
-        o.clip = ClipMode::NONE;
+        o.clip = api::ClipMode::NONE;
     } else if (a.clip_norm > 0 || a.maths["clip_norm"]->count() > 0) {
-        o.clip = ClipMode::NORM;
+        o.clip = api::ClipMode::NORM;
         o.clip_norm = a.clip_norm;
     } else {
-        o.clip = ClipMode::VALUE;
+        o.clip = api::ClipMode::VALUE;
         o.clip_value = a.clip_value;
     }
+    o.given.clear();
     for (const auto& [k, opt] : a.maths)
         if (opt->count() > 0) o.given.push_back(k);
     if (a.no_clip || a.maths["clip_value"]->count() || a.maths["clip_norm"]->count())
@@ -68,45 +70,47 @@ int run_train(TrainArgs& a) {
 
     const bool tty = ::isatty(STDOUT_FILENO) != 0;
     bool bar_open = false;
-    TrainHooks h;
+    api::TrainCallbacks h;
     h.stop_flag = &g_stop;
-    h.message = [&](const std::string& s) {
+    h.on_message = [&](const std::string& s) {
         if (bar_open) std::printf("\n"), bar_open = false;
         std::printf("%s\n", s.c_str());
         std::fflush(stdout);
     };
-    h.on_step = [&](const StepReport& r) {
+    h.on_step = [&](const api::TrainStep& r) {
         if (tty) {
             const int width = 24;
             const int fill = int(double(width) * double(r.step) / double(r.total));
             std::printf("\r[%s%s] %lld/%lld loss %.4f acc %.3f lr %.2e %.0f tok/s ETA %s\x1b[K",
                         std::string(size_t(fill), '#').c_str(),
                         std::string(size_t(width - fill), '.').c_str(), (long long)r.step,
-                        (long long)r.total, r.r.loss.value, r.r.loss.accuracy, r.r.lr,
-                        r.tokens_per_s, hms(r.eta_s).c_str());
+                        (long long)r.total, r.loss.value, r.loss.accuracy, r.lr, r.tokens_per_s,
+                        hms(r.eta_s).c_str());
             bar_open = true;
             std::fflush(stdout);
         } else if (r.step % std::max<int64_t>(1, a.log_every) == 0 || r.step == r.total) {
             std::printf(
                 "step %lld/%lld  loss %.4f  acc %.4f  lr %.3e  %.0f tok/s  elapsed %s  "
                 "ETA %s\n",
-                (long long)r.step, (long long)r.total, r.r.loss.value, r.r.loss.accuracy, r.r.lr,
+                (long long)r.step, (long long)r.total, r.loss.value, r.loss.accuracy, r.lr,
                 r.tokens_per_s, hms(r.elapsed_s).c_str(), hms(r.eta_s).c_str());
             std::fflush(stdout);
         }
+        return true;
     };
-    h.on_eval = [&](const EvalReport& e) {
-        h.message("validation at step " + std::to_string(e.step) + ": " + [&] {
+    h.on_eval = [&](const api::TrainEval& ev) {
+        const api::ShardEval& r = ev.result;
+        h.on_message("validation at step " + std::to_string(ev.step) + ": " + [&] {
             char b[256];
-            std::snprintf(b, sizeof b, "loss %.4f  ce %.4f  accuracy %.4f  perplexity %.2f",
-                          e.r.loss, e.r.ce, e.r.accuracy, e.r.perplexity);
+            std::snprintf(b, sizeof b, "loss %.4f  ce %.4f  accuracy %.4f  perplexity %.2f", r.loss,
+                          r.ce, r.accuracy, r.perplexity);
             std::string s = b;
-            if (e.r.dagA != 0 || e.r.dagAp != 0 || e.r.dagG != 0) {  // learned G_LM only
-                std::snprintf(b, sizeof b, "  dag A %.4g  Ap %.4g  G %.4g", e.r.dagA, e.r.dagAp,
-                              e.r.dagG);
+            if (r.dagA != 0 || r.dagAp != 0 || r.dagG != 0) {  // learned G_LM only
+                std::snprintf(b, sizeof b, "  dag A %.4g  Ap %.4g  G %.4g", r.dagA, r.dagAp,
+                              r.dagG);
                 s += b;
             }
-            std::snprintf(b, sizeof b, "  (%lld tokens)", (long long)e.r.tokens);
+            std::snprintf(b, sizeof b, "  (%lld tokens)", (long long)r.tokens);
             s += b;
             return s;
         }());
@@ -118,23 +122,23 @@ int run_train(TrainArgs& a) {
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
 
-    const TrainOutcome out = run_training(o, h);
+    const api::TrainSummary out = api::train(o, h);
     if (bar_open) std::printf("\n");
-    const char* why = out.reason == StopReason::COMPLETED ? "finished"
-                      : out.reason == StopReason::STOP_AT ? "stopped (--stop-at)"
-                                                          : "interrupted";
-    if (!dist::is_root()) return 0;  // rank 0 reports
-    std::printf("%s at step %lld: checkpoint in %s (%.0f tokens/s", why, (long long)out.step,
+    const char* why = out.stop_reason == "completed" ? "finished"
+                      : out.stop_reason == "stop_at" ? "stopped (--stop-at)"
+                                                     : "interrupted";
+    if (!out.root) return 0;  // rank 0 reports
+    std::printf("%s at step %lld: checkpoint in %s (%.0f tokens/s", why, (long long)out.steps_done,
                 o.out_dir.c_str(), out.tokens_per_s);
     if (out.ranks > 1)
         std::printf(" over %d ranks; collectives %.1f ms per step", out.ranks,
                     1e3 * out.comm_s_per_step);
     std::printf(")");
     if (out.has_eval)
-        std::printf("; last validation loss %.4f (unigram entropy %.4f)", out.last_eval.loss,
+        std::printf("; last validation loss %.4f (unigram entropy %.4f)", out.last_eval.value,
                     out.valid_unigram_entropy);
     std::printf("\n");
-    if (out.reason != StopReason::COMPLETED)
+    if (out.stop_reason != "completed")
         std::printf("continue with: pldr train --resume %s --data %s --out %s\n", o.out_dir.c_str(),
                     o.data_dir.c_str(), o.out_dir.c_str());
     return 0;
@@ -144,7 +148,7 @@ int run_train(TrainArgs& a) {
 
 void add_train(CLI::App& app) {
     auto a = std::make_shared<TrainArgs>();
-    TrainOptions& o = a->o;
+    api::TrainOptions& o = a->o;
     auto* cmd = app.add_subcommand("train",
                                    "train a PLDR-LLM (or its SDPA baseline) on token "
                                    "shards, with checkpoints and exact resume");
@@ -186,10 +190,10 @@ void add_train(CLI::App& app) {
     m["clip_norm"] = cn;
     m["fixed_g_identity"] =
         cmd->add_option("--fixed-g", a->fixed_g, "identity: train the SDPA baseline (G_LM = I)");
-    m["dtype"] = cmd->add_option("--dtype", o.dtype, "compute precision: f32 or f64")
+    m["dtype"] = cmd->add_option("--dtype", a->dtype, "compute precision: f32 or f64")
                      ->check(CLI::IsMember({"f32", "f64"}))
                      ->capture_default_str();
-    m["numerics"] = cmd->add_option("--numerics", o.numerics,
+    m["numerics"] = cmd->add_option("--numerics", a->numerics,
                                     "f64: reference (the reference's float32 islands) or exact")
                         ->check(CLI::IsMember({"reference", "exact"}))
                         ->capture_default_str();

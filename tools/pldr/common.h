@@ -1,5 +1,5 @@
 // Shared helpers of the pldr subcommands: option parsing and model loading through the public
-// API (include/pldr/). Commands not yet ported to the API include legacy.h instead.
+// API (include/pldr/), the only part of the library the tool sees.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -45,9 +45,6 @@ struct ModelOptions {
     void add_to(CLI::App* app);
     // Loads through the public API (tokenizer: "" = MODEL_DIR/tokenizer.model when present).
     api::Model open(const std::string& dir, const std::string& tokenizer = "") const;
-    // The internal model of compute type T (legacy.h; commands not yet on the API).
-    template <typename T>
-    auto load(const std::string& dir) const;
 };
 
 void add_inspect(CLI::App& app);

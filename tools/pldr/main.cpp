@@ -13,8 +13,6 @@
 #include <string>
 
 #include "common.h"
-#include "core/alloc.h"
-#include "core/error.h"
 
 namespace {
 
@@ -65,7 +63,7 @@ void install_crash_handlers() {
 
 int main(int argc, char** argv) {
     install_crash_handlers();
-    pldr::tune_allocator();
+    pldr::api::tune_allocator();
     CLI::App app{"pldr: PLDR-LLM (Power Law Graph Attention) engine"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "pldr 0.1.0");
@@ -88,7 +86,8 @@ int main(int argc, char** argv) {
         // Test hook for the exit-code tests (tests/test_errors_table.cpp): simulates a bug.
         if (const char* f = std::getenv("PLDR_TEST_FAULT")) {
             const std::string fault = f;
-            if (fault == "internal") PLDR_CHECK(fault != "internal");
+            if (fault == "internal")
+                pldr::api::internal_check(fault != "internal", "simulated (PLDR_TEST_FAULT)");
             if (fault == "exception") throw std::logic_error("simulated logic error");
             if (fault == "segv") std::raise(SIGSEGV);
             if (fault == "abort") std::abort();
@@ -99,10 +98,11 @@ int main(int argc, char** argv) {
     } catch (const CLI::Error& e) {
         std::fprintf(stderr, "pldr: error: %s\n", e.what());
         return 1;
-    } catch (const pldr::InternalError& e) {
-        std::fprintf(stderr, "pldr: internal error: %s\n", e.what());
-        return 2;
     } catch (const pldr::Error& e) {
+        if (pldr::api::is_internal_error(e)) {
+            std::fprintf(stderr, "pldr: internal error: %s\n", e.what());
+            return 2;
+        }
         std::fprintf(stderr, "pldr: error: %s\n", e.what());
         return 1;
     } catch (const std::bad_alloc&) {

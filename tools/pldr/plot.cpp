@@ -9,8 +9,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/fs.h"
+#include "common.h"
 
 namespace pldr {
 
@@ -86,13 +85,13 @@ struct Frame {
 };
 
 Frame make_frame(const PlotSpec& s) {
-    PLDR_REQUIRE(s.width >= 200 && s.height >= 150 && s.width <= 8000 && s.height <= 8000,
+    cli::require(s.width >= 200 && s.height >= 150 && s.width <= 8000 && s.height <= 8000,
                  "plot size must be within 200x150 .. 8000x8000");
     Frame f;
     f.W = s.width, f.H = s.height;
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
     for (const PlotSeries& se : s.series) {
-        PLDR_REQUIRE(se.x.size() == se.y.size(), "plot series '", se.label,
+        cli::require(se.x.size() == se.y.size(), "plot series '", se.label,
                      "': x and y differ in length");
         for (size_t i = 0; i < se.x.size(); ++i)
             if (std::isfinite(se.x[i]) && std::isfinite(se.y[i])) {
@@ -100,7 +99,7 @@ Frame make_frame(const PlotSpec& s) {
                 ylo = std::min(ylo, se.y[i]), yhi = std::max(yhi, se.y[i]);
             }
     }
-    PLDR_REQUIRE(std::isfinite(xlo), "nothing to plot (no finite points)");
+    cli::require(std::isfinite(xlo), "nothing to plot (no finite points)");
     if (xhi == xlo) xhi = xlo + 1;
     if (yhi == ylo) yhi = ylo + 1;
     const double pad = 0.04 * (yhi - ylo);
@@ -185,7 +184,7 @@ std::string hex_color(uint32_t rgb) {
 }  // namespace
 
 std::vector<double> nice_ticks(double lo, double hi, int target) {
-    PLDR_REQUIRE(std::isfinite(lo) && std::isfinite(hi) && hi > lo && target >= 2,
+    cli::require(std::isfinite(lo) && std::isfinite(hi) && hi > lo && target >= 2,
                  "nice_ticks: bad range");
     const double raw = (hi - lo) / target;
     const double mag = std::pow(10.0, std::floor(std::log10(raw)));
@@ -253,13 +252,13 @@ void write_plot_png(const PlotSpec& spec, const std::string& path) {
     img.height = png_uint_32(spec.height);
     img.format = PNG_FORMAT_RGB;
     png_alloc_size_t n = 0;
-    PLDR_REQUIRE(png_image_write_get_memory_size(img, n, 0, px.data(), 0, nullptr) != 0,
+    cli::require(png_image_write_get_memory_size(img, n, 0, px.data(), 0, nullptr) != 0,
                  "cannot encode the PNG: ", img.message);
     std::string bytes(size_t(n), '\0');
-    PLDR_REQUIRE(png_image_write_to_memory(&img, bytes.data(), &n, 0, px.data(), 0, nullptr) != 0,
+    cli::require(png_image_write_to_memory(&img, bytes.data(), &n, 0, px.data(), 0, nullptr) != 0,
                  "cannot encode the PNG: ", img.message);
     bytes.resize(size_t(n));
-    write_file_atomic(path, bytes);
+    api::write_file_atomic(path, bytes);
 }
 
 std::string plot_svg(const PlotSpec& s) {
@@ -324,9 +323,21 @@ void write_plot(const PlotSpec& spec, const std::string& path) {
     if (ends(".png"))
         write_plot_png(spec, path);
     else if (ends(".svg"))
-        write_file_atomic(path, plot_svg(spec));
+        api::write_file_atomic(path, plot_svg(spec));
     else
-        fail(path, ": the plot file must end in .png or .svg");
+        cli::fail(path, ": the plot file must end in .png or .svg");
+}
+
+std::vector<double> cli::moving_average(const std::vector<double>& y, int64_t window) {
+    if (window <= 1) return y;
+    std::vector<double> out(y.size());
+    double s = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+        s += y[i];
+        if (i >= size_t(window)) s -= y[i - size_t(window)];
+        out[i] = s / double(std::min<size_t>(i + 1, size_t(window)));
+    }
+    return out;
 }
 
 }  // namespace pldr

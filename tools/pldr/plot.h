@@ -32,4 +32,9 @@ void write_plot(const PlotSpec& spec, const std::string& path);
 // "Nice" tick values covering [lo, hi] (about `target` of them, steps of 1, 2 or 5 × 10^k).
 std::vector<double> nice_ticks(double lo, double hi, int target = 6);
 
+namespace cli {
+// Moving average over a trailing window of `window` points (window ≤ 1: unchanged).
+std::vector<double> moving_average(const std::vector<double>& y, int64_t window);
+}  // namespace cli
+
 }  // namespace pldr
