@@ -41,6 +41,11 @@ double dag_mean(const T* X, int64_t count, int64_t n, DagMode mode, T* dX = null
 template <typename T>
 void expm(const T* A, int64_t n, T* out);
 
+// For tests: the truncated Taylor polynomial of the given degree (1, 2, 4 or 8) as expm
+// evaluates it (Bader–Blanes–Casas products), for any norm, without the norm-based choice.
+template <typename T>
+void expm_taylor_polynomial(const T* A, int64_t n, int degree, T* out);
+
 // For an entrywise NONNEGATIVE M [n,n] (e.g. X∘X): returns log(tr(expm(M)) / n) in double,
 // without overflow for any finite M and with full relative accuracy when the result is tiny
 // (it is computed as s + log1p(h/n) with h = tr(expm(M − sI)) − n kept exactly positive).

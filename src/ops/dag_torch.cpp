@@ -328,4 +328,24 @@ void expm(const T* A, int64_t n, T* out) {
 template void expm<float>(const float*, int64_t, float*);
 template void expm<double>(const double*, int64_t, double*);
 
+template <typename T>
+void expm_taylor_polynomial(const T* A, int64_t n, int degree, T* out) {
+    PLDR_REQUIRE(n >= 1 && A != out, "expm_taylor_polynomial: bad arguments");
+    BbcWork<T> w(n);
+    switch (degree) {
+        case 1:
+            return bbc_T1(A, n, out);
+        case 2:
+            return bbc_T2(A, n, out, w);
+        case 4:
+            return bbc_T4(A, n, out, w);
+        case 8:
+            return bbc_T8(A, n, out, w, T8Flavor::CORRECT);
+    }
+    fail("expm_taylor_polynomial: degree must be 1, 2, 4 or 8 (got ", degree, ")");
+}
+
+template void expm_taylor_polynomial<float>(const float*, int64_t, int, float*);
+template void expm_taylor_polynomial<double>(const double*, int64_t, int, double*);
+
 }  // namespace pldr
