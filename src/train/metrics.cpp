@@ -72,16 +72,4 @@ std::vector<Curve> read_loss_curves(const std::string& path) {
     return out;
 }
 
-std::vector<double> moving_average(const std::vector<double>& y, int64_t window) {
-    if (window <= 1) return y;
-    std::vector<double> out(y.size());
-    double s = 0;
-    for (size_t i = 0; i < y.size(); ++i) {
-        s += y[i];
-        if (i >= size_t(window)) s -= y[i - size_t(window)];
-        out[i] = s / double(std::min<size_t>(i + 1, size_t(window)));
-    }
-    return out;
-}
-
 }  // namespace pldr

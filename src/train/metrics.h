@@ -42,7 +42,4 @@ struct Curve {
 // errors naming the line; a file with no training line is an error.
 std::vector<Curve> read_loss_curves(const std::string& path);
 
-// Moving average over a trailing window of `window` points (window ≤ 1: unchanged).
-std::vector<double> moving_average(const std::vector<double>& y, int64_t window);
-
 }  // namespace pldr
