@@ -252,7 +252,9 @@ Deductive Engine::deductive(const std::vector<int64_t>& ids, int64_t prefix_len)
         for (const auto& la : a.layers) g.push_back(widen(la.G));
         return std::make_pair(std::move(a), std::move(g));
     };
-    auto [a, gfull] = gs(n);
+    auto full = gs(n);
+    const Activations<Real>& a = full.first;
+    const std::vector<std::vector<double>>& gfull = full.second;
     for (const auto& la : a.layers) {
         d.A.push_back(widen(la.A));
         d.A_LM.push_back(widen(la.A_LM));
