@@ -62,11 +62,6 @@ const char* name_of(ScoreMode m) {
 
 namespace {
 
-::pldr::CacheMode internal(CacheMode m) {
-    return m == CacheMode::KVG  ? ::pldr::CacheMode::KVG
-           : m == CacheMode::KV ? ::pldr::CacheMode::KV
-                                : ::pldr::CacheMode::NONE;
-}
 ::pldr::ScoreMode internal(ScoreMode m) {
     return m == ScoreMode::BLOCK        ? ::pldr::ScoreMode::BLOCK
            : m == ScoreMode::SEQUENTIAL ? ::pldr::ScoreMode::SEQUENTIAL

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "infer/session.h"
 #include "io/tokenizer.h"
 #include "model/model.h"
 #include "pldr/pldr.hpp"
@@ -55,6 +56,12 @@ const T* typed(const Tensor& t) {
         return t.f64();
     else
         return t.f32();
+}
+
+inline ::pldr::CacheMode internal(CacheMode m) {
+    return m == CacheMode::KVG  ? ::pldr::CacheMode::KVG
+           : m == CacheMode::KV ? ::pldr::CacheMode::KV
+                                : ::pldr::CacheMode::NONE;
 }
 
 struct Tokenizer::Impl {

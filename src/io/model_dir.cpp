@@ -144,6 +144,14 @@ Tensor<T> ModelFiles::read(const std::string& name) const {
     convert_to<T>(l.info->dtype, l.file->raw(*l.info), out.numel(), out.ptr());
     return out;
 }
+template <typename T>
+void ModelFiles::read_into(const std::string& name, T* dst) const {
+    const Loc& l = loc(name);
+    l.file->read_into<T>(*l.info, dst);
+}
+template void ModelFiles::read_into<float>(const std::string&, float*) const;
+template void ModelFiles::read_into<double>(const std::string&, double*) const;
+
 template Tensor<float> ModelFiles::read<float>(const std::string&) const;
 template Tensor<double> ModelFiles::read<double>(const std::string&) const;
 template Tensor<int64_t> ModelFiles::read<int64_t>(const std::string&) const;

@@ -43,6 +43,9 @@ class ModelFiles {
     // Reads a tensor converted to T (float, double or int64_t) from any numeric dtype.
     template <typename T>
     Tensor<T> read(const std::string& name) const;
+    // Converts the tensor straight into dst (its numel values) and drops its file pages.
+    template <typename T>
+    void read_into(const std::string& name, T* dst) const;
     // Every tensor name, sorted.
     std::vector<std::string> names() const;
 

@@ -44,8 +44,8 @@ Model<T> load_model(const std::string& dir) {
     check_params_against_file(mf);
     Model<T> m(mf.config());
     for (const ParamEntry& e : m.layout.entries) {
-        Tensor<T> t = mf.read<T>(e.name);
-        std::copy(t.data.begin(), t.data.end(), m.params.begin() + e.offset);
+        PLDR_CHECK(mf.info(e.name).shape == e.shape);  // check_params_against_file said so
+        mf.read_into<T>(e.name, m.params.data() + e.offset);
     }
     if (!m.cfg.learned_g()) {
         Tensor<T> all = mf.read<T>("decoder.past_G_values");

@@ -298,6 +298,21 @@ Tensor<T> SafetensorsFile::read(const std::string& name) const {
     convert_to<T>(t.dtype, raw(t), out.numel(), out.ptr());
     return out;
 }
+template <typename T>
+void SafetensorsFile::read_into(const TensorInfo& t, T* dst) const {
+    convert_to<T>(t.dtype, raw(t), shape_numel(t.shape), dst);
+    release(t);
+}
+template void SafetensorsFile::read_into<float>(const TensorInfo&, float*) const;
+template void SafetensorsFile::read_into<double>(const TensorInfo&, double*) const;
+
+void SafetensorsFile::release(const TensorInfo& t) const {
+    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    const uintptr_t b = uintptr_t(raw(t)), e = b + (t.end - t.begin);
+    const uintptr_t lo = (b + page - 1) / page * page, hi = e / page * page;
+    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advisory
+}
+
 template Tensor<float> SafetensorsFile::read<float>(const std::string&) const;
 template Tensor<double> SafetensorsFile::read<double>(const std::string&) const;
 template Tensor<int64_t> SafetensorsFile::read<int64_t>(const std::string&) const;

@@ -65,6 +65,12 @@ class SafetensorsFile {
     template <typename T>
     Tensor<T> read(const std::string& name) const;
     std::vector<int64_t> read_i64(const std::string& name) const;
+    // Converts tensor `t` (numel n) into dst, then lets the kernel drop its pages of the mapping,
+    // so a loaded model is not held twice (weights + mapped file) at its peak.
+    template <typename T>
+    void read_into(const TensorInfo& t, T* dst) const;
+    // Drops the mapped pages wholly inside t's bytes (they fault in again if read later).
+    void release(const TensorInfo& t) const;
 
   private:
     std::string path_;

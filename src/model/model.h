@@ -1,6 +1,7 @@
 // Model<T>: config + parameter arena + fixed G (fixed-G_LM variant) + RoPE table.
 // T is the compute precision (float or double), independent of the storage dtype on disk.
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -29,6 +30,19 @@ struct Model {
         rope = o.rope;
         reference_numerics_ = o.reference_numerics_;
         w = bind_view(layout, cfg, params.data());
+        return *this;
+    }
+    // Moves keep the parameter buffer (no copy: loading a model must not hold it twice).
+    Model(Model&& o) { *this = std::move(o); }
+    Model& operator=(Model&& o) {
+        cfg = std::move(o.cfg);
+        layout = std::move(o.layout);
+        params = std::move(o.params);
+        G_fixed = std::move(o.G_fixed);
+        rope = std::move(o.rope);
+        reference_numerics_ = o.reference_numerics_;
+        w = bind_view(layout, cfg, params.data());
+        o.w = ModelView<T>{};
         return *this;
     }
 

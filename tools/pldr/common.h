@@ -58,6 +58,7 @@ void add_tokenizer(CLI::App& app);
 void add_prepare(CLI::App& app);
 void add_train(CLI::App& app);
 void add_plot(CLI::App& app);
+void add_bench(CLI::App& app);
 void add_perplexity(CLI::App& app);
 void add_audit(CLI::App& app);
 void add_serve(CLI::App& app);

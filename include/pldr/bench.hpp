@@ -1,0 +1,70 @@
+// Benchmarks of the pldr C++ API (`pldr bench`, docs/bench.md): the machine's limits and one
+// workload's speed, each measured by the calling process, so a program can quote its figures as
+// fractions of what the same machine reaches in the same run.
+//
+//   pldr::api::BenchLimits lim = pldr::api::measure_bench_limits(2);
+//   pldr::api::BenchOptions o;  o.config = "110M";  o.workload = pldr::api::BenchWorkload::DECODE;
+//   pldr::api::BenchResult r = pldr::api::bench(o);
+//   double frac = r.tok_s.median * r.bytes_per_token / (lim.read_gbs * 1e9);
+//
+// A result's peak_rss_bytes is the process's peak so far: run one workload per process to
+// read it as that workload's (pldr bench does).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "pldr/pldr.hpp"
+
+namespace pldr::api {
+
+struct BenchLimits {
+    int threads = 0;
+    double read_gbs = 0;      // STREAM-style multi-threaded read of 1 GiB, best of 5, GB/s
+    double sgemm_gflops = 0;  // float32 2048³ matrix product through OpenBLAS, best of 4
+};
+// Measures both limits on `threads` threads (≥ 1) and leaves that thread count set.
+BenchLimits measure_bench_limits(int threads);
+
+enum class BenchWorkload { PREFILL, DECODE, TRAIN };
+BenchWorkload bench_workload_from_name(const std::string& s);  // "prefill" | "decode" | "train"
+const char* name_of(BenchWorkload w);
+
+struct BenchOptions {
+    std::string model_dir;     // a model directory (its weights, float32), or else
+    std::string config = "S";  // a benchmark shape with random weights: "S" | "M" | "110M"
+    BenchWorkload workload = BenchWorkload::DECODE;
+    int threads = 2;                           // ≥ 1: OpenMP and OpenBLAS share them
+    int reps = 0;                              // timed repetitions; 0 = the workload's default
+    int warmup = 1;                            // untimed repetitions first
+    int64_t context = 1024;                    // session capacity (clamped to the model's context)
+    int64_t prompt = 0;                        // prompt tokens; 0 = 128 for prefill, 32 for decode
+    int64_t n_new = 64;                        // decode: new tokens per sequence
+    int64_t batch = 1;                         // decode: sequences stepped together
+    CacheMode cache = CacheMode::KVG;          // decode
+    int64_t train_batch = 8, train_seq = 256;  // train: sequences × tokens per step
+};
+
+struct BenchStats {
+    double median = 0, min = 0, max = 0, mean = 0, stddev = 0;
+    int n = 0;
+};
+
+struct BenchResult {
+    std::string model;  // the config name or the model directory
+    BenchWorkload workload = BenchWorkload::DECODE;
+    int threads = 0;
+    int64_t num_params = 0;
+    BenchStats tok_s;  // tokens/s per timed repetition (decode: aggregate over the batch)
+    double flops_per_token =
+        0;  // prefill and train: matrix-product FLOPs per token (docs/bench.md)
+    double bytes_per_token = 0;  // decode: bytes of weights one sequence's step reads (batch 1)
+    double peak_rss_bytes = 0;   // this process's peak resident set after the workload
+    double load_before = 0, load_after = 0;  // 1-minute load average around the timed part
+    double loss = 0;                         // train: the last step's loss
+};
+
+// Runs one workload; throws pldr::Error on bad options (unknown config, batch or context out of
+// range, unreadable model directory).
+BenchResult bench(const BenchOptions& opt);
+
+}  // namespace pldr::api

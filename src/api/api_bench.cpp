@@ -1,0 +1,111 @@
+// Benchmarks in the public API (include/pldr/bench.hpp) over src/perf.
+#include <algorithm>
+#include <memory>
+
+#include "api/api_impl.h"
+#include "core/error.h"
+#include "io/model_load.h"
+#include "model/init.h"
+#include "perf/limits.h"
+#include "perf/workloads.h"
+#include "pldr/bench.hpp"
+
+namespace pldr::api {
+
+BenchLimits measure_bench_limits(int threads) {
+    PLDR_REQUIRE(threads >= 1 && threads <= 1024, "threads ", threads, " is outside [1, 1024]");
+    const perf::Limits L = perf::measure_limits(threads);
+    BenchLimits out;
+    out.threads = threads;
+    out.read_gbs = L.read_gbs;
+    out.sgemm_gflops = L.sgemm_gflops;
+    return out;
+}
+
+BenchWorkload bench_workload_from_name(const std::string& s) {
+    if (s == "prefill") return BenchWorkload::PREFILL;
+    if (s == "decode") return BenchWorkload::DECODE;
+    if (s == "train") return BenchWorkload::TRAIN;
+    throw Error(cat("unknown benchmark workload '", s, "' (prefill, decode or train)"));
+}
+
+const char* name_of(BenchWorkload w) {
+    switch (w) {
+        case BenchWorkload::PREFILL:
+            return "prefill";
+        case BenchWorkload::DECODE:
+            return "decode";
+        case BenchWorkload::TRAIN:
+            return "train";
+    }
+    return "?";
+}
+
+namespace {
+
+BenchStats stats(const std::vector<double>& v) {
+    const perf::Stats s = perf::stats_of(v);
+    return BenchStats{s.median, s.min, s.max, s.mean, s.stddev, s.n};
+}
+
+}  // namespace
+
+BenchResult bench(const BenchOptions& o) {
+    PLDR_REQUIRE(o.threads >= 1 && o.threads <= 1024, "threads ", o.threads,
+                 " is outside [1, 1024]");
+    PLDR_REQUIRE(o.reps >= 0 && o.reps <= 100000, "reps ", o.reps, " is outside [0, 100000]");
+    PLDR_REQUIRE(o.warmup >= 0 && o.warmup <= 100000, "warmup ", o.warmup,
+                 " is outside [0, 100000]");
+    PLDR_REQUIRE(o.context >= 2 && o.context <= (int64_t(1) << 20), "context ", o.context,
+                 " is outside [2, 1048576]");
+    perf::set_threads(o.threads);
+    std::unique_ptr<::pldr::Model<float>> m;
+    BenchResult r;
+    if (!o.model_dir.empty()) {
+        m = std::make_unique<::pldr::Model<float>>(load_model<float>(o.model_dir));
+        r.model = o.model_dir;
+    } else {
+        m = std::make_unique<::pldr::Model<float>>(perf::bench_config(o.config, o.context));
+        init_weights(*m, 1234);
+        r.model = o.config;
+    }
+    const int64_t ctx = std::min(o.context, m->cfg.max_position);
+    r.workload = o.workload;
+    r.threads = o.threads;
+    r.num_params = m->num_params();
+    const int small = m->cfg.hidden_size < 256 ? 1 : 0;  // S-sized models: more reps
+    r.load_before = perf::load_avg1();
+    switch (o.workload) {
+        case BenchWorkload::PREFILL: {
+            const int64_t P = o.prompt ? o.prompt : 128;
+            r.tok_s =
+                stats(perf::run_prefill(*m, P, ctx, o.reps ? o.reps : 3 + 7 * small, o.warmup));
+            r.flops_per_token = perf::forward_flops(m->cfg, 1, P, 1) / double(P);
+            break;
+        }
+        case BenchWorkload::DECODE: {
+            const int64_t P = o.prompt ? o.prompt : 32;
+            const int reps = o.reps ? o.reps : (o.cache == CacheMode::NONE ? 1 : 3);
+            r.tok_s = stats(
+                perf::run_decode(*m, internal(o.cache), o.batch, P, o.n_new, ctx, reps, o.warmup));
+            r.bytes_per_token = perf::decode_bytes_per_token(*m);
+            break;
+        }
+        case BenchWorkload::TRAIN: {
+            const int reps = o.reps ? o.reps : (small ? 20 : 3);
+            double loss = 0;
+            r.tok_s = stats(perf::run_train(*m, o.train_batch, std::min(o.train_seq, ctx), reps,
+                                            o.warmup, &loss));
+            r.flops_per_token =
+                perf::train_step_flops(m->cfg, o.train_batch, std::min(o.train_seq, ctx)) /
+                double(o.train_batch * std::min(o.train_seq, ctx));
+            r.loss = loss;
+            break;
+        }
+    }
+    r.load_after = perf::load_avg1();
+    r.peak_rss_bytes = perf::peak_rss_bytes();
+    return r;
+}
+
+}  // namespace pldr::api

@@ -1,0 +1,59 @@
+// The benchmark workloads of `pldr bench` and bench/ (docs/bench.md), float32:
+//   prefill — one prompt of P tokens through a fresh session (batch 1), tokens/s;
+//   decode  — N new tokens after a P-token prompt, B sequences stepped together, per cache mode,
+//             aggregate tokens/s (B·N over the decode time; the prefills are not timed);
+//   train   — one full training step (forward, masked CE, DAG metrics, backward, clip, AdamW)
+//             on a batch B × S of random token ids, tokens/s.
+// The shapes S, M and 110M are PERF-TARGETS.md's; their weights are random (init_weights).
+// The FLOP and byte counts that turn tokens/s into fractions of the machine limits
+// (perf/limits.h) are defined here, once.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "infer/session.h"
+#include "model/model.h"
+
+namespace pldr::perf {
+
+struct BenchShape {
+    const char* name;
+    int64_t L, H, dk, A_dff, R, N, V;
+};
+const std::vector<BenchShape>& bench_shapes();
+// The config of a named shape (throws pldr::Error naming the known ones), a learned-G v510
+// model with max_position_embeddings = context.
+Config bench_config(const std::string& name, int64_t context = 1024);
+
+// Matrix-product FLOPs (multiply-add = 2) of a forward over B × S tokens with the head applied to
+// `head_rows` rows; element-wise work is not counted. Per layer, n = B·S, d = H·D, F = dff:
+//   projections    2·n·(4·d² + 3·d·F)                    (q, k, v, o; SwiGLU w1, w2, w3)
+//   attention      2·B·H·(S·D² + 2·S²·D)                  (Q·G; Q·G·Kᵀ; E·V over all S² pairs)
+//   metric learner 2·B·H·(S·D² + R·N·3·D²·A_dff + 2·D³)   (learned G only)
+// plus the head 2·head_rows·d·V.
+double forward_flops(const Config& c, int64_t B, int64_t S, int64_t head_rows);
+// One training step: the backward costs twice the forward (d input and d weight per product).
+double train_step_flops(const Config& c, int64_t B, int64_t S);
+// Bytes a decode step must read per sequence at batch 1: every weight except the embedding
+// table (one row of it is read), in float32.
+double decode_bytes_per_token(const Model<float>& m);
+
+struct Stats {
+    double median = 0, min = 0, max = 0, mean = 0, stddev = 0;
+    int n = 0;
+};
+Stats stats_of(std::vector<double> v);
+
+// Random token ids in [4, V) (no special ids), reproducible from `seed`.
+std::vector<int64_t> random_ids(int64_t n, int64_t V, uint64_t seed);
+
+// Each returns one tokens/s figure per timed repetition (after `warmup` untimed ones).
+std::vector<double> run_prefill(const Model<float>& m, int64_t prompt, int64_t context, int reps,
+                                int warmup = 1);
+std::vector<double> run_decode(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
+                               int64_t n_new, int64_t context, int reps, int warmup = 1);
+// Trains `m` in place; *last_loss gets the last step's loss.
+std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, int warmup,
+                              double* last_loss);
+
+}  // namespace pldr::perf

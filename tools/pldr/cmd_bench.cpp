@@ -1,0 +1,343 @@
+// pldr bench (MODEL_DIR | --config S|M|110M) [--batch B] [--threads N] [--only LIST] ...:
+// prefill, decode (per cache mode, batch 1 and batch B) and training tokens/s, each as a fraction
+// of the limit this run measures on this machine: the SGEMM peak for prefill and training (FLOPs
+// counted as in docs/bench.md), the read bandwidth over the bytes a token must read for decode.
+// Each workload runs in a child process (this binary, re-executed with --one), so its peak RSS is
+// its own. Output: a markdown table (or JSON with --output json); --json FILE also writes the
+// JSON, atomically. --check-bandwidth compares the read bandwidth with likwid-bench's load_avx.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common.h"
+#include "pldr/bench.hpp"
+
+extern char** environ;
+
+namespace pldr::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct BenchArgs {
+    std::string dir, config, only = "prefill,decode,train", caches = "kvg,kv,none", one;
+    std::string output = "md", json_path;
+    int threads = 2, reps = 0, warmup = 1;
+    int64_t batch = 8, prompt_prefill = 128, prompt_decode = 32, n_new = 64, context = 1024;
+    int64_t train_batch = 8, train_seq = 256;
+    bool no_isolate = false, check_bandwidth = false;
+};
+
+api::BenchOptions options_of(const BenchArgs& a) {
+    api::BenchOptions o;
+    o.model_dir = a.dir;
+    if (!a.config.empty()) o.config = a.config;
+    o.threads = a.threads;
+    o.reps = a.reps;
+    o.warmup = a.warmup;
+    o.context = a.context;
+    o.n_new = a.n_new;
+    o.train_batch = a.train_batch;
+    o.train_seq = a.train_seq;
+    return o;
+}
+
+json to_json(const api::BenchResult& r, const api::BenchOptions& o) {
+    json j;
+    j["model"] = r.model;
+    j["workload"] = api::name_of(r.workload);
+    if (r.workload == api::BenchWorkload::DECODE) {
+        j["cache"] = api::name_of(o.cache);
+        j["batch"] = o.batch;
+        j["prompt"] = o.prompt;
+        j["n_new"] = o.n_new;
+    } else if (r.workload == api::BenchWorkload::PREFILL) {
+        j["prompt"] = o.prompt;
+    } else {
+        j["batch"] = o.train_batch;
+        j["seq"] = o.train_seq;
+        j["loss"] = r.loss;
+    }
+    j["threads"] = r.threads;
+    j["params"] = r.num_params;
+    j["tok_s"] = {{"median", r.tok_s.median}, {"min", r.tok_s.min},   {"max", r.tok_s.max},
+                  {"mean", r.tok_s.mean},     {"sd", r.tok_s.stddev}, {"n", r.tok_s.n}};
+    j["flops_per_token"] = r.flops_per_token;
+    j["bytes_per_token"] = r.bytes_per_token;
+    j["peak_rss_bytes"] = r.peak_rss_bytes;
+    j["load"] = {r.load_before, r.load_after};
+    return j;
+}
+
+// One workload in a child process (this binary with --one); its JSON line.
+json run_child(const std::vector<std::string>& args) {
+    int fd[2];
+    require(::pipe(fd) == 0, "bench: pipe: ", std::strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fd[0]);
+    std::vector<char*> argv;
+    for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fd[1]);
+    if (rc != 0) {
+        ::close(fd[0]);
+        fail("bench: cannot start a child process: ", std::strerror(rc));
+    }
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd[0], buf, sizeof buf)) != 0;) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        out.append(buf, size_t(n));
+    }
+    ::close(fd[0]);
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    require(WIFEXITED(st) && WEXITSTATUS(st) == 0, "bench: the ", args[3],
+            " workload failed (its error is above)");
+    const size_t at = out.rfind("{\"bench_result\"");
+    require(at != std::string::npos, "bench: the ", args[3], " workload printed no result");
+    return json::parse(out.substr(at))["bench_result"];
+}
+
+// likwid-bench's load_avx read bandwidth on `threads` threads (GB/s), or -1 when unavailable.
+double likwid_read_gbs(int threads) {
+    const std::string cmd =
+        "likwid-bench -t load_avx -w S0:1GB:" + std::to_string(threads) + " 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) return -1;
+    double mbs = -1;
+    char line[512];
+    while (std::fgets(line, sizeof line, p))
+        if (std::strncmp(line, "MByte/s:", 8) == 0) mbs = std::atof(line + 8);
+    ::pclose(p);
+    return mbs > 0 ? mbs / 1e3 : -1;
+}
+
+std::vector<std::string> split(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string x; std::getline(ss, x, ',');)
+        if (!x.empty()) out.push_back(x);
+    return out;
+}
+
+std::string fmt(const char* f, double v) {
+    char b[64];
+    std::snprintf(b, sizeof b, f, v);
+    return b;
+}
+
+int run_bench(const BenchArgs& a) {
+    require(a.dir.empty() != a.config.empty(), "bench: give a MODEL_DIR or --config S|M|110M");
+    require(a.threads >= 1 && a.threads <= 1024, "--threads ", a.threads, " is outside [1, 1024]");
+    require(a.batch >= 1 && a.batch <= 1024, "--batch ", a.batch, " is outside [1, 1024]");
+    api::BenchOptions base = options_of(a);
+
+    if (!a.one.empty()) {                 // the child: one workload, one JSON line
+        const auto parts = split(a.one);  // workload[:cache:batch]
+        require(!parts.empty(), "bench: --one needs a workload");
+        api::BenchOptions o = base;
+        o.workload = api::bench_workload_from_name(parts[0]);
+        o.prompt = o.workload == api::BenchWorkload::PREFILL ? a.prompt_prefill : a.prompt_decode;
+        if (o.workload == api::BenchWorkload::DECODE) {
+            require(parts.size() == 3, "bench: --one decode,CACHE,BATCH");
+            o.cache = api::cache_mode_from_name(parts[1]);
+            o.batch = std::stoll(parts[2]);
+        }
+        const api::BenchResult r = api::bench(o);
+        std::printf("{\"bench_result\":%s}\n", to_json(r, o).dump().c_str());
+        return 0;
+    }
+
+    // The workload list, each run as a child (or in this process with --no-isolate).
+    std::vector<std::string> jobs;
+    for (const auto& w : split(a.only)) {
+        const api::BenchWorkload wl = api::bench_workload_from_name(w);
+        if (wl != api::BenchWorkload::DECODE) {
+            jobs.push_back(w);
+            continue;
+        }
+        for (const auto& c : split(a.caches)) {
+            api::cache_mode_from_name(c);  // validates
+            jobs.push_back("decode," + c + ",1");
+        }
+        if (a.batch > 1) jobs.push_back("decode,kvg," + std::to_string(a.batch));
+    }
+    require(!jobs.empty(), "bench: no workload to run (--only)");
+    const api::BenchLimits lim = api::measure_bench_limits(a.threads);
+    const double likwid = a.check_bandwidth ? likwid_read_gbs(a.threads) : -1;
+    require(!a.check_bandwidth || likwid > 0,
+            "--check-bandwidth: likwid-bench did not run (install Debian's likwid)");
+
+    json results = json::array();
+    for (const auto& job : jobs) {
+        json r;
+        if (a.no_isolate) {
+            BenchArgs c = a;
+            c.one = job;
+            api::BenchOptions o = base;
+            const auto parts = split(job);
+            o.workload = api::bench_workload_from_name(parts[0]);
+            o.prompt =
+                o.workload == api::BenchWorkload::PREFILL ? a.prompt_prefill : a.prompt_decode;
+            if (parts.size() == 3) {
+                o.cache = api::cache_mode_from_name(parts[1]);
+                o.batch = std::stoll(parts[2]);
+            }
+            r = to_json(api::bench(o), o);
+        } else {
+            std::vector<std::string> args = {"pldr", "bench", "--one", job};
+            if (!a.dir.empty()) args.push_back(a.dir);
+            if (!a.config.empty()) args.insert(args.end(), {"--config", a.config});
+            for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+                     {"--threads", std::to_string(a.threads)},
+                     {"--reps", std::to_string(a.reps)},
+                     {"--warmup", std::to_string(a.warmup)},
+                     {"--context", std::to_string(a.context)},
+                     {"--prompt-prefill", std::to_string(a.prompt_prefill)},
+                     {"--prompt-decode", std::to_string(a.prompt_decode)},
+                     {"--n-new", std::to_string(a.n_new)},
+                     {"--train-batch", std::to_string(a.train_batch)},
+                     {"--train-seq", std::to_string(a.train_seq)}})
+                args.insert(args.end(), {k, v});
+            r = run_child(args);
+        }
+        // The limit this workload could reach on this machine, from this run's measurements.
+        const double tps = r["tok_s"]["median"].get<double>();
+        double limit = 0;
+        std::string bound;
+        if (r["workload"] == "decode") {
+            const double bytes = r["bytes_per_token"].get<double>();
+            const double B = double(r["batch"].get<int64_t>());
+            const double bw_limit = B * lim.read_gbs * 1e9 / bytes;
+            const double flop_limit = lim.sgemm_gflops * 1e9 / (bytes / 2);  // 2 FLOPs per weight
+            limit = std::min(bw_limit, flop_limit);
+            bound = bw_limit <= flop_limit ? "read" : "sgemm";
+        } else {
+            limit = lim.sgemm_gflops * 1e9 / r["flops_per_token"].get<double>();
+            bound = "sgemm";
+        }
+        r["limit_tok_s"] = limit;
+        r["bound"] = bound;
+        r["fraction"] = tps / limit;
+        results.push_back(r);
+    }
+    // Batched decode against batch 1 of the same run.
+    double b1 = 0;
+    for (const auto& r : results)
+        if (r["workload"] == "decode" && r["cache"] == "kvg" && r["batch"] == 1)
+            b1 = r["tok_s"]["median"].get<double>();
+    for (auto& r : results)
+        if (r["workload"] == "decode" && r["batch"].get<int64_t>() > 1 && b1 > 0)
+            r["x_batch1"] = r["tok_s"]["median"].get<double>() / b1;
+
+    json out;
+    out["limits"] = {
+        {"threads", lim.threads}, {"read_gbs", lim.read_gbs}, {"sgemm_gflops", lim.sgemm_gflops}};
+    if (likwid > 0) out["limits"]["likwid_load_avx_gbs"] = likwid;
+    out["results"] = results;
+    out["pldr_version"] = api::version();
+    if (!a.json_path.empty()) api::write_file_atomic(a.json_path, out.dump(2) + "\n");
+    if (a.output == "json") {
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+    }
+    std::printf("limits (%d threads): read %.1f GB/s", lim.threads, lim.read_gbs);
+    if (likwid > 0)
+        std::printf(" (likwid-bench load_avx %.1f GB/s, ratio %.2f)", likwid,
+                    lim.read_gbs / likwid);
+    std::printf(", SGEMM %.0f GFLOP/s\n\n", lim.sgemm_gflops);
+    std::printf(
+        "| model | workload | tok/s median (min–max) | limit tok/s | fraction | peak RSS |\n"
+        "|---|---|---|---|---|---|\n");
+    for (const auto& r : results) {
+        std::string w = r["workload"].get<std::string>();
+        if (w == "decode")
+            w += " " + r["cache"].get<std::string>() + " batch " +
+                 std::to_string(r["batch"].get<int64_t>());
+        else if (w == "prefill")
+            w += " " + std::to_string(r["prompt"].get<int64_t>());
+        else
+            w += " " + std::to_string(r["batch"].get<int64_t>()) + "×" +
+                 std::to_string(r["seq"].get<int64_t>());
+        std::string frac =
+            fmt("%.2f", r["fraction"].get<double>()) + " of " + r["bound"].get<std::string>();
+        if (r.contains("x_batch1")) frac += fmt(" (%.2f× batch 1)", r["x_batch1"].get<double>());
+        std::printf("| %s | %s | %s (%s–%s) | %s | %s | %.0f MB |\n",
+                    r["model"].get<std::string>().c_str(), w.c_str(),
+                    fmt("%.1f", r["tok_s"]["median"].get<double>()).c_str(),
+                    fmt("%.1f", r["tok_s"]["min"].get<double>()).c_str(),
+                    fmt("%.1f", r["tok_s"]["max"].get<double>()).c_str(),
+                    fmt("%.1f", r["limit_tok_s"].get<double>()).c_str(), frac.c_str(),
+                    r["peak_rss_bytes"].get<double>() / 1e6);
+    }
+    return 0;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+    auto a = std::make_shared<BenchArgs>();
+    auto* cmd = app.add_subcommand(
+        "bench", "prefill, decode and training speed as fractions of this machine's limits");
+    cmd->add_option("MODEL_DIR", a->dir, "model directory (or --config)");
+    cmd->add_option("--config", a->config, "benchmark shape with random weights")
+        ->check(CLI::IsMember({"S", "M", "110M"}));
+    cmd->add_option("--only", a->only, "workloads: prefill,decode,train")->capture_default_str();
+    cmd->add_option("--caches", a->caches, "decode cache modes at batch 1")->capture_default_str();
+    cmd->add_option("--batch", a->batch, "decode batch (kvg) besides batch 1; 1 = none")
+        ->capture_default_str();
+    cmd->add_option("--threads", a->threads, "threads (OpenMP and OpenBLAS)")
+        ->capture_default_str();
+    cmd->add_option("--reps", a->reps, "timed repetitions (0 = per workload)")
+        ->check(CLI::Range(0, 100000))
+        ->capture_default_str();
+    cmd->add_option("--warmup", a->warmup, "untimed repetitions first")
+        ->check(CLI::Range(0, 1000))
+        ->capture_default_str();
+    cmd->add_option("--context", a->context, "session capacity (clamped to the model's)")
+        ->capture_default_str();
+    cmd->add_option("--prompt-prefill", a->prompt_prefill, "prefill prompt tokens")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd->add_option("--prompt-decode", a->prompt_decode, "decode prompt tokens")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd->add_option("--n-new", a->n_new, "decode: new tokens per sequence")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd->add_option("--train-batch", a->train_batch, "training sequences per step")
+        ->check(CLI::Range(int64_t(1), int64_t(4096)))
+        ->capture_default_str();
+    cmd->add_option("--train-seq", a->train_seq, "training tokens per sequence")
+        ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd->add_option("--output", a->output, "md or json")
+        ->check(CLI::IsMember({"md", "json"}))
+        ->capture_default_str();
+    cmd->add_option("--json", a->json_path, "also write the JSON report to FILE (atomically)");
+    cmd->add_flag("--no-isolate", a->no_isolate,
+                  "run every workload in this process (peak RSS is then cumulative)");
+    cmd->add_flag("--check-bandwidth", a->check_bandwidth,
+                  "also measure the read bandwidth with likwid-bench (load_avx)");
+    cmd->add_option("--one", a->one, "internal: run one workload, print one JSON line")->group("");
+    cmd->callback([a]() { return run_bench(*a); });
+}
+
+}  // namespace pldr::cli
