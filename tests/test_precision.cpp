@@ -279,6 +279,10 @@ std::vector<Vec> model_outputs(const pldr::Model<double>& m, const std::vector<d
     std::vector<T> g(mt.params.size(), T(0));
     const pldr::LossResult res =
         pldr::loss_and_grads(mt, tok.data(), s.B, s.S + 1, dag, acts, g.data());
+    std::vector<int64_t> in;  // tokens[:, :-1]: the training loss keeps no [B,S,V] logits
+    for (int64_t b = 0; b < s.B; ++b)
+        in.insert(in.end(), tok.begin() + b * (s.S + 1), tok.begin() + b * (s.S + 1) + s.S);
+    pldr::forward(mt, in.data(), s.B, s.S, acts);
     std::vector<Vec> out;
     out.emplace_back(acts.logits.data.begin(), acts.logits.data.end());
     out.push_back({res.value});

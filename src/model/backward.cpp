@@ -17,9 +17,19 @@ void backward(const Model<T>& m, const Activations<T>& a, const Tensor<T>& dlogi
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, N = a.B * a.S, V = c.vocab_size;
     ModelView<T> g = bind_view(m.layout, c, grads);
-    const Tensor<T>& xL = c.num_layers ? a.layers.back().hidden : a.embed_ln;
     Tensor<T> dx({a.B, a.S, d});
-    linear_backward(dx.ptr(), g.head_w, g.head_b, dlogits.ptr(), xL.ptr(), m.w.head_w, N, d, V);
+    linear_backward(dx.ptr(), g.head_w, g.head_b, dlogits.ptr(), a.final_hidden().ptr(), m.w.head_w,
+                    N, d, V);
+    backward_below_head(m, a, dx, extra, grads);
+}
+
+template <typename T>
+void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& dhidden,
+                         const std::vector<DeductiveGrads<T>>* extra, T* grads) {
+    const Config& c = m.cfg;
+    const int64_t d = c.hidden_size, N = a.B * a.S;
+    ModelView<T> g = bind_view(m.layout, c, grads);
+    Tensor<T> dx = std::move(dhidden);
     for (int64_t l = c.num_layers - 1; l >= 0; --l) {
         Tensor<T> dx_in;
         decoder_layer_backward(m, l, a, extra ? &(*extra)[size_t(l)] : nullptr, dx, g, dx_in);
@@ -40,5 +50,11 @@ template void backward<float>(const Model<float>&, const Activations<float>&, co
 template void backward<double>(const Model<double>&, const Activations<double>&,
                                const Tensor<double>&, const std::vector<DeductiveGrads<double>>*,
                                double*);
+template void backward_below_head<float>(const Model<float>&, const Activations<float>&,
+                                         Tensor<float>&, const std::vector<DeductiveGrads<float>>*,
+                                         float*);
+template void backward_below_head<double>(const Model<double>&, const Activations<double>&,
+                                          Tensor<double>&,
+                                          const std::vector<DeductiveGrads<double>>*, double*);
 
 }  // namespace pldr

@@ -20,5 +20,10 @@ struct DeductiveGrads {
 template <typename T>
 void backward(const Model<T>& m, const Activations<T>& a, const Tensor<T>& dlogits,
               const std::vector<DeductiveGrads<T>>* extra, T* grads);
+// The same below the head: given d(loss)/d(final hidden) [B,S,d] (consumed), the decoder layers,
+// the input LayerNorm and the embedding (the training loss runs the head itself, in chunks).
+template <typename T>
+void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& dhidden,
+                         const std::vector<DeductiveGrads<T>>* extra, T* grads);
 
 }  // namespace pldr

@@ -41,8 +41,8 @@ void embed_forward(const Model<T>& m, const int64_t* ids, int64_t N, Tensor<T>& 
 }
 
 template <typename T>
-void forward_layers(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S,
-                    Activations<T>& a) {
+void forward_layers(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activations<T>& a,
+                    bool keep_learner) {
     check_inputs(m, ids, B, S);
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, N = B * S;
@@ -64,6 +64,7 @@ void forward_layers(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S,
         AttnInput<T> in;
         in.key_ids = ids;
         in.pos = a.pos.data();
+        in.keep_learner = keep_learner;
         decoder_layer_forward(m, l, B, S, in, la);
         x = &la.hidden;
     }
@@ -165,9 +166,9 @@ template void embed_forward<float>(const Model<float>&, const int64_t*, int64_t,
 template void embed_forward<double>(const Model<double>&, const int64_t*, int64_t, Tensor<double>&,
                                     Tensor<double>&, Tensor<double>&, Tensor<double>&);
 template void forward_layers<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
-                                    Activations<float>&);
+                                    Activations<float>&, bool);
 template void forward_layers<double>(const Model<double>&, const int64_t*, int64_t, int64_t,
-                                     Activations<double>&);
+                                     Activations<double>&, bool);
 template void forward<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
                              Activations<float>&);
 template void forward<double>(const Model<double>&, const int64_t*, int64_t, int64_t,

@@ -50,14 +50,15 @@ struct Activations {
     Tensor<T> x0;              // scaled embeddings [B,S,d]
     Tensor<T> embed_ln, ln_mean, ln_rstd;
     std::vector<LayerActs<T>> layers;
-    Tensor<T> logits;  // [B,S,V]
+    Tensor<T> logits;  // [B,S,V] from forward(); the training loss leaves it empty
     // The last decoder layer's output (the head's input), [B,S,d].
     const Tensor<T>& final_hidden() const {
         return layers.empty() ? embed_ln : layers.back().hidden;
     }
-    // d loss / d logits [B,S,V] of the last training step: kept here so that its storage (the
-    // largest buffer of a step) is reused across steps instead of mapped and faulted anew.
+    // d loss / d logits of one chunk of rows of the last training step: kept here so that its
+    // storage is reused across steps instead of mapped and faulted anew.
     Tensor<T> dlogits;
+    Tensor<T> head_chunk;  // the training loss's logits of one chunk of rows (train/loss.cpp)
 };
 
 // Checks ids (0 ≤ id < vocab) and the length (S ≤ max_position_embeddings); throws pldr::Error.
@@ -75,9 +76,12 @@ template <typename T>
 void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activations<T>& acts);
 
 // forward() without the LM head (acts.logits untouched): for callers that need only some rows.
+// keep_learner = false (training) drops the metric learner's internals (A0, LN_A, the residual
+// units) after each layer; the backward recomputes them from q (a few % of a step's FLOPs for
+// the largest share of its activation memory).
 template <typename T>
 void forward_layers(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S,
-                    Activations<T>& acts);
+                    Activations<T>& acts, bool keep_learner = true);
 
 // The plain SDPA decoder (no G at all): a separate, minimal path whose only use is to prove
 // that the fixed-G model at G = I is SDPA. Returns logits [B,S,V].

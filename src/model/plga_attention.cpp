@@ -206,6 +206,13 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
             la.A = Tensor<T>({B, H, D, D}, std::vector<T>(in.A_frozen, in.A_frozen + B * H * DD));
         } else {
             metric_learner_forward(m, w, B, S, la);
+            if (!in.keep_learner) {  // only A is needed after this layer (the backward recomputes)
+                la.A0 = Tensor<T>();
+                la.A_ln = Tensor<T>();
+                la.lnA_mean = Tensor<T>();
+                la.lnA_rstd = Tensor<T>();
+                la.res.clear();
+            }
         }
         operator_forward(m, w, B, la);
     }
@@ -302,7 +309,14 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
     if (extra && extra->dG.numel())
         for (int64_t i = 0; i < dG.numel(); ++i) dG[i] += extra->dG[i];
     Tensor<T> dA = operator_backward(m, w, la, B, dG, extra, gw);
-    metric_learner_backward(m, w, la, B, S, dA, gw, dq);
+    if (la.A0.numel()) {
+        metric_learner_backward(m, w, la, B, S, dA, gw, dq);
+    } else {  // a training forward (keep_learner = false): recompute the learner from q
+        LayerActs<T> ml;
+        ml.q = la.q;
+        metric_learner_forward(m, w, B, S, ml);
+        metric_learner_backward(m, w, ml, B, S, dA, gw, dq);
+    }
 }
 
 #define PLDR_INSTANTIATE(T)                                                                        \

@@ -30,6 +30,9 @@ struct AttnInput {
     const T* A_LM_frozen = nullptr;
     const T* A_P_frozen = nullptr;
     const T* G_frozen = nullptr;
+    // false: the metric learner's internals (A0, A_ln, the residual units) are not kept in
+    // LayerActs, only its output A; plga_attention_backward then recomputes them from q.
+    bool keep_learner = true;
 };
 
 // Reads la.q, la.k (rotated) and la.v [B,S,d]; fills A0 … G (learned G), QG, Ep, E and O.

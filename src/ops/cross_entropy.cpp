@@ -64,12 +64,11 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int64_t* targets,
 }
 
 template <typename T>
-double cross_entropy_fused(T* dlogits, int64_t* n_correct, const T* logits, const int64_t* targets,
-                           int64_t N, int64_t V, int64_t ignore_id, T scale) {
+void cross_entropy_fused_rows(T* dlogits, T* ce_rows, char* hit_rows, const T* logits,
+                              const int64_t* targets, int64_t N, int64_t V, int64_t ignore_id,
+                              T scale) {
     // The arithmetic of cross_entropy_forward and cross_entropy_backward (into a zeroed dlogits),
     // row by row, with each exp(x − max) evaluated once and kept in the gradient row.
-    std::vector<T> ce(static_cast<size_t>(N));
-    std::vector<char> hit(static_cast<size_t>(N));
 #pragma omp parallel for if (N * V > 65536)
     for (int64_t n = 0; n < N; ++n) {
         const T* x = logits + n * V;
@@ -81,8 +80,8 @@ double cross_entropy_fused(T* dlogits, int64_t* n_correct, const T* logits, cons
         T s = 0;
         for (int64_t v = 0; v < V; ++v) s += (d[v] = std::exp(x[v] - mx));
         const int64_t t = targets[n];
-        ce[size_t(n)] = -((x[t] - mx) - std::log(s));
-        hit[size_t(n)] = am == t;
+        ce_rows[n] = -((x[t] - mx) - std::log(s));
+        hit_rows[n] = am == t;
         if (t == ignore_id) {
             std::fill(d, d + V, T(0));
             continue;
@@ -90,6 +89,15 @@ double cross_entropy_fused(T* dlogits, int64_t* n_correct, const T* logits, cons
         for (int64_t v = 0; v < V; ++v) d[v] = T(0) + scale * (d[v] / s);
         d[t] -= scale;
     }
+}
+
+template <typename T>
+double cross_entropy_fused(T* dlogits, int64_t* n_correct, const T* logits, const int64_t* targets,
+                           int64_t N, int64_t V, int64_t ignore_id, T scale) {
+    std::vector<T> ce(static_cast<size_t>(N));
+    std::vector<char> hit(static_cast<size_t>(N));
+    cross_entropy_fused_rows(dlogits, ce.data(), hit.data(), logits, targets, N, V, ignore_id,
+                             scale);
     double total = 0;
     int64_t correct = 0;
     for (int64_t n = 0; n < N; ++n)
@@ -101,13 +109,15 @@ double cross_entropy_fused(T* dlogits, int64_t* n_correct, const T* logits, cons
     return total;
 }
 
-#define PLDR_INSTANTIATE(T)                                                                    \
-    template double cross_entropy_forward<T>(T*, int64_t*, int64_t*, const T*, const int64_t*, \
-                                             int64_t, int64_t, int64_t);                       \
-    template void cross_entropy_backward<T>(T*, const T*, const int64_t*, int64_t, int64_t,    \
-                                            int64_t, T);                                       \
-    template double cross_entropy_fused<T>(T*, int64_t*, const T*, const int64_t*, int64_t,    \
-                                           int64_t, int64_t, T);
+#define PLDR_INSTANTIATE(T)                                                                     \
+    template double cross_entropy_forward<T>(T*, int64_t*, int64_t*, const T*, const int64_t*,  \
+                                             int64_t, int64_t, int64_t);                        \
+    template void cross_entropy_backward<T>(T*, const T*, const int64_t*, int64_t, int64_t,     \
+                                            int64_t, T);                                        \
+    template double cross_entropy_fused<T>(T*, int64_t*, const T*, const int64_t*, int64_t,     \
+                                           int64_t, int64_t, T);                                \
+    template void cross_entropy_fused_rows<T>(T*, T*, char*, const T*, const int64_t*, int64_t, \
+                                              int64_t, int64_t, T);
 PLDR_INSTANTIATE(float)
 PLDR_INSTANTIATE(double)
 #undef PLDR_INSTANTIATE

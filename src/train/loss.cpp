@@ -1,11 +1,13 @@
 // Training objective (see loss.h).
 #include "train/loss.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "ops/cross_entropy.h"
 #include "ops/dag.h"
+#include "ops/linear.h"
 
 namespace pldr {
 
@@ -62,6 +64,11 @@ std::vector<DeductiveGrads<T>> dag_terms(const Model<T>& m, const Activations<T>
 
 }  // namespace
 
+int64_t& loss_head_chunk_rows() {
+    static int64_t rows = 0;
+    return rows;
+}
+
 template <typename T>
 LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
                           const DagCoeffs& dag, Activations<T>& acts, T* grads, double grad_scale,
@@ -77,22 +84,54 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
             tgt[size_t(b * S + s)] = tokens[b * S1 + s + 1];
         }
     check_inputs(m, tgt.data(), B, S);
-    forward(m, in.data(), B, S, acts);
+    forward_layers(m, in.data(), B, S, acts, /*keep_learner=*/false);
+    acts.logits = Tensor<T>();  // the head runs in chunks below: no [B,S,V] logits are kept
     LossResult r;
     for (int64_t n = 0; n < N; ++n) r.scored += tgt[size_t(n)] != m.cfg.pad_token_id;
     PLDR_REQUIRE(r.scored > 0 || (grads && ce_denominator > 0),
                  "no scored target tokens in the batch (all are pad)");
     const double denominator = ce_denominator > 0 ? ce_denominator : double(r.scored);
-    double total = 0;
-    Tensor<T>& dlogits = acts.dlogits;
-    if (grads) {  // the loss and d loss / d logits in one pass over the logits
-        dlogits.resize_for_overwrite({B, S, V});
-        total = cross_entropy_fused<T>(dlogits.ptr(), &r.correct, acts.logits.ptr(), tgt.data(), N,
-                                       V, m.cfg.pad_token_id, T(grad_scale / denominator));
-    } else {
-        total = cross_entropy_forward<T>(nullptr, &r.scored, &r.correct, acts.logits.ptr(),
-                                         tgt.data(), N, V, m.cfg.pad_token_id);
+    // The head and the cross-entropy over chunks of rows: logits (and their gradient) exist for
+    // one chunk at a time, d(final hidden) and the head's gradient accumulate chunk by chunk.
+    // Per-row CE and hits land in row order, and are summed as the one-pass version did.
+    const int64_t d = m.cfg.hidden_size;
+    const int64_t want = loss_head_chunk_rows() > 0 ? loss_head_chunk_rows()
+                                                    : std::max<int64_t>(64, (int64_t(1) << 23) / V);
+    const int64_t rows = std::max<int64_t>(1, std::min(N, want));
+    const Tensor<T>& h = acts.final_hidden();
+    std::vector<T> ce(static_cast<size_t>(N));
+    std::vector<char> hit(static_cast<size_t>(N));
+    Tensor<T> dhidden;
+    ModelView<T> g;
+    if (grads) {
+        dhidden = Tensor<T>({B, S, d});
+        g = bind_view(m.layout, m.cfg, grads);
+        acts.dlogits.resize_for_overwrite({rows, V});
     }
+    Tensor<T>& chunk = acts.head_chunk;
+    chunk.resize_for_overwrite({rows, V});
+    for (int64_t n0 = 0; n0 < N; n0 += rows) {
+        const int64_t nr = std::min(rows, N - n0);
+        linear_forward(chunk.ptr(), h.ptr() + n0 * d, m.w.head_w, m.w.head_b, nr, d, V);
+        if (grads) {
+            cross_entropy_fused_rows<T>(acts.dlogits.ptr(), ce.data() + n0, hit.data() + n0,
+                                        chunk.ptr(), tgt.data() + n0, nr, V, m.cfg.pad_token_id,
+                                        T(grad_scale / denominator));
+            linear_backward(dhidden.ptr() + n0 * d, g.head_w, g.head_b, acts.dlogits.ptr(),
+                            h.ptr() + n0 * d, m.w.head_w, nr, d, V);
+        } else {
+            int64_t scored = 0, correct = 0;
+            cross_entropy_forward<T>(ce.data() + n0, &scored, &correct, chunk.ptr(),
+                                     tgt.data() + n0, nr, V, m.cfg.pad_token_id);
+            r.correct += correct;
+        }
+    }
+    double total = 0;
+    for (int64_t n = 0; n < N; ++n)
+        if (tgt[size_t(n)] != m.cfg.pad_token_id) {
+            total += double(ce[size_t(n)]);
+            if (grads && hit[size_t(n)]) ++r.correct;
+        }
     r.ce = r.scored > 0 ? total / double(r.scored) : 0.0;
     r.accuracy = r.scored > 0 ? double(r.correct) / double(r.scored) : 0.0;
     r.value = r.ce;
@@ -102,7 +141,7 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
         r.value += r.dag_loss;
     }
     if (!grads) return r;
-    backward<T>(m, acts, dlogits, extra.empty() ? nullptr : &extra, grads);
+    backward_below_head<T>(m, acts, dhidden, extra.empty() ? nullptr : &extra, grads);
     return r;
 }
 

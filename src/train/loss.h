@@ -28,6 +28,11 @@ struct LossResult {
 // ce_denominator > 0 replaces this batch's scored-token count as the divisor of the CE
 // gradient (data parallel: the gradient of Σ CE / N_global, train/step.h); the batch may then
 // have no scored token at all. The reported ce and accuracy stay this batch's own means.
+// Rows of logits the loss holds at once (the head runs over chunks of rows; the result does not
+// depend on it beyond the rounding of the head's gradient sum). 0 = automatic (about 8 M logits
+// per chunk); tests set a small count to run several chunks.
+int64_t& loss_head_chunk_rows();
+
 template <typename T>
 LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
                           const DagCoeffs& dag, Activations<T>& acts, T* grads,
