@@ -3,6 +3,7 @@
 // each checked against the library's own full forward pass.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -110,10 +111,46 @@ TEST(ApiCpp, DecodeBatchEqualsSingleDecodes) {
     const auto out = decode_batch({&a, &b}, {7, 8});
     const Tensor one = c.decode(7);
     ASSERT_EQ(out.size(), 2u);
-    EXPECT_EQ(out[0].to_vector(), one.to_vector());
+    // One shared step: equal to a single decode up to the rounding of a [2,d] matrix product
+    // against a matrix-vector one (float64, measured below 1e-15; tests/test_infer.cpp).
+    const std::vector<double> got = out[0].to_vector(), want = one.to_vector();
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::abs(got[i] - want[i]));
+        scale = std::max(scale, std::abs(want[i]));
+    }
+    EXPECT_GT(scale, 0.0);
+    EXPECT_LE(worst, 1e-12 * scale);
+    EXPECT_EQ(a.logits().to_vector(), got);  // the session keeps the step's logits
     EXPECT_EQ(b.length(), 3);
+    EXPECT_EQ(a.tokens(), (std::vector<int64_t>{1, 2, 3, 7}));
+    // last_outputs() is each session's own step: E over its own 4 and 3 keys.
+    EXPECT_EQ(a.last_outputs().layer(0, "E").shape.back(), 4);
+    EXPECT_EQ(b.last_outputs().layer(0, "E").shape.back(), 3);
     EXPECT_THROW(decode_batch({&a, &a}, {1, 2}), pldr::Error);
     EXPECT_THROW(decode_batch({&a}, {1, 2}), pldr::Error);
+    EXPECT_THROW(decode_batch({&a, &b}, {1, 1 << 20}), pldr::Error);
+    Session unfilled(m);
+    EXPECT_THROW(decode_batch({&a, &unfilled}, {1, 2}), pldr::Error);
+    EXPECT_EQ(a.length(), 4);  // a failed call changes no session
+    // Sessions of different models (and dtypes) in one call: one step per model.
+    const Model m32 = Model::load(kTiny);
+    Session d(m32), e(m32), d1(m32);
+    d.prefill({1, 2, 3});
+    e.prefill({4, 5});
+    d1.prefill({1, 2, 3});
+    const Tensor d_one = d1.decode(6);
+    const auto mixed = decode_batch({&d, &a, &e, &b}, {6, 9, 7, 10});
+    ASSERT_EQ(mixed.size(), 4u);
+    EXPECT_EQ(d.tokens(), (std::vector<int64_t>{1, 2, 3, 6}));
+    EXPECT_EQ(e.tokens(), (std::vector<int64_t>{4, 5, 7}));
+    EXPECT_EQ(a.length(), 5);
+    EXPECT_EQ(b.length(), 4);
+    const std::vector<double> dg = mixed[0].to_vector(), dw = d_one.to_vector();
+    ASSERT_EQ(dg.size(), dw.size());
+    for (size_t i = 0; i < dw.size(); ++i)
+        EXPECT_NEAR(dg[i], dw[i], 5e-6 * std::max(1.0, std::abs(dw[i])));
     EXPECT_THROW(a.decode(1 << 20), pldr::Error);  // outside the vocabulary
     // The G-cache after the prefill: one entry per layer, [H,D,D].
     const auto gc = a.g_cache();

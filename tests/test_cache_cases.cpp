@@ -5,12 +5,15 @@
 //     chunk (no KV-cache) with the cached session's operator: for a learned G, a fresh session
 //     preset with the G-cache of the prefill (spec §4.1: decode steps reuse the prompt's A and
 //     G) prefills the whole sequence; for a fixed G, a full forward.
+// The batched decode step (decode_step) against single decodes, over sessions of every mode at
+// once: BatchedStepEqualsSingleDecodes.
 // The prompt has no pad token (decode steps attend to every cached key, mask None, as the
 // reference's), so a full causal forward and a decode step see the same keys.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "infer/session.h"
@@ -96,6 +99,86 @@ TEST_P(CacheModel, EveryModeMatchesItsUncachedOracle) {
             std::vector<double> a;
             for (int i = 0; i < kSteps; ++i) a = u.decode(next[size_t(i)]);
             EXPECT_GT(max_rel_diff(a, got), 1e-9) << k.name;
+        }
+    }
+}
+
+// One batched decode step (decode_step) over sessions of every kind at once — kvg, kv and none,
+// each with prompts of different lengths, and kvg and kv with a preset G-cache — equals each
+// session decoding alone, step after step: the logits, the keys and values written to each
+// cache, and each session's own slice of the activations (E over its own keys, its operator).
+// Float64; the only difference is the rounding of [B,d] matrix products against matrix-vector
+// ones (kTol).
+TEST_P(CacheModel, BatchedStepEqualsSingleDecodes) {
+    using pldr::CacheMode;
+    const numeric::Case& k = GetParam();
+    const uint64_t seed = numeric::seed_of(k);
+    const pldr::Model<double> m = numeric::make_model(k, seed);
+    const int64_t S = k.shape.S, V = k.shape.V;
+    pldr::Rng r(seed + 11);
+    auto tokens = [&](int64_t n) {
+        std::vector<int64_t> t(static_cast<size_t>(n));
+        for (auto& x : t) x = 1 + int64_t(r.below(uint64_t(V - 1)));  // no pad
+        return t;
+    };
+    // A G-cache from another prompt, for the preset sessions.
+    pldr::Session<double> other(m, CacheMode::KVG);
+    other.prefill(tokens(S + 2));
+    const pldr::GCache<double> preset = other.g_cache();
+    struct Plan {
+        CacheMode mode;
+        int64_t len;
+        bool preset;
+    };
+    const std::vector<Plan> plan = {
+        {CacheMode::KVG, S, false},     {CacheMode::KV, S + 3, false}, {CacheMode::KVG, 1, false},
+        {CacheMode::NONE, 2, false},    {CacheMode::KV, S + 1, true},  {CacheMode::KVG, 3, true},
+        {CacheMode::KVG, S + 4, false}, {CacheMode::NONE, S, false},   {CacheMode::KV, 2, false}};
+    std::vector<std::unique_ptr<pldr::Session<double>>> batched, single;
+    std::vector<pldr::Session<double>*> ptrs;
+    for (const Plan& p : plan) {
+        const std::vector<int64_t> prompt = tokens(p.len);
+        for (auto* v : {&batched, &single}) {
+            v->push_back(std::make_unique<pldr::Session<double>>(m, p.mode));
+            if (p.preset) v->back()->set_g_cache(preset);
+            v->back()->prefill(prompt);
+        }
+        ptrs.push_back(batched.back().get());
+    }
+    const int64_t L = m.cfg.num_layers;
+    for (int step = 0; step < kSteps; ++step) {
+        std::vector<int64_t> ids;
+        for (size_t i = 0; i < plan.size(); ++i)
+            ids.push_back(1 + int64_t(step * 5 + i * 3) % (V - 1));
+        pldr::decode_step(ptrs, ids);
+        for (size_t i = 0; i < plan.size(); ++i) {
+            SCOPED_TRACE(testing::Message()
+                         << "sequence " << i << " (" << cache_mode_name(plan[i].mode)
+                         << (plan[i].preset ? ", preset" : "") << ") step " << step);
+            pldr::Session<double>& b = *batched[i];
+            pldr::Session<double>& s = *single[i];
+            const std::vector<double> want = s.decode(ids[i]);
+            ASSERT_EQ(b.tokens(), s.tokens());
+            ASSERT_EQ(b.logits().size(), want.size());
+            EXPECT_LE(max_rel_diff(b.logits(), want), kTol);
+            if (plan[i].mode == CacheMode::NONE) continue;
+            for (int64_t l = 0; l < L; ++l) {
+                EXPECT_LE(max_rel_diff(b.keys(l).data, s.keys(l).data), kTol) << "layer " << l;
+                EXPECT_LE(max_rel_diff(b.values(l).data, s.values(l).data), kTol) << "layer " << l;
+                const pldr::LayerActs<double>& bl = b.last().layers[size_t(l)];
+                const pldr::LayerActs<double>& sl = s.last().layers[size_t(l)];
+                ASSERT_EQ(bl.E.shape, sl.E.shape) << "layer " << l;
+                EXPECT_LE(max_rel_diff(bl.E.data, sl.E.data), kTol) << "layer " << l;
+                EXPECT_LE(max_rel_diff(bl.hidden.data, sl.hidden.data), kTol) << "layer " << l;
+                // The operator is the same computation on the same input: bit for bit.
+                EXPECT_EQ(bl.G.shape, sl.G.shape) << "layer " << l;
+                EXPECT_EQ(bl.G.data, sl.G.data) << "layer " << l;
+                if (m.cfg.learned_g()) {
+                    EXPECT_EQ(bl.A.data, sl.A.data) << "layer " << l;
+                    EXPECT_EQ(bl.A_LM.data, sl.A_LM.data) << "layer " << l;
+                    EXPECT_EQ(bl.A_P.data, sl.A_P.data) << "layer " << l;
+                }
+            }
         }
     }
 }

@@ -3,7 +3,9 @@
 // its KL report matches an independent computation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "cli_util.h"
 #include "core/rng.h"
@@ -39,6 +41,16 @@ pldr::Model<T> random_model(bool learned, uint64_t seed) {
     for (auto& g : m.G_fixed) g = T(r.uniform());  // a random fixed G (like golden d)
     return m;
 }
+
+// Relative tolerances of batched against single logprobs (|a − b| ≤ tol · max(1, |b|)): a
+// batched step computes the projections, the FFN and the head as [B,d]·Wᵀ matrix products where
+// a single decode runs matrix-vector products, so only the summation order differs. Float64: the
+// measured worst is 7e-16 (a few ulps), so 1e-12 leaves the margin of the cache harness
+// (tests/test_cache_cases.cpp). Float32: the measured worst is 3e-7 (a few ulps of float32's
+// 6e-8 through two layers and the log-softmax); 5e-6 allows for other BLAS kernels, while a
+// wrong cache, position or operator moves logprobs by 1e-3 or more.
+constexpr double kBatchTol64 = 1e-12;
+constexpr double kBatchTol32 = 5e-6;
 
 TEST(InferSession, FixedGCachedEqualsUncached) {
     auto m = random_model<double>(false, 11);
@@ -106,9 +118,192 @@ TEST(InferGenerate, SameSeedSameTokensAndBatchEqualsSingle) {
         ASSERT_EQ(single.steps.size(), 12u);
         EXPECT_EQ(batch[i].ids, single.ids) << i;
         ASSERT_EQ(batch[i].steps.size(), single.steps.size());
+        // Batched steps round differently from single ones (kBatchTol32).
         for (size_t k = 0; k < single.steps.size(); ++k)
-            EXPECT_EQ(batch[i].steps[k].logprob, single.steps[k].logprob);
+            EXPECT_NEAR(batch[i].steps[k].logprob, single.steps[k].logprob,
+                        kBatchTol32 * std::max(1.0, std::abs(single.steps[k].logprob)));
     }
+}
+
+// ---- batched generation (generate_batch, decode_step) against one-at-a-time generation ----
+
+template <typename T>
+double batch_tol() {
+    return sizeof(T) == 8 ? kBatchTol64 : kBatchTol32;
+}
+
+// Every batched result equals its one-at-a-time generation: the same ids, the same number of
+// decode calls, and logprobs (of the chosen ids and of the top alternatives) within batch_tol.
+template <typename T>
+void expect_batch_equals_single(const pldr::Model<T>& m,
+                                const std::vector<std::vector<int64_t>>& prompts,
+                                const std::vector<pldr::GenerateOptions>& opts,
+                                const pldr::GCache<T>* preset = nullptr) {
+    const auto batch = pldr::generate_batch(m, prompts, opts, preset);
+    ASSERT_EQ(batch.size(), prompts.size());
+    const double tol = batch_tol<T>();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        SCOPED_TRACE(testing::Message() << "prompt " << i);
+        const auto one = pldr::generate(m, prompts[i], opts[i], preset);
+        EXPECT_EQ(batch[i].prompt_ids, prompts[i]);
+        ASSERT_EQ(batch[i].ids, one.ids);
+        ASSERT_EQ(batch[i].steps.size(), one.steps.size());
+        EXPECT_EQ(batch[i].decode_calls, one.decode_calls);
+        for (size_t k = 0; k < one.steps.size(); ++k) {
+            const auto& a = batch[i].steps[k];
+            const auto& b = one.steps[k];
+            EXPECT_EQ(a.id, b.id);
+            EXPECT_NEAR(a.logprob, b.logprob, tol * std::max(1.0, std::abs(b.logprob))) << k;
+            ASSERT_EQ(a.top.size(), b.top.size());
+            for (size_t j = 0; j < b.top.size(); ++j)
+                EXPECT_NEAR(a.top[j].second, b.top[j].second,
+                            tol * std::max(1.0, std::abs(b.top[j].second)));
+        }
+    }
+}
+
+// Prompts of different lengths (1 to 9 tokens), so the sequences attend over different numbers
+// of keys and rotate at different positions in every step.
+const std::vector<std::vector<int64_t>> kBatchPrompts{
+    {1, 2, 3}, {7, 8, 9, 10, 11}, {30}, {5, 6, 7, 8, 9, 10, 11, 12, 13}, {22, 4}};
+
+template <typename T>
+void batch_equals_single_all_settings() {
+    for (bool learned : {true, false})
+        for (auto mode : {pldr::CacheMode::KVG, pldr::CacheMode::KV})
+            for (bool greedy : {true, false}) {
+                SCOPED_TRACE(testing::Message() << (learned ? "learned G" : "fixed G") << ", "
+                                                << pldr::cache_mode_name(mode) << ", "
+                                                << (greedy ? "greedy" : "sampled"));
+                const auto m = random_model<T>(learned, 21);
+                pldr::GenerateOptions o;
+                o.max_new = 12;
+                o.stop_at_eos = false;
+                o.cache = mode;
+                o.sampler.greedy = greedy;
+                o.sampler.temperature = 0.9;
+                o.sampler.top_p = 0.95;
+                o.sampler.repeat_penalty = 1.1;
+                o.sampler.seed = 42;
+                const std::vector<pldr::GenerateOptions> opts(kBatchPrompts.size(), o);
+                expect_batch_equals_single(m, kBatchPrompts, opts);
+                // A preset G-cache (another prompt's operator) for every sequence.
+                pldr::Session<T> s(m, pldr::CacheMode::KVG);
+                s.prefill({3, 1, 4, 1, 5, 9, 2, 6});
+                const pldr::GCache<T> g = s.g_cache();
+                expect_batch_equals_single(m, kBatchPrompts, opts, &g);
+            }
+}
+
+TEST(InferBatch, GenerateBatchEqualsSingleFloat64) {
+    batch_equals_single_all_settings<double>();
+}
+
+TEST(InferBatch, GenerateBatchEqualsSingleFloat32) {
+    batch_equals_single_all_settings<float>();
+}
+
+TEST(InferBatch, SequencesThatFinishEarlyLeaveTheStepAndTheRestStillMatch) {
+    for (bool learned : {true, false}) {
+        SCOPED_TRACE(learned ? "learned G" : "fixed G");
+        auto m = random_model<double>(learned, 22);
+        pldr::GenerateOptions o;
+        o.max_new = 10;
+        o.stop_at_eos = false;
+        o.sampler.temperature = 0.8;
+        o.sampler.seed = 7;
+        // Different token limits, modes and seeds per prompt: sequences leave after 1, 3 and 6
+        // tokens while the others go on.
+        std::vector<pldr::GenerateOptions> opts(kBatchPrompts.size(), o);
+        opts[0].max_new = 3;
+        opts[1].cache = pldr::CacheMode::KV;
+        opts[2].max_new = 1;
+        opts[3].max_new = 6;
+        opts[3].sampler.seed = 8;
+        opts[4].cache = pldr::CacheMode::NONE;
+        const auto free_run = pldr::generate_batch(m, kBatchPrompts, opts);
+        EXPECT_EQ(free_run[0].ids.size(), 3u);
+        EXPECT_EQ(free_run[1].ids.size(), 10u);
+        EXPECT_EQ(free_run[2].ids.size(), 1u);
+        EXPECT_EQ(free_run[2].decode_calls, 0);
+        EXPECT_EQ(free_run[3].ids.size(), 6u);
+        expect_batch_equals_single(m, kBatchPrompts, opts);
+        // An EOS mid-way: the id that prompt 1 generates at step 4 (not earlier) becomes EOS;
+        // prompt 1 then stops there, and any other prompt that meets it stops too.
+        const auto& ids1 = free_run[1].ids;
+        size_t k = 4;
+        while (k < ids1.size() && std::find(ids1.begin(), ids1.begin() + int64_t(k), ids1[k]) !=
+                                      ids1.begin() + int64_t(k))
+            ++k;
+        ASSERT_LT(k, ids1.size()) << "no fresh id to use as EOS";
+        m.cfg.eos_token_id = ids1[k];
+        for (auto& x : opts) x.stop_at_eos = true;
+        const auto stopped = pldr::generate_batch(m, kBatchPrompts, opts);
+        EXPECT_EQ(stopped[1].ids,
+                  std::vector<int64_t>(ids1.begin(), ids1.begin() + int64_t(k) + 1));
+        expect_batch_equals_single(m, kBatchPrompts, opts);
+    }
+}
+
+TEST(InferBatch, DecodeStepRejectsBadInputsBeforeChangingAnySession) {
+    auto m = random_model<double>(true, 23);
+    auto m2 = random_model<double>(true, 23);  // equal weights, another model
+    pldr::Session<double> a(m, pldr::CacheMode::KVG), b(m, pldr::CacheMode::KV),
+        full(m, pldr::CacheMode::KVG, 3), fresh(m, pldr::CacheMode::KVG),
+        c(m2, pldr::CacheMode::KVG);
+    a.prefill({1, 2, 3});
+    b.prefill({4, 5});
+    full.prefill({6, 7, 8});
+    c.prefill({1, 2});
+    const std::vector<double> la = a.logits(), lb = b.logits();
+    auto fails = [&](const std::vector<pldr::Session<double>*>& ss, const std::vector<int64_t>& ids,
+                     const std::string& what) {
+        try {
+            pldr::decode_step(ss, ids);
+            ADD_FAILURE() << "no error for " << what;
+        } catch (const pldr::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+        // Nothing moved.
+        EXPECT_EQ(a.length(), 3);
+        EXPECT_EQ(b.length(), 2);
+        EXPECT_EQ(a.logits(), la);
+        EXPECT_EQ(b.logits(), lb);
+    };
+    fails({&a, &b}, {1}, "2 sessions but 1 token ids");
+    fails({&a, nullptr}, {1, 2}, "session 1 is null");
+    fails({&a, &b, &a}, {1, 2, 3}, "session 2 is session 0 again");
+    fails({&a, &c}, {1, 2}, "session 1 belongs to another model");
+    fails({&a, &fresh}, {1, 2}, "session 1: decode before prefill");
+    fails({&a, &full}, {1, 2}, "session 1: the context is full (3 tokens)");
+    fails({&a, &b}, {1, 41}, "session 1: token id 41 is outside the vocabulary [0, 41)");
+    fails({&b, &a}, {-1, 2}, "session 0: token id -1 is outside the vocabulary");
+    // An empty step is a no-op; a valid one moves both.
+    pldr::decode_step<double>({}, {});
+    pldr::decode_step<double>({&a, &b}, {9, 10});
+    EXPECT_EQ(a.tokens(), (std::vector<int64_t>{1, 2, 3, 9}));
+    EXPECT_EQ(b.tokens(), (std::vector<int64_t>{4, 5, 10}));
+}
+
+TEST(InferBatch, WithoutActivationsLastIsEmptyAndLogitsAreTheSame) {
+    auto m = random_model<double>(true, 24);
+    pldr::Session<double> a(m, pldr::CacheMode::KVG), b(m, pldr::CacheMode::KV),
+        a2(m, pldr::CacheMode::KVG), b2(m, pldr::CacheMode::KV);
+    for (auto* s : {&a, &a2}) s->prefill({1, 2, 3});
+    for (auto* s : {&b, &b2}) s->prefill({4, 5, 6, 7, 8});
+    pldr::decode_step<double>({&a, &b}, {9, 10}, true);
+    pldr::decode_step<double>({&a2, &b2}, {9, 10}, false);
+    EXPECT_EQ(a.logits(), a2.logits());
+    EXPECT_EQ(b.logits(), b2.logits());
+    EXPECT_EQ(a.last().S, 1);
+    ASSERT_EQ(int64_t(a.last().layers.size()), m.cfg.num_layers);
+    EXPECT_EQ(a.last().layers[0].E.shape, (pldr::Shape{1, m.cfg.num_heads, 1, 4}));
+    EXPECT_EQ(b.last().layers[0].E.shape, (pldr::Shape{1, m.cfg.num_heads, 1, 6}));
+    EXPECT_EQ(a2.last().S, 0);
+    EXPECT_TRUE(a2.last().layers.empty());
+    // A later single decode fills it again.
+    a2.decode(11);
+    EXPECT_EQ(a2.last().layers[0].E.shape, (pldr::Shape{1, m.cfg.num_heads, 1, 5}));
 }
 
 TEST(InferGCache, SaveLoadAndPresetRun) {

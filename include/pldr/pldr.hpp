@@ -339,11 +339,17 @@ class Session {
     struct Impl;
 
   private:
+    friend std::vector<Tensor> decode_batch(const std::vector<Session*>&,
+                                            const std::vector<int64_t>&);
     std::unique_ptr<Impl> impl_;
 };
 
 // One decode step for several sessions (one token each); returns their logits in order.
-// Sessions must be distinct and may use different models.
+// Sessions must be distinct and may use different models. The sessions of one model step
+// together in one forward pass (each weight read once for all of them; their attention runs
+// each against its own caches), so the logits equal those of decode() up to the rounding of a
+// matrix product against a matrix-vector one, and last_outputs() is each session's own step.
+// Throws before any session changes when an input is invalid.
 std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
                                  const std::vector<int64_t>& ids);
 

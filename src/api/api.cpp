@@ -644,11 +644,7 @@ Tensor Session::decode(int64_t id) {
 Tensor Session::logits() const {
     return impl_->visit([&](const auto& s) {
         PLDR_REQUIRE(s.length() > 0, "no logits before prefill");
-        const auto& L = s.last().logits;
-        const int64_t V = s.model().cfg.vocab_size;
-        using T = scalar_t<decltype(L)>;
-        std::vector<T> v(L.data.end() - V, L.data.end());
-        return make_tensor<T>({V}, std::move(v));
+        return logits_tensor(s.logits());
     });
 }
 std::vector<double> Session::logprobs() const {
@@ -708,22 +704,46 @@ std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
                  ids.size(), " token ids");
     for (size_t i = 0; i < sessions.size(); ++i) {
         PLDR_REQUIRE(sessions[i], "decode_batch: session ", i, " is null");
+        PLDR_REQUIRE(sessions[i]->impl_, "decode_batch: session ", i, " is a moved-from session");
         for (size_t j = 0; j < i; ++j)
             PLDR_REQUIRE(sessions[i] != sessions[j], "decode_batch: session ", i, " appears twice");
+        sessions[i]->impl_->visit([&](const auto& s) {
+            PLDR_REQUIRE(s.length() > 0, "decode_batch: session ", i, ": decode before prefill");
+            PLDR_REQUIRE(s.length() < s.capacity(), "decode_batch: session ", i,
+                         ": session is full (", s.capacity(), " tokens)");
+            PLDR_REQUIRE(ids[i] >= 0 && ids[i] < s.model().cfg.vocab_size, "decode_batch: session ",
+                         i, ": token id ", ids[i], " is outside the vocabulary [0, ",
+                         s.model().cfg.vocab_size, ")");
+        });
     }
-    std::vector<Tensor> out(sessions.size());
-    std::string err;
-    const int64_t n = int64_t(sessions.size());
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-    for (int64_t i = 0; i < n; ++i) {
-        try {
-            out[size_t(i)] = sessions[size_t(i)]->decode(ids[size_t(i)]);
-        } catch (const std::exception& e) {
-#pragma omp critical
-            if (err.empty()) err = cat("decode_batch: session ", i, ": ", e.what());
+    // One shared step (::pldr::decode_step) per model: the sessions of each model, in order.
+    std::vector<bool> done(sessions.size(), false);
+    for (size_t i = 0; i < sessions.size(); ++i) {
+        if (done[i]) continue;
+        const Session::Impl& first = *sessions[i]->impl_;
+        std::vector<::pldr::Session<float>*> s32;
+        std::vector<::pldr::Session<double>*> s64;
+        std::vector<int64_t> group_ids;
+        for (size_t j = i; j < sessions.size(); ++j) {
+            Session::Impl& o = *sessions[j]->impl_;
+            const bool same = first.s32 ? (o.s32 && &o.s32->model() == &first.s32->model())
+                                        : (o.s64 && &o.s64->model() == &first.s64->model());
+            if (!same) continue;
+            done[j] = true;
+            group_ids.push_back(ids[j]);
+            if (o.s32)
+                s32.push_back(o.s32.get());
+            else
+                s64.push_back(o.s64.get());
         }
+        if (first.s32)
+            ::pldr::decode_step(s32, group_ids);
+        else
+            ::pldr::decode_step(s64, group_ids);
     }
-    PLDR_REQUIRE(err.empty(), err);
+    std::vector<Tensor> out;
+    for (Session* s : sessions)
+        out.push_back(s->impl_->visit([](const auto& x) { return logits_tensor(x.logits()); }));
     return out;
 }
 

@@ -152,10 +152,13 @@ ContinuationOrder continuation_order(const Model<T>& m, const std::vector<int64_
     opt.cache = CacheMode::KVG;
     opt.sampler.temperature = 1.0;
     opt.top_report = 0;
-    opt.sampler.seed = seed1;
-    r.cont1 = generate(m, prompt, opt).ids;
-    opt.sampler.seed = seed2;
-    r.cont2 = generate(m, prompt, opt).ids;
+    // The two continuations step together (one shared decode step each token).
+    std::vector<GenerateOptions> opts(2, opt);
+    opts[0].sampler.seed = seed1;
+    opts[1].sampler.seed = seed2;
+    const std::vector<GenResult> g = generate_batch(m, {prompt, prompt}, opts);
+    r.cont1 = g[0].ids;
+    r.cont2 = g[1].ids;
     std::vector<int64_t> s1 = prompt, s2 = prompt;
     s1.insert(s1.end(), r.cont1.begin(), r.cont1.end());
     s2.insert(s2.end(), r.cont2.begin(), r.cont2.end());

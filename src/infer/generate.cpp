@@ -1,7 +1,9 @@
 // Generation loop (see generate.h).
 #include "infer/generate.h"
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 
 namespace pldr {
 
@@ -63,13 +65,72 @@ GenResult generate(const Model<T>& m, const std::vector<int64_t>& prompt,
 template <typename T>
 std::vector<GenResult> generate_batch(const Model<T>& m,
                                       const std::vector<std::vector<int64_t>>& prompts,
-                                      const GenerateOptions& opt, const GCache<T>* preset) {
-    for (const auto& p : prompts) check_generation_fits(m, p, opt.max_new);
-    std::vector<GenResult> out(prompts.size());
-    const int64_t n = int64_t(prompts.size());
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = generate(m, prompts[size_t(i)], opt, preset);
+                                      const std::vector<GenerateOptions>& opts,
+                                      const GCache<T>* preset) {
+    PLDR_REQUIRE(opts.size() == prompts.size(), "generate_batch: ", prompts.size(), " prompts but ",
+                 opts.size(), " option sets");
+    for (size_t i = 0; i < prompts.size(); ++i)
+        check_generation_fits(m, prompts[i], opts[i].max_new);
+    const size_t n = prompts.size();
+    const int64_t V = m.cfg.vocab_size;
+    std::vector<GenResult> out(n);
+    std::vector<std::unique_ptr<Session<T>>> ss(n);
+    std::vector<std::unique_ptr<Sampler>> samplers(n);
+    std::vector<std::vector<int64_t>> history(n);
+    for (size_t i = 0; i < n; ++i) {
+        const GenerateOptions& o = opts[i];
+        ss[i] = std::make_unique<Session<T>>(
+            m, o.cache,
+            std::min<int64_t>(m.cfg.max_position, int64_t(prompts[i].size()) + o.max_new));
+        if (preset) ss[i]->set_g_cache(*preset);
+        samplers[i] = std::make_unique<Sampler>(o.sampler);
+        out[i].prompt_ids = prompts[i];
+        history[i] = prompts[i];
+        const double t0 = now();
+        ss[i]->prefill(prompts[i]);
+        out[i].prefill_seconds = now() - t0;
+    }
+    // Sample every live sequence from its logits (as generate does), then step the ones that go
+    // on together.
+    std::vector<size_t> live(n);
+    for (size_t i = 0; i < n; ++i) live[i] = i;
+    std::vector<double> lp;
+    std::vector<Session<T>*> step;
+    std::vector<int64_t> step_ids;
+    const double t0 = now();
+    while (!live.empty()) {
+        step.clear();
+        step_ids.clear();
+        std::vector<size_t> next;
+        for (size_t i : live) {
+            GenResult& r = out[i];
+            const GenerateOptions& o = opts[i];
+            const std::vector<T>& logits = ss[i]->logits();
+            const int64_t id = samplers[i]->sample(logits.data(), V, history[i]);
+            Sampler::log_softmax(logits.data(), V, lp);
+            r.steps.push_back({id, lp[size_t(id)], Sampler::top_n(lp, o.top_report)});
+            r.ids.push_back(id);
+            history[i].push_back(id);
+            if (int64_t(r.ids.size()) >= o.max_new || (o.stop_at_eos && id == m.cfg.eos_token_id)) {
+                r.decode_seconds = now() - t0;
+                continue;
+            }
+            step.push_back(ss[i].get());
+            step_ids.push_back(id);
+            next.push_back(i);
+            ++r.decode_calls;
+        }
+        if (!step.empty()) decode_step(step, step_ids, false);
+        live = std::move(next);
+    }
     return out;
+}
+
+template <typename T>
+std::vector<GenResult> generate_batch(const Model<T>& m,
+                                      const std::vector<std::vector<int64_t>>& prompts,
+                                      const GenerateOptions& opt, const GCache<T>* preset) {
+    return generate_batch(m, prompts, std::vector<GenerateOptions>(prompts.size(), opt), preset);
 }
 
 template void check_generation_fits<float>(const Model<float>&, const std::vector<int64_t>&,
@@ -88,6 +149,14 @@ template std::vector<GenResult> generate_batch<float>(const Model<float>&,
 template std::vector<GenResult> generate_batch<double>(const Model<double>&,
                                                        const std::vector<std::vector<int64_t>>&,
                                                        const GenerateOptions&,
+                                                       const GCache<double>*);
+template std::vector<GenResult> generate_batch<float>(const Model<float>&,
+                                                      const std::vector<std::vector<int64_t>>&,
+                                                      const std::vector<GenerateOptions>&,
+                                                      const GCache<float>*);
+template std::vector<GenResult> generate_batch<double>(const Model<double>&,
+                                                       const std::vector<std::vector<int64_t>>&,
+                                                       const std::vector<GenerateOptions>&,
                                                        const GCache<double>*);
 
 }  // namespace pldr

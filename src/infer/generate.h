@@ -1,6 +1,7 @@
 // Text generation over inference sessions (spec §4.4): prefill, then sample token by token
 // until EOS or the token limit, with per-step log-probabilities for reporting. Batched
-// generation runs one session (own KV- and G-cache) and one sampler per prompt.
+// generation runs one session (own KV- and G-cache) and one sampler per prompt, and steps all
+// unfinished sequences together (decode_step: one forward over their new tokens).
 #pragma once
 #include <functional>
 #include <vector>
@@ -43,11 +44,21 @@ GenResult generate(const Model<T>& m, const std::vector<int64_t>& prompt,
                    const std::function<void(const GenResult&)>& on_token = {});
 
 // Several prompts, each with its own session and sampler (seeded with opt.sampler.seed, so each
-// result equals its one-at-a-time generation). Prompts run in parallel across threads.
+// result equals its one-at-a-time generation up to the rounding that decode_step documents).
+// Each prompt is prefilled, then every unfinished sequence decodes in one shared step
+// (decode_step) until each stops at EOS or its token limit. decode_seconds: from the first
+// decode step to the sequence's last token; decode_calls: the steps it took part in.
 template <typename T>
 std::vector<GenResult> generate_batch(const Model<T>& m,
                                       const std::vector<std::vector<int64_t>>& prompts,
                                       const GenerateOptions& opt,
+                                      const GCache<T>* preset = nullptr);
+// The same with options per prompt (opts[i] for prompts[i]: token limit, EOS stop, cache mode,
+// sampler and seed may all differ).
+template <typename T>
+std::vector<GenResult> generate_batch(const Model<T>& m,
+                                      const std::vector<std::vector<int64_t>>& prompts,
+                                      const std::vector<GenerateOptions>& opts,
                                       const GCache<T>* preset = nullptr);
 
 }  // namespace pldr

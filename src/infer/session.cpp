@@ -137,13 +137,11 @@ void Session<T>::run(const int64_t* ids, int64_t S, bool first) {
         GCacheLayer<T>& gl = g_[size_t(l)];
         const bool use_g = preset_g_ || (!first && c.learned_g());
         if (use_g) {
-            auto p = [](const Tensor<T>& t) { return t.numel() ? t.ptr() : nullptr; };
-            in.A_frozen = p(gl.A);
-            if (preset_g_ || mode_ == CacheMode::KVG) {
-                in.A_LM_frozen = p(gl.A_LM);
-                in.A_P_frozen = p(gl.A_P);
-                in.G_frozen = p(gl.G);
-            }
+            const DecodeSeq<T> f = frozen_operator(l);
+            in.A_frozen = f.A;
+            in.A_LM_frozen = f.A_LM;
+            in.A_P_frozen = f.A_P;
+            in.G_frozen = f.G;
         }
         decoder_layer_forward(m_, l, 1, S, in, la);
         if (first && !preset_g_) {
@@ -160,6 +158,178 @@ void Session<T>::run(const int64_t* ids, int64_t S, bool first) {
     }
     logits_.resize(size_t(V));
     linear_forward(logits_.data(), x->ptr() + (S - 1) * d, m_.w.head_w, m_.w.head_b, 1, d, V);
+}
+
+template <typename T>
+DecodeSeq<T> Session<T>::frozen_operator(int64_t l) const {
+    const GCacheLayer<T>& gl = g_[size_t(l)];
+    auto p = [](const Tensor<T>& t) { return t.numel() ? t.ptr() : nullptr; };
+    DecodeSeq<T> f;
+    f.A = p(gl.A);
+    if (preset_g_ || mode_ == CacheMode::KVG) {
+        f.A_LM = p(gl.A_LM);
+        f.A_P = p(gl.A_P);
+        f.G = p(gl.G);
+    }
+    return f;
+}
+
+template <typename T>
+void decode_step(const std::vector<Session<T>*>& ss, const std::vector<int64_t>& ids,
+                 bool keep_activations) {
+    PLDR_REQUIRE(ss.size() == ids.size(), "decode_step: ", ss.size(), " sessions but ", ids.size(),
+                 " token ids");
+    for (size_t i = 0; i < ss.size(); ++i) {
+        PLDR_REQUIRE(ss[i], "decode_step: session ", i, " is null");
+        for (size_t j = 0; j < i; ++j)
+            PLDR_REQUIRE(ss[i] != ss[j], "decode_step: session ", i, " is session ", j,
+                         " again (each sequence steps once)");
+        const Session<T>& s = *ss[i];
+        PLDR_REQUIRE(&s.m_ == &ss[0]->m_, "decode_step: session ", i,
+                     " belongs to another model than session 0 (one step runs one model)");
+        PLDR_REQUIRE(!s.ids_.empty(), "decode_step: session ", i, ": decode before prefill");
+        PLDR_REQUIRE(ids[i] >= 0 && ids[i] < s.m_.cfg.vocab_size, "decode_step: session ", i,
+                     ": token id ", ids[i], " is outside the vocabulary [0, ", s.m_.cfg.vocab_size,
+                     ")");
+        PLDR_REQUIRE(s.length() < s.max_len_, "decode_step: session ", i, ": the context is full (",
+                     s.max_len_, " tokens)");
+    }
+    std::vector<Session<T>*> cached;
+    std::vector<int64_t> cached_ids;
+    for (size_t i = 0; i < ss.size(); ++i)
+        if (ss[i]->mode_ != CacheMode::NONE) {
+            cached.push_back(ss[i]);
+            cached_ids.push_back(ids[i]);
+        }
+    if (cached.size() == 1)
+        cached[0]->decode(cached_ids[0]);
+    else if (cached.size() > 1)
+        Session<T>::run_batched(cached, cached_ids, keep_activations);
+    for (size_t i = 0; i < ss.size(); ++i)
+        if (ss[i]->mode_ == CacheMode::NONE) ss[i]->decode(ids[i]);
+}
+
+namespace {
+
+// dst = row r of src, whose first dimension holds n rows (the others stay).
+template <typename T>
+void take_row(Tensor<T>& dst, const Tensor<T>& src, int64_t r, int64_t n) {
+    const int64_t k = src.numel() / n;
+    Shape sh = src.shape;
+    sh[0] = 1;
+    dst = Tensor<T>(std::move(sh),
+                    std::vector<T>(src.data.begin() + r * k, src.data.begin() + (r + 1) * k));
+}
+
+}  // namespace
+
+template <typename T>
+void Session<T>::run_batched(const std::vector<Session<T>*>& ss, const std::vector<int64_t>& ids,
+                             bool keep_activations) {
+    const Model<T>& m = ss[0]->m_;
+    const Config& c = m.cfg;
+    const int64_t B = int64_t(ss.size()), d = c.hidden_size, V = c.vocab_size;
+    const int64_t H = c.num_heads, D = c.head_dim, HDD = H * D * D;
+    const Shape op_shape{1, H, D, D};
+
+    // One forward over the B new tokens; each at its own position (its session's length).
+    Activations<T> a;
+    a.B = B;
+    a.S = 1;
+    a.ids = ids;
+    a.pos.resize(size_t(B));
+    for (int64_t b = 0; b < B; ++b) a.pos[size_t(b)] = ss[size_t(b)]->length();
+    embed_forward(m, ids.data(), B, a.x0, a.embed_ln, a.ln_mean, a.ln_rstd);
+    a.x0.shape = a.embed_ln.shape = {B, 1, d};
+    a.layers.resize(size_t(c.num_layers));
+    std::vector<std::vector<DecodeSeq<T>>> seqs(size_t(c.num_layers),
+                                                std::vector<DecodeSeq<T>>(size_t(B)));
+    const Tensor<T>* x = &a.embed_ln;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        for (int64_t b = 0; b < B; ++b) {
+            Session<T>& s = *ss[size_t(b)];
+            DecodeSeq<T>& q = seqs[size_t(l)][size_t(b)];
+            // The operator rule of run() for a decode step.
+            q = (s.preset_g_ || c.learned_g()) ? s.frozen_operator(l) : DecodeSeq<T>{};
+            q.K_cache = s.K_[size_t(l)].data();
+            q.V_cache = s.V_[size_t(l)].data();
+            q.T_past = s.length();
+        }
+        LayerActs<T>& la = a.layers[size_t(l)];
+        la.x_in = *x;
+        AttnInput<T> in;
+        in.pos = a.pos.data();
+        in.mask = false;  // the reference's decode steps pass mask = None
+        in.seqs = seqs[size_t(l)].data();
+        decoder_layer_forward(m, l, B, 1, in, la);
+        x = &la.hidden;
+    }
+    std::vector<T> logits(static_cast<size_t>(B * V));
+    linear_forward(logits.data(), x->ptr(), m.w.head_w, m.w.head_b, B, d, V);
+
+    // Commit: each session's token, logits and (optionally) its slice of the activations.
+    for (int64_t b = 0; b < B; ++b) {
+        Session<T>& s = *ss[size_t(b)];
+        s.ids_.push_back(ids[size_t(b)]);
+        s.logits_.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+        if (!keep_activations) {
+            s.acts_ = Activations<T>{};
+            continue;
+        }
+        Activations<T>& o = s.acts_;
+        o.B = 1;
+        o.S = 1;
+        o.ids = {ids[size_t(b)]};
+        o.pos = {a.pos[size_t(b)]};
+        take_row(o.x0, a.x0, b, B);
+        take_row(o.embed_ln, a.embed_ln, b, B);
+        take_row(o.ln_mean, a.ln_mean, b, B);
+        take_row(o.ln_rstd, a.ln_rstd, b, B);
+        o.layers.resize(size_t(c.num_layers));
+        for (int64_t l = 0; l < c.num_layers; ++l) {
+            const LayerActs<T>& la = a.layers[size_t(l)];
+            LayerActs<T>& ol = o.layers[size_t(l)];
+            for (auto f :
+                 {&LayerActs<T>::x_in, &LayerActs<T>::q, &LayerActs<T>::k, &LayerActs<T>::v,
+                  &LayerActs<T>::QG, &LayerActs<T>::O, &LayerActs<T>::attn_out, &LayerActs<T>::out1,
+                  &LayerActs<T>::ln1_mean, &LayerActs<T>::ln1_rstd, &LayerActs<T>::ffn_out,
+                  &LayerActs<T>::hidden, &LayerActs<T>::ln2_mean, &LayerActs<T>::ln2_rstd})
+                take_row(ol.*f, la.*f, b, B);
+            take_row(ol.ffn.h1, la.ffn.h1, b, B);
+            take_row(ol.ffn.h2, la.ffn.h2, b, B);
+            take_row(ol.ffn.gated, la.ffn.gated, b, B);
+            // E and Ep over this sequence's own keys.
+            const int64_t Tk = a.pos[size_t(b)] + 1, T_max = la.E.dim(3);
+            ol.Ep.resize_for_overwrite({1, H, 1, Tk});
+            ol.E.resize_for_overwrite({1, H, 1, Tk});
+            for (int64_t h = 0; h < H; ++h) {
+                const int64_t o0 = (b * H + h) * T_max;
+                std::copy(la.Ep.ptr() + o0, la.Ep.ptr() + o0 + Tk, ol.Ep.ptr() + h * Tk);
+                std::copy(la.E.ptr() + o0, la.E.ptr() + o0 + Tk, ol.E.ptr() + h * Tk);
+            }
+            // The operator it used, as decode leaves it: a frozen one (the parts present), the
+            // one recomputed from A (the j-th such sequence of the step), or the fixed G.
+            const DecodeSeq<T>& f = seqs[size_t(l)][size_t(b)];
+            auto put = [&](Tensor<T>& dst, const T* src) {
+                if (src) dst = Tensor<T>(op_shape, std::vector<T>(src, src + HDD));
+            };
+            if (f.G) {
+                put(ol.A, f.A);
+                put(ol.A_LM, f.A_LM);
+                put(ol.A_P, f.A_P);
+                put(ol.G, f.G);
+            } else if (c.learned_g()) {
+                int64_t j = 0;
+                for (int64_t i = 0; i < b; ++i) j += seqs[size_t(l)][size_t(i)].G ? 0 : 1;
+                const int64_t R = la.G.dim(0);
+                for (auto t : {&LayerActs<T>::A, &LayerActs<T>::Z, &LayerActs<T>::A_LM,
+                               &LayerActs<T>::A_P, &LayerActs<T>::G})
+                    take_row(ol.*t, la.*t, j, R);
+            } else {
+                put(ol.G, m.G_fixed_layer(l));
+            }
+        }
+    }
 }
 
 template <typename T>
@@ -268,6 +438,10 @@ GCache<T> load_g_cache(const std::string& path, const Config& c) {
 
 template class Session<float>;
 template class Session<double>;
+template void decode_step<float>(const std::vector<Session<float>*>&, const std::vector<int64_t>&,
+                                 bool);
+template void decode_step<double>(const std::vector<Session<double>*>&, const std::vector<int64_t>&,
+                                  bool);
 template void save_g_cache<float>(const GCache<float>&, const Config&, const std::string&);
 template void save_g_cache<double>(const GCache<double>&, const Config&, const std::string&);
 template GCache<float> load_g_cache<float>(const std::string&, const Config&);

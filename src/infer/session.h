@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/forward.h"
+#include "model/plga_attention.h"  // DecodeSeq
 
 namespace pldr {
 
@@ -26,6 +27,26 @@ struct GCacheLayer {
 };
 template <typename T>
 using GCache = std::vector<GCacheLayer<T>>;
+
+template <typename T>
+class Session;
+
+// One decode step for several sessions of the same model, in one forward pass: appends ids[i]
+// to *ss[i] and sets its logits as ss[i]->decode(ids[i]) would. The embedding, the projections,
+// the FFN, the LayerNorms and the head run over the B new tokens as [B,d] matrix products (each
+// weight read once per step); the attention runs per sequence against its own KV-cache with its
+// own operator (kvg: its G-cache; kv: G recomputed from its frozen A; a preset G-cache; a fixed
+// G), so sessions of different modes and lengths mix. Sessions in mode none fall back to their
+// own decode (they rerun the whole sequence), as does a batch of one. The results equal
+// one-at-a-time decoding up to the rounding of a matrix product against a matrix-vector one.
+// Throws pldr::Error, before any session changes, unless ss and ids have the same size and the
+// sessions are distinct, non-null, of one model, prefilled, not full, with ids in the
+// vocabulary. keep_activations: each session's last() then holds its own slice of the step
+// (B = S = 1, E over its own keys, the operator it used, as after decode); without it, last()
+// of a batched session is left empty (saves copying the operators when nobody reads them).
+template <typename T>
+void decode_step(const std::vector<Session<T>*>& ss, const std::vector<int64_t>& ids,
+                 bool keep_activations = true);
 
 template <typename T>
 class Session {
@@ -49,6 +70,8 @@ class Session {
     Tensor<T> keys(int64_t l) const;
     Tensor<T> values(int64_t l) const;
 
+    // The logits [V] of the last position after the last call (prefill, decode, decode_step).
+    const std::vector<T>& logits() const { return logits_; }
     const std::vector<int64_t>& tokens() const { return ids_; }
     int64_t length() const { return int64_t(ids_.size()); }
     int64_t capacity() const { return max_len_; }
@@ -58,8 +81,15 @@ class Session {
     const Activations<T>& last() const { return acts_; }
 
   private:
+    friend void decode_step<T>(const std::vector<Session<T>*>&, const std::vector<int64_t>&, bool);
     void run(const int64_t* ids, int64_t S, bool first);
     void run_uncached();
+    // The frozen operator of layer l (A always; A_LM, A_P and G with a preset G-cache or in
+    // mode kvg), as pointers into g_ (null where empty).
+    DecodeSeq<T> frozen_operator(int64_t l) const;
+    // decode_step over sessions that all hold a KV-cache (already checked; ≥ 2 of them).
+    static void run_batched(const std::vector<Session<T>*>& ss, const std::vector<int64_t>& ids,
+                            bool keep_activations);
 
     const Model<T>& m_;
     CacheMode mode_;

@@ -176,6 +176,79 @@ Tensor<T> operator_backward(const Model<T>& m, const LayerView<T>& w, const Laye
     return dA;
 }
 
+// ---- a batched decode step: B sequences of one token, each with its own cache and operator ----
+
+template <typename T>
+void decode_step_forward(const Model<T>& m, int64_t l, int64_t B, const AttnInput<T>& in,
+                         LayerActs<T>& la) {
+    const Config& c = m.cfg;
+    const LayerView<T>& w = m.w.layers[size_t(l)];
+    const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, DD = D * D, HDD = H * DD;
+    PLDR_CHECK(!in.mask && !in.key_ids && !in.K_cache && !in.V_cache && in.T_past == 0 &&
+               !in.A_frozen && !in.A_LM_frozen && !in.A_P_frozen && !in.G_frozen);
+
+    // The operator of each sequence: its frozen G, the model's fixed G, or recomputed from its
+    // frozen A (all such sequences through the operator at once, as a batch of R).
+    std::vector<const T*> G(static_cast<size_t>(B));
+    std::vector<int64_t> rec;
+    int64_t T_max = 0, work = 0;
+    for (int64_t b = 0; b < B; ++b) {
+        const DecodeSeq<T>& sq = in.seqs[b];
+        PLDR_CHECK(sq.K_cache && sq.V_cache && sq.T_past >= 0);
+        T_max = std::max(T_max, sq.T_past + 1);
+        work += H * (sq.T_past + 1) * D;
+        if (sq.G) {
+            G[size_t(b)] = sq.G;
+        } else if (!c.learned_g()) {
+            G[size_t(b)] = m.G_fixed_layer(l);
+        } else {
+            PLDR_CHECK(sq.A);
+            rec.push_back(b);
+        }
+    }
+    const int64_t R = int64_t(rec.size());
+    la.A.resize_for_overwrite({R, H, D, D});
+    for (int64_t j = 0; j < R; ++j)
+        std::copy(in.seqs[rec[size_t(j)]].A, in.seqs[rec[size_t(j)]].A + HDD, la.A.ptr() + j * HDD);
+    la.G.resize_for_overwrite({R, H, D, D});
+    if (R > 0) operator_forward(m, w, R, la);
+    for (int64_t j = 0; j < R; ++j) G[size_t(rec[size_t(j)])] = la.G.ptr() + j * HDD;
+
+    // This token's key and value join each sequence's cache at row T_past.
+    for (int64_t b = 0; b < B; ++b) {
+        const DecodeSeq<T>& sq = in.seqs[b];
+        std::copy(la.k.ptr() + b * d, la.k.ptr() + (b + 1) * d, sq.K_cache + sq.T_past * d);
+        std::copy(la.v.ptr() + b * d, la.v.ptr() + (b + 1) * d, sq.V_cache + sq.T_past * d);
+    }
+
+    // Per (b,h) the same products as a batch-1 decode step (mask None): Ep = (q·G)·Kᵀ / √dk
+    // over the sequence's T_past + 1 keys, E = softmax(Ep), O = E·V.
+    la.QG.resize_for_overwrite({B, H, 1, D});
+    la.Ep.resize_for_overwrite({B, H, 1, T_max});
+    la.E.resize_for_overwrite({B, H, 1, T_max});
+    la.O.resize_for_overwrite({B, 1, d});
+    const T scale = m.score_scale();
+    const T* const* Gp = G.data();
+#pragma omp parallel for collapse(2) if (work > kParallelWork)
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const DecodeSeq<T>& sq = in.seqs[b];
+            const int64_t Tk = sq.T_past + 1;
+            const T* q = la.q.ptr() + b * d + h * D;
+            T* qg = la.QG.ptr() + (b * H + h) * D;
+            T* ep = la.Ep.ptr() + (b * H + h) * T_max;
+            T* e = la.E.ptr() + (b * H + h) * T_max;
+            gemm(false, false, 1, D, D, T(1), q, d, Gp[b] + h * DD, D, T(0), qg, D);
+            gemm(false, true, 1, Tk, D, T(1), qg, D, sq.K_cache + h * D, d, T(0), ep, T_max);
+            for (int64_t j = 0; j < Tk; ++j) e[j] = ep[j] /= scale;
+            softmax_forward(e, e, 1, Tk);
+            std::fill(ep + Tk, ep + T_max, T(0));
+            std::fill(e + Tk, e + T_max, T(0));
+            gemm(false, false, 1, D, Tk, T(1), e, T_max, sq.V_cache + h * D, d, T(0),
+                 la.O.ptr() + b * d + h * D, d);
+        }
+}
+
 }  // namespace
 
 // ---- the attention: G, then Ep = (Q·G)·Kᵀ / √dk, E = softmax(Ep + mask·(−1e9)), O = E·V -----
@@ -187,6 +260,11 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     const LayerView<T>& w = m.w.layers[size_t(l)];
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size;
     const int64_t DD = D * D;
+    if (in.seqs) {
+        PLDR_CHECK(S == 1);
+        decode_step_forward(m, l, B, in, la);
+        return;
+    }
 
     // The operator G_LM per (b,h).
     la.G.resize({B, H, D, D});

@@ -13,6 +13,22 @@
 
 namespace pldr {
 
+// One sequence of a batched decode step (AttnInput::seqs): its own KV-cache, past length and
+// frozen operator. The step writes the new token's rotated key and value at row T_past and
+// attends over all T_past + 1 rows. The operator: G set → used as is (the G-cache, or a preset
+// one; A, A_LM, A_P then only travel with it); else A set (a learned G) → A_LM, A_P and G are
+// recomputed from A; else the model's fixed G.
+template <typename T>
+struct DecodeSeq {
+    T* K_cache = nullptr;  // [T_max,H,D], T_past rows filled
+    T* V_cache = nullptr;
+    int64_t T_past = 0;
+    const T* A = nullptr;  // each [H,D,D] or null
+    const T* A_LM = nullptr;
+    const T* A_P = nullptr;
+    const T* G = nullptr;
+};
+
 template <typename T>
 struct AttnInput {
     const int64_t* pos = nullptr;      // [B,S] query positions (RoPE)
@@ -33,6 +49,13 @@ struct AttnInput {
     // false: the metric learner's internals (A0, A_ln, the residual units) are not kept in
     // LayerActs, only its output A; plga_attention_backward then recomputes them from q.
     bool keep_learner = true;
+    // A batched decode step over B sequences of different past lengths (S = 1, mask None): B
+    // entries, each with its own caches (see DecodeSeq). When set, the batch-1 cache and frozen
+    // fields above must be unset. The layer's deductive outputs are then stored as follows:
+    // la.A, la.Z, la.A_LM, la.A_P, la.G hold only the operators recomputed from A (the sequences
+    // without G, in order of b), and la.Ep, la.E are [B,H,1,T_max] with T_max the longest
+    // T_past + 1, each row padded with zeros after its own keys.
+    const DecodeSeq<T>* seqs = nullptr;
 };
 
 // Reads la.q, la.k (rotated) and la.v [B,S,d]; fills A0 … G (learned G), QG, Ep, E and O.

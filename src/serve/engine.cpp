@@ -1,8 +1,6 @@
 // The serving engine over the internal library (see engine.h).
 #include "serve/engine.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -187,17 +185,35 @@ void Engine::decode_batch(const std::vector<Slot*>& slots, const std::vector<int
                           std::vector<std::string>* errors) const {
     PLDR_CHECK(slots.size() == ids.size());
     errors->assign(slots.size(), {});
-    const int64_t n = int64_t(slots.size());
-    // One thread per slot; each slot's decode runs single-threaded inside (no nested teams).
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-    for (int64_t i = 0; i < n; ++i) {
-        Slot::Impl& s = *slots[size_t(i)]->p_;
-        try {
-            s.logits = &s.s.decode(ids[size_t(i)]);
-        } catch (const std::exception& e) {
-            (*errors)[size_t(i)] = e.what();
-        }
+    // The slots that can step (the others get their error and stay as they were) run one shared
+    // step: one forward pass over their new tokens, each slot attending over its own caches.
+    std::vector<Session<Real>*> ss;
+    std::vector<int64_t> step_ids;
+    std::vector<size_t> at;
+    const int64_t V = vocab_size();
+    for (size_t i = 0; i < slots.size(); ++i) {
+        Session<Real>& s = slots[i]->p_->s;
+        const int64_t id = ids[i];
+        std::string& err = (*errors)[i];
+        if (s.length() == 0)
+            err = "decode before prefill";
+        else if (s.length() >= s.capacity())
+            err = cat("the context is full (", s.capacity(), " tokens)");
+        else if (id < 0 || id >= V)
+            err = cat("token id ", id, " is outside the vocabulary [0, ", V, ")");
+        if (!err.empty()) continue;
+        for (size_t j : at) PLDR_CHECK(slots[j] != slots[i]);
+        ss.push_back(&s);
+        step_ids.push_back(id);
+        at.push_back(i);
     }
+    try {
+        decode_step(ss, step_ids, false);  // nothing reads a slot's activations after a decode
+    } catch (const std::exception& e) {
+        for (size_t i : at) (*errors)[i] = e.what();
+        return;
+    }
+    for (size_t i : at) slots[i]->p_->logits = &slots[i]->p_->s.logits();
 }
 
 std::vector<TokenLogprob> Engine::prompt_logprobs(const std::vector<int64_t>& ids, int64_t top_n,

@@ -103,8 +103,9 @@ class Engine {
 
     std::unique_ptr<Slot> new_slot() const;
     // One decode step of every slot in `slots`, appending ids[i] to slots[i] and keeping its new
-    // logits. The slots run in parallel (one thread each); a failure of one slot is returned in
-    // errors[i] (empty when it succeeded) and leaves the others untouched.
+    // logits. The slots step together (one forward pass over their new tokens, each weight read
+    // once); a slot that cannot step (full, or an id outside the vocabulary) gets its error in
+    // errors[i] (empty when it succeeded), stays as it was, and leaves the others untouched.
     void decode_batch(const std::vector<Slot*>& slots, const std::vector<int64_t>& ids,
                       std::vector<std::string>* errors) const;
 
