@@ -114,12 +114,13 @@ int64_t argmax(const std::vector<float>& v) {
     return int64_t(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-// One decode step of every session (each appends its own greedy token).
+// One decode step of every session (each appends its own greedy token), all in one shared
+// step (decode_step: each weight read once for the whole batch).
 void step_all(std::vector<std::unique_ptr<Session<float>>>& ss, std::vector<int64_t>& next) {
-    const int64_t n = int64_t(ss.size());
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-    for (int64_t i = 0; i < n; ++i)
-        next[size_t(i)] = argmax(ss[size_t(i)]->decode(next[size_t(i)]));
+    std::vector<Session<float>*> ptrs;
+    for (auto& s : ss) ptrs.push_back(s.get());
+    decode_step(ptrs, next, false);
+    for (size_t i = 0; i < ss.size(); ++i) next[i] = argmax(ss[i]->logits());
 }
 
 }  // namespace
