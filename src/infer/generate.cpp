@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <string>
+
+#include "core/blas.h"  // kParallelWork
 
 namespace pldr {
 
@@ -90,35 +93,48 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
         ss[i]->prefill(prompts[i]);
         out[i].prefill_seconds = now() - t0;
     }
-    // Sample every live sequence from its logits (as generate does), then step the ones that go
-    // on together.
+    // Sample every live sequence from its logits (as generate does, each with its own sampler:
+    // the sequences are independent, so they sample in parallel), then step the ones that go on
+    // together.
     std::vector<size_t> live(n);
     for (size_t i = 0; i < n; ++i) live[i] = i;
-    std::vector<double> lp;
+    std::vector<char> goes_on(n);
+    std::vector<std::string> errors(n);
     std::vector<Session<T>*> step;
     std::vector<int64_t> step_ids;
     const double t0 = now();
     while (!live.empty()) {
+        const int64_t nl = int64_t(live.size());
+#pragma omp parallel for schedule(static) if (nl > 1 && nl * V * 16 > kParallelWork)
+        for (int64_t k = 0; k < nl; ++k) {
+            const size_t i = live[size_t(k)];
+            try {
+                GenResult& r = out[i];
+                const GenerateOptions& o = opts[i];
+                const std::vector<T>& logits = ss[i]->logits();
+                const int64_t id = samplers[i]->sample(logits.data(), V, history[i]);
+                std::vector<double> lp;
+                Sampler::log_softmax(logits.data(), V, lp);
+                r.steps.push_back({id, lp[size_t(id)], Sampler::top_n(lp, o.top_report)});
+                r.ids.push_back(id);
+                history[i].push_back(id);
+                goes_on[i] = int64_t(r.ids.size()) < o.max_new &&
+                             !(o.stop_at_eos && id == m.cfg.eos_token_id);
+                if (!goes_on[i]) r.decode_seconds = now() - t0;
+            } catch (const std::exception& e) {
+                errors[i] = e.what();
+            }
+        }
+        for (size_t i : live) PLDR_REQUIRE(errors[i].empty(), "prompt ", i + 1, ": ", errors[i]);
         step.clear();
         step_ids.clear();
         std::vector<size_t> next;
         for (size_t i : live) {
-            GenResult& r = out[i];
-            const GenerateOptions& o = opts[i];
-            const std::vector<T>& logits = ss[i]->logits();
-            const int64_t id = samplers[i]->sample(logits.data(), V, history[i]);
-            Sampler::log_softmax(logits.data(), V, lp);
-            r.steps.push_back({id, lp[size_t(id)], Sampler::top_n(lp, o.top_report)});
-            r.ids.push_back(id);
-            history[i].push_back(id);
-            if (int64_t(r.ids.size()) >= o.max_new || (o.stop_at_eos && id == m.cfg.eos_token_id)) {
-                r.decode_seconds = now() - t0;
-                continue;
-            }
+            if (!goes_on[i]) continue;
             step.push_back(ss[i].get());
-            step_ids.push_back(id);
+            step_ids.push_back(out[i].ids.back());
             next.push_back(i);
-            ++r.decode_calls;
+            ++out[i].decode_calls;
         }
         if (!step.empty()) decode_step(step, step_ids, false);
         live = std::move(next);

@@ -232,8 +232,9 @@ void Session<T>::run_batched(const std::vector<Session<T>*>& ss, const std::vect
     const int64_t H = c.num_heads, D = c.head_dim, HDD = H * D * D;
     const Shape op_shape{1, H, D, D};
 
-    // One forward over the B new tokens; each at its own position (its session's length).
-    Activations<T> a;
+    // One forward over the B new tokens; each at its own position (its session's length). The
+    // buffers persist per thread, so that a step allocates nothing once their sizes settle.
+    static thread_local Activations<T> a;
     a.B = B;
     a.S = 1;
     a.ids = ids;
@@ -264,8 +265,9 @@ void Session<T>::run_batched(const std::vector<Session<T>*>& ss, const std::vect
         decoder_layer_forward(m, l, B, 1, in, la);
         x = &la.hidden;
     }
-    std::vector<T> logits(static_cast<size_t>(B * V));
-    linear_forward(logits.data(), x->ptr(), m.w.head_w, m.w.head_b, B, d, V);
+    a.logits.resize_for_overwrite({B, V});
+    linear_forward(a.logits.ptr(), x->ptr(), m.w.head_w, m.w.head_b, B, d, V);
+    const std::vector<T>& logits = a.logits.data;
 
     // Commit: each session's token, logits and (optionally) its slice of the activations.
     for (int64_t b = 0; b < B; ++b) {
