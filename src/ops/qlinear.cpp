@@ -60,7 +60,11 @@ void dequantize_rows(const LinearWeight<float>& W, int64_t I, int64_t o0, int64_
         } else if (W.format == WeightFormat::Q8_0) {
             const int8_t* q = W.q8 + o * I;
             const float* s = W.q8_scale + o * nb;
-            for (int64_t i = 0; i < I; ++i) r[i] = q8_value(q[i], s[i / kQ8Block]);
+            for (int64_t blk = 0; blk < nb; ++blk) {  // block by block: the loop vectorizes
+                const float sc = s[blk];
+                const int64_t i1 = std::min(I, (blk + 1) * kQ8Block);
+                for (int64_t i = blk * kQ8Block; i < i1; ++i) r[i] = q8_value(q[i], sc);
+            }
         } else {
             std::copy(W.dense + o * I, W.dense + (o + 1) * I, r);
         }

@@ -26,12 +26,6 @@ PLDR_AVX2 inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// Eight q8_0 weights: float(q) · scale.
-PLDR_AVX2 inline __m256 q8_load8(const int8_t* q, __m256 scale) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), scale);
-}
-
 // Eight bf16 weights.
 PLDR_AVX2 inline __m256 bf16_load8(const uint16_t* w) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
@@ -63,22 +57,46 @@ PLDR_AVX2 inline void row_blocks(const float* x, int64_t I, int64_t full, const 
     }
 }
 
-// The four weight vectors of block `blk` of a q8_0 row, and of a bf16 row.
+// Eight q8_0 values as floats (unscaled).
+PLDR_AVX2 inline __m256 q8_int8(const int8_t* q) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
+
+// q8_0 blocks: per block and input row, t = Σ float(q)·x over the 32 inputs (8 lanes), then
+// acc += t · scale: one multiply by the scale per block instead of one per weight (the products
+// differ from those with the rounded weights float(q)·scale by at most one rounding each).
 struct Q8Row {
     const int8_t* q;
     const float* scale;
-    PLDR_AVX2 void operator()(int64_t blk, __m256* w) const {
-        const __m256 s = _mm256_set1_ps(scale[blk]);
-        const int8_t* qb = q + blk * kQ8Block;
-        w[0] = q8_load8(qb, s);
-        w[1] = q8_load8(qb + 8, s);
-        w[2] = q8_load8(qb + 16, s);
-        w[3] = q8_load8(qb + 24, s);
+    template <int R>
+    PLDR_AVX2 void blocks(const float* x, int64_t I, int64_t full, float* sums) const {
+        __m256 acc[R];
+        for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+        for (int64_t blk = 0; blk < full; ++blk) {
+            const int8_t* qb = q + blk * kQ8Block;
+            const __m256 w0 = q8_int8(qb), w1 = q8_int8(qb + 8), w2 = q8_int8(qb + 16),
+                         w3 = q8_int8(qb + 24);
+            const __m256 s = _mm256_set1_ps(scale[blk]);
+            for (int r = 0; r < R; ++r) {
+                const float* xr = x + r * I + blk * kQ8Block;
+                __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xr));
+                t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), t);
+                t = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr + 16), t);
+                t = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr + 24), t);
+                acc[r] = _mm256_fmadd_ps(t, s, acc[r]);
+            }
+        }
+        for (int r = 0; r < R; ++r) sums[r] = hsum(acc[r]);
     }
     float value(int64_t i) const { return q8_value(q[i], scale[i / kQ8Block]); }
 };
 struct Bf16Row {
     const uint16_t* w;
+    template <int R>
+    PLDR_AVX2 void blocks(const float* x, int64_t I, int64_t full, float* sums) const {
+        row_blocks<R>(x, I, full, *this, sums);
+    }
     PLDR_AVX2 void operator()(int64_t blk, __m256* out) const {
         const uint16_t* p = w + blk * kQ8Block;
         out[0] = bf16_load8(p);
@@ -93,7 +111,7 @@ struct Bf16Row {
 template <int R, typename Row>
 PLDR_AVX2 void row_dot(const Row& row, const float* x, int64_t I, float* sums) {
     const int64_t full = I / kQ8Block;
-    row_blocks<R>(x, I, full, row, sums);
+    row.template blocks<R>(x, I, full, sums);
     for (int64_t i = full * kQ8Block; i < I; ++i) {
         const float wi = row.value(i);
         for (int r = 0; r < R; ++r) sums[r] += wi * x[r * I + i];
