@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
                 qlinear::isa_name(qlinear::isa()));
     std::printf("| N | format | ms per pass | GB/s of weights | fraction of read bandwidth |\n");
     std::printf("|---|---|---|---|---|\n");
-    for (int64_t N : {1, 4, 8}) {
+    for (int64_t N : {1, 4, 8, 128}) {
         std::vector<float> in(size_t(N * F), 0.5f), out(size_t(N * V));
         for (int fmt = 0; fmt < 3; ++fmt) {
             double bytes = 0;

@@ -29,13 +29,6 @@ uint16_t bf16_round(float x) {
     return uint16_t(u >> 16);
 }
 
-float bf16_value(uint16_t bits) {
-    const uint32_t u = uint32_t(bits) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-
 void q8_quantize_row(const float* w, int64_t I, int8_t* q, float* scale) {
     for (int64_t blk = 0, i0 = 0; i0 < I; ++blk, i0 += kQ8Block) {
         const int64_t i1 = std::min(I, i0 + kQ8Block);
@@ -166,7 +159,10 @@ void packed_forward(float* out, const float* in, const LinearWeight<float>& W, c
         for (int64_t n = 0; n < N; ++n) std::copy(b, b + O, out + n * O);
     }
     const int64_t R = std::min(O, std::max<int64_t>(kRowsPerTask, kGemmBlockFloats / I));
-    std::vector<float> Wf(static_cast<size_t>(R * I));
+    // Reused across calls (a prefill makes one per linear layer): no fresh pages to fault in.
+    static thread_local std::vector<float> Wf;
+    if (Wf.size() < size_t(R * I)) Wf.resize(size_t(R * I));
+    float* wf = Wf.data();  // this thread's buffer, also for the team below
     for (int64_t o0 = 0; o0 < O; o0 += R) {
         const int64_t r = std::min(R, O - o0);
         const int64_t tasks = (r + kRowsPerTask - 1) / kRowsPerTask;
@@ -174,9 +170,9 @@ void packed_forward(float* out, const float* in, const LinearWeight<float>& W, c
 #pragma omp parallel for schedule(static) if (par)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t a = o0 + t * kRowsPerTask, z = std::min(o0 + r, a + kRowsPerTask);
-            dequantize_rows(W, I, a, z, Wf.data() + (a - o0) * I);
+            dequantize_rows(W, I, a, z, wf + (a - o0) * I);
         }
-        gemm(false, true, N, r, I, 1.0f, in, I, Wf.data(), I, b ? 1.0f : 0.0f, out + o0, O);
+        gemm(false, true, N, r, I, 1.0f, in, I, wf, I, b ? 1.0f : 0.0f, out + o0, O);
     }
 }
 

@@ -4,6 +4,7 @@
 // for the packer (model/packed.h) and for the tests; the model calls linear_forward.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "ops/linear.h"
 
@@ -11,7 +12,12 @@ namespace pldr::qlinear {
 
 // bfloat16: float32 rounded to nearest, ties to even (a NaN stays a quiet NaN); exact widening.
 uint16_t bf16_round(float x);
-float bf16_value(uint16_t bits);
+inline float bf16_value(uint16_t bits) {
+    const uint32_t u = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
 
 // q8_0 of one row of I weights: for each block of 32 inputs (the last one may be shorter),
 // scale = max|w| / 127 (float32) and q = round(w / scale) (half away from zero, clamped to
