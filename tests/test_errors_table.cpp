@@ -115,6 +115,50 @@ void edit_state(const std::string& ck, const std::function<void(json& meta)>& f)
     f(s.header["__metadata__"]);
     write_st(ck + "/train_state.safetensors", s);
 }
+// A q8_0 conversion of a_tiny (pldr convert), copied for editing; `edit` rewrites its
+// model.safetensors tensor by tensor (name → header entry and bytes; offsets are recomputed).
+std::string q8_model(const std::string& name) {
+    static const std::string base = [] {
+        const std::string p = work() + "/q8-base";
+        auto r = cli_test::run("convert " + q(kLearned) + " --dtype q8 --out " + q(p));
+        EXPECT_EQ(r.code, 0) << r.err;
+        return p;
+    }();
+    return copy_dir(base, name);
+}
+using Tensors = std::map<std::string, std::pair<json, std::string>>;
+std::string q8_edit(const std::string& name, const std::function<void(Tensors&)>& edit) {
+    const std::string d = q8_model(name);
+    const St s = read_st(d + "/model.safetensors");
+    Tensors t;
+    for (auto it = s.header.begin(); it != s.header.end(); ++it) {
+        if (it.key() == "__metadata__") continue;
+        const uint64_t b = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
+        t[it.key()] = {it.value(), s.data.substr(b, e - b)};
+    }
+    edit(t);
+    St o;
+    o.header["__metadata__"] = s.header["__metadata__"];
+    for (auto& [n, v] : t) {
+        v.first["data_offsets"] = {o.data.size(), o.data.size() + v.second.size()};
+        o.header[n] = v.first;
+        o.data += v.second;
+    }
+    write_st(d + "/model.safetensors", o);
+    return d;
+}
+std::string q8_config(const std::string& name, const json& quantization) {
+    const std::string d = q8_model(name);
+    json j = json::parse(cli_test::slurp(d + "/config.json"));
+    if (quantization.is_null())
+        j.erase("quantization");
+    else
+        j["quantization"] = quantization;
+    write(d + "/config.json", j.dump(2));
+    return d;
+}
+const std::string kW3 = "decoder.dec_layers.1.ffn.gluw3.weight";
+
 std::string resume(const std::string& ck) {
     return "train --resume " + q(ck) + " --data " + q(data_dir()) + " --out " + q(ck);
 }
@@ -189,6 +233,12 @@ std::vector<Case> cases() {
                  [&] {
                      auto d = copy_dir(kLearned, "ovr8");
                      return "collapse " + q(d) + " --out " + q(d);
+                 },
+                 "is the input directory"});
+    c.push_back({"OVR-convert-self",
+                 [&] {
+                     auto d = copy_dir(kLearned, "ovr-convert");
+                     return "convert " + q(d) + " --dtype q8 --out " + q(d);
                  },
                  "is the input directory"});
     c.push_back({"OVR-collapse-link",
@@ -359,6 +409,70 @@ std::vector<Case> cases() {
     c.push_back({"META-gcache-no-format",
                  gmeta("g2", [](St& s) { s.header["__metadata__"].erase("format"); }),
                  "not a pldr G-cache (no 'format'"});
+    // --- q8_0 models (pldr convert --dtype q8) ---
+    auto inspect = [](const std::string& d) { return "inspect " + q(d); };
+    c.push_back(
+        {"QUANT-scale-missing",
+         [=] { return inspect(q8_edit("q8a", [](Tensors& t) { t.erase(kW3 + ".q8_scale"); })); },
+         "missing tensor '" + kW3 + ".q8_scale' (q8_0 scales of"});
+    c.push_back({"QUANT-scale-shape",
+                 [=] {
+                     return inspect(q8_edit("q8b", [](Tensors& t) {
+                         t[kW3 + ".q8_scale"].first["shape"] = {2, 16};
+                     }));
+                 },
+                 "has shape [2,16] but config.json implies [16,2] (one scale per block of 32 "
+                 "inputs)"});
+    c.push_back({"QUANT-scale-dtype",
+                 [=] {
+                     return inspect(q8_edit(
+                         "q8c", [](Tensors& t) { t[kW3 + ".q8_scale"].first["dtype"] = "I32"; }));
+                 },
+                 "has dtype I32 but q8_0 scales are F32 or F16"});
+    c.push_back({"QUANT-values-dtype",
+                 [=] {
+                     return inspect(
+                         q8_edit("q8d", [](Tensors& t) { t[kW3 + ".q8"].first["dtype"] = "U8"; }));
+                 },
+                 "has dtype U8 but q8_0 values are I8"});
+    c.push_back({"QUANT-both",
+                 [=] {
+                     return inspect(q8_edit("q8e", [](Tensors& t) {
+                         json h = {{"dtype", "F32"}, {"shape", {16, 42}}};
+                         t[kW3] = {h, std::string(16 * 42 * 4, '\0')};
+                     }));
+                 },
+                 "is stored both as float and as q8_0"});
+    auto bad_scale = [](const std::string& name, float v) {
+        return [name, v] {
+            const std::string d = q8_edit(name, [v](Tensors& t) {
+                std::memcpy(t[kW3 + ".q8_scale"].second.data() + 4 * 3, &v, 4);  // [1,1]
+            });
+            return "generate " + q(d) + " --ids 1,2 -n 1";
+        };
+    };
+    c.push_back({"QUANT-scale-nan", bad_scale("q8f", NAN),
+                 "holds a non-finite scale (nan at row 1, block 1"});
+    c.push_back({"QUANT-scale-negative", bad_scale("q8g", -1.0f),
+                 "holds a negative scale (-1 at row 1, block 1"});
+    c.push_back({"QUANT-method",
+                 [=] {
+                     return inspect(q8_config("q8h", {{"method", "q4_0"}, {"block", 32}}));
+                 },
+                 "key 'quantization' has method 'q4_0', which pldr does not read (only q8_0)"});
+    c.push_back({"QUANT-block",
+                 [=] {
+                     return inspect(q8_config("q8i", {{"method", "q8_0"}, {"block", 64}}));
+                 },
+                 "key 'quantization' has block number 64 but q8_0 blocks hold 32 weights"});
+    c.push_back({"QUANT-no-entry", [=] { return inspect(q8_config("q8j", nullptr)); },
+                 "holds q8_0 data but config.json has no \"quantization\" entry"});
+    c.push_back({"QUANT-grad",
+                 [=] {
+                     return "grad " + q(q8_model("q8k")) + " --tokens 1,2,3 --out " +
+                            q(work() + "/q8k.safetensors");
+                 },
+                 "gradients and training need float weights"});
     c.push_back({"META-gcache-heads",
                  gmeta("g3", [](St& s) { s.header["__metadata__"]["num_heads"] = "3"; }),
                  "G-cache shape: num_heads '3' does not match the model's 2"});

@@ -42,6 +42,10 @@ struct BenchOptions {
     int64_t batch = 1;                         // decode: sequences stepped together
     CacheMode cache = CacheMode::KVG;          // decode
     int64_t train_batch = 8, train_seq = 256;  // train: sequences × tokens per step
+    // The linear weights: "f32", or packed as "bf16" or "q8" (q8_0) before the run (a random
+    // config, or a model directory's weights repacked); "" = as loaded (a directory written by
+    // convert_model stays packed). Training needs f32.
+    std::string weights;
 };
 
 struct BenchStats {
@@ -50,15 +54,18 @@ struct BenchStats {
 };
 
 struct BenchResult {
-    std::string model;  // the config name or the model directory
+    std::string model;            // the config name or the model directory
+    std::string weights = "f32";  // what the products read: "f32", "bf16" or "q8_0"
     BenchWorkload workload = BenchWorkload::DECODE;
     int threads = 0;
     int64_t num_params = 0;
     BenchStats tok_s;  // tokens/s per timed repetition (decode: aggregate over the batch)
-    double flops_per_token =
-        0;  // prefill and train: matrix-product FLOPs per token (docs/bench.md)
-    double bytes_per_token = 0;  // decode: bytes of weights one sequence's step reads (batch 1)
-    double peak_rss_bytes = 0;   // this process's peak resident set after the workload
+    // Prefill and train: matrix-product FLOPs per token (docs/bench.md); decode: 2 × the
+    // weights one step reads (its compute bound).
+    double flops_per_token = 0;
+    // Decode: bytes of weights one sequence's step reads (batch 1), packed ones in their size.
+    double bytes_per_token = 0;
+    double peak_rss_bytes = 0;               // this process's peak resident set after the workload
     double load_before = 0, load_after = 0;  // 1-minute load average around the timed part
     double loss = 0;                         // train: the last step's loss
 };

@@ -80,6 +80,11 @@ struct LoadOptions {
     bool reference_numerics = true;
     // SentencePiece model; "" = <dir>/tokenizer.model when present (else the model has none).
     std::string tokenizer;
+    // Low-precision weights (a bf16 or q8_0 model, convert_model): false keeps them packed in
+    // float32 models (the matrix products dequantize them while streaming: half or about a
+    // quarter of the bytes per token); true dequantizes them into float32 parameters at load
+    // (needed for gradients and training). Float64 models always dequantize.
+    bool dequantize = false;
 };
 
 struct ModelInfo {
@@ -90,6 +95,12 @@ struct ModelInfo {
     int64_t eos_id = 0, pad_id = 0, bos_id = 0;
     bool learned_g = true;  // false: fixed-G_LM model (identity, random or external G)
     int64_t num_params = 0;
+    // How the linear weights (q, k, v, o, FFN, head) are stored: "f32", "f64", "f16", "bf16" or
+    // "q8_0" (int8 blocks of 32 with a float32 scale each); and whether the products read them
+    // packed in that format (packed_bytes of them) rather than as dequantized parameters.
+    std::string weights = "f32";
+    bool packed = false;
+    int64_t packed_bytes = 0;
 };
 
 class Model;
@@ -292,7 +303,8 @@ class Model {
     Tensor parameter(const std::string& name) const;
 
     // Writes the model as a model directory (config.json + model.safetensors, stored as F32 or
-    // F64), atomically; the tokenizer is not copied.
+    // F64), atomically; the tokenizer is not copied. Packed weights are written as their
+    // dequantized values (convert_model keeps a format).
     void save(const std::string& dir, DType stored = DType::F32) const;
 
     struct Impl;
@@ -527,6 +539,27 @@ struct ModelComparison {
 };
 ModelComparison compare_models(const Model& a, const Model& b, const std::vector<int64_t>& ids,
                                int64_t window);
+
+// ---- Low-precision weights ---------------------------------------------------------------------
+
+// `pldr convert`: writes the model directory `dir` (any stored format) to `out_dir` with its
+// linear weights — the q, k, v and output projections, the FFN's three weights and the LM head
+// (the embedding when tied to it) — as `dtype`:
+//   "f32"  every tensor float32;
+//   "bf16" bfloat16, rounded to nearest even (config.json "dtype": "bfloat16");
+//   "q8"   q8_0: per row, blocks of 32 inputs (the last block holds I % 32 when I is not a
+//          multiple of 32), scale = max|w|/127 as float32, q = round(w/scale) as int8; stored
+//          as NAME.q8 (I8 [O,I]) and NAME.q8_scale (F32 [O,ceil(I/32)]), config.json
+//          "quantization": {"method": "q8_0", "block": 32}.
+// Everything else (embedding lookup, LayerNorms, biases, PLGA operator, metric learner) is
+// float32. tokenizer.model is copied; files are written atomically; out_dir must not be dir.
+struct ConvertResult {
+    std::string dtype;  // "f32" | "bf16" | "q8_0"
+    int64_t packed_tensors = 0, packed_params = 0, packed_bytes = 0;
+    int64_t bytes_in = 0, bytes_out = 0;  // tensor bytes of the weights read and written
+};
+ConvertResult convert_model(const std::string& dir, const std::string& out_dir,
+                            const std::string& dtype);
 
 // ---- Training --------------------------------------------------------------------------------
 

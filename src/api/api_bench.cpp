@@ -69,6 +69,13 @@ BenchResult bench(const BenchOptions& o) {
         init_weights(*m, 1234);
         r.model = o.config;
     }
+    if (o.weights == "bf16" || o.weights == "q8")
+        pack_model(*m, o.weights == "bf16" ? WeightFormat::BF16 : WeightFormat::Q8_0);
+    else if (o.weights == "f32")
+        unpack_model(*m);
+    else
+        PLDR_REQUIRE(o.weights.empty(), "weights '", o.weights, "' is not f32, bf16 or q8");
+    r.weights = m->packed ? weight_format_name(m->packed->format()) : "f32";
     const int64_t ctx = std::min(o.context, m->cfg.max_position);
     r.workload = o.workload;
     r.threads = o.threads;
@@ -89,6 +96,9 @@ BenchResult bench(const BenchOptions& o) {
             r.tok_s = stats(
                 perf::run_decode(*m, internal(o.cache), o.batch, P, o.n_new, ctx, reps, o.warmup));
             r.bytes_per_token = perf::decode_bytes_per_token(*m);
+            r.flops_per_token =
+                2.0 * double(m->num_params() - m->cfg.vocab_size * m->cfg.hidden_size +
+                             m->cfg.hidden_size);
             break;
         }
         case BenchWorkload::TRAIN: {

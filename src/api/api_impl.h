@@ -104,6 +104,9 @@ ModelInfo info_of(const ::pldr::Model<T>& m, const std::string& dir) {
     i.bos_id = c.bos_token_id;
     i.learned_g = c.learned_g();
     i.num_params = m.num_params();
+    i.weights = ::pldr::stored_weights(c);
+    i.packed = m.packed != nullptr;
+    i.packed_bytes = m.packed ? m.packed->bytes() : 0;
     return i;
 }
 

@@ -90,6 +90,30 @@ void Model::save(const std::string& dir, DType stored) const {
     });
 }
 
+// ---- Low-precision weights -------------------------------------------------------------------
+
+ConvertResult convert_model(const std::string& dir, const std::string& out_dir,
+                            const std::string& dtype) {
+    WeightFormat f;
+    if (dtype == "f32" || dtype == "float32")
+        f = WeightFormat::DENSE;
+    else if (dtype == "bf16" || dtype == "bfloat16")
+        f = WeightFormat::BF16;
+    else if (dtype == "q8" || dtype == "q8_0")
+        f = WeightFormat::Q8_0;
+    else
+        fail("convert: dtype must be f32, bf16 or q8 (got '", dtype, "')");
+    const ConvertStats st = convert_model_dir(dir, out_dir, f);
+    ConvertResult r;
+    r.dtype = weight_format_name(f);
+    r.packed_tensors = st.packed_tensors;
+    r.packed_params = st.packed_numel;
+    r.packed_bytes = st.packed_bytes;
+    r.bytes_in = st.in_bytes;
+    r.bytes_out = st.out_bytes;
+    return r;
+}
+
 // ---- Data preparation, evaluation on shards --------------------------------------------------
 
 PrepareStats prepare_corpus(const PrepareOptions& opt) {

@@ -254,6 +254,7 @@ double sdpa_identity_residual(const Model<T>& m, const std::vector<int64_t>& ids
         for (int64_t lh = 0; lh < c.num_layers * H; ++lh)
             for (int64_t i = 0; i < D; ++i) twin.G_fixed[size_t((lh * D + i) * D + i)] = T(1);
     }
+    unpack_model(twin);  // both sides on the float weights (a packed model's dequantized ones)
     const int64_t S = int64_t(ids.size());
     Activations<T> a;
     forward(twin, ids.data(), 1, S, a);

@@ -205,13 +205,16 @@ std::string report_html(const AuditReport& r) {
         "td:first-child,th:first-child{text-align:left}.hm{display:inline-block;margin:4px;"
         "text-align:center;font-size:11px}.plot text{font-size:11px}.flag{background:#fde2e2;"
         "border:1px solid #e99;padding:8px;font-weight:bold}.ok{background:#e5f5e0;border:1px "
-        "solid #9c9;padding:8px}.layer{margin:6px 0}.muted{color:#777}</style></head><body>";
+        "solid #9c9;padding:8px}.layer{margin:6px 0}.muted{color:#777}.note{background:#fff4d6;"
+        "border:1px solid #e0b84d;padding:8px}</style></head><body>";
     h += "<h1>PLDR-LLM collapse audit</h1><p>model <b>" + esc(r.model_dir) + "</b> — " +
          esc(r.variant) + ", " + std::to_string(r.params) +
          " parameters, L=" + std::to_string(r.layers) + " H=" + std::to_string(r.heads) +
          " dk=" + std::to_string(r.head_dim) + " V=" + std::to_string(r.vocab) + "; compute " +
          r.dtype + "; " + std::to_string(r.prompts.size()) + " prompts; " + fmt("%.1f", r.seconds) +
          " s</p>";
+    h += std::string("<p class=") + (r.quantized ? "note" : "muted") + ">" + esc(r.weights_text()) +
+         "</p>";
     if (r.has_loss)
         h += std::string("<p class=") + (r.loss.degenerate ? "flag" : "ok") + ">loss on " +
              esc(r.loss_source) + ": " + fmt("%.4f", r.loss.loss) +

@@ -74,6 +74,11 @@ json report_json(const AuditReport& r) {
     j["model"] = {{"dir", r.model_dir},     {"variant", r.variant}, {"dtype", r.dtype},
                   {"params", r.params},     {"layers", r.layers},   {"heads", r.heads},
                   {"head_dim", r.head_dim}, {"vocab", r.vocab},     {"context", r.context}};
+    j["model"]["weights"] = {{"stored", r.weights},
+                             {"quantized", r.quantized},
+                             {"method", r.quantized ? json(r.weights) : json(nullptr)},
+                             {"packed", r.packed},
+                             {"text", r.weights_text()}};
     j["config"] = {{"steps", r.cfg.steps},
                    {"continuation_length", r.cfg.cont_len},
                    {"seeds", {r.cfg.seed1, r.cfg.seed2}},
@@ -211,6 +216,7 @@ std::string report_summary(const AuditReport& r) {
                   r.model_dir.c_str(), r.variant.c_str(), (long long)r.params, r.dtype.c_str(),
                   r.prompts.size());
     s += buf;
+    s += "  " + r.weights_text() + "\n";
     const json& e = j["eps_G"];
     std::snprintf(buf, sizeof buf,
                   "  eps_G over %lld greedy steps x %zu prompts: max %.3g (max|dG| %.3g); max "

@@ -39,6 +39,15 @@ const char* default_heldout_text() {
            "always celebrated with music in the square.";
 }
 
+std::string AuditReport::weights_text() const {
+    if (!quantized) return "weights " + weights;
+    std::string s = "weights QUANTIZED: " + weights;
+    if (weights == "q8_0") s += " (int8 in blocks of 32 inputs, one float32 scale per block)";
+    if (weights == "bf16") s += " (bfloat16)";
+    s += packed ? ", read packed by the matrix products" : ", dequantized to " + dtype + " at load";
+    return s;
+}
+
 template <typename T>
 AuditReport run_audit(const Model<T>& m, const AuditInputs& in, const AuditConfig& cfg) {
     PLDR_REQUIRE(!in.prompts.empty(), "the prompt set is empty");
@@ -49,6 +58,9 @@ AuditReport run_audit(const Model<T>& m, const AuditInputs& in, const AuditConfi
     r.variant = c.learned_g()
                     ? "v510 (learned G_LM)"
                     : std::string("fixed G_LM (custom_G_type ") + g_type_name(c.g_type) + ")";
+    r.weights = stored_weights(c);
+    r.quantized = r.weights == "q8_0" || r.weights == "bf16" || r.weights == "f16";
+    r.packed = m.packed != nullptr;
     r.params = m.num_params();
     r.layers = c.num_layers;
     r.heads = c.num_heads;

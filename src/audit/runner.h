@@ -31,6 +31,11 @@ struct AuditInputs {
 
 struct AuditReport {
     std::string model_dir, dtype, variant;
+    // The stored linear weights (model/packed.h stored_weights): "f32", "f64", "f16", "bf16" or
+    // "q8_0"; quantized for bf16, f16 and q8_0; packed when the products read them packed.
+    std::string weights;
+    bool quantized = false, packed = false;
+    std::string weights_text() const;  // one line for the reports
     int64_t params = 0, layers = 0, heads = 0, head_dim = 0, vocab = 0, context = 0;
     AuditConfig cfg;
     std::vector<AuditPrompt> prompts;

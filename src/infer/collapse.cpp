@@ -41,6 +41,8 @@ Model<T> collapse_model(const Model<T>& m, const GCache<T>& g) {
         std::copy(G.data.begin(), G.data.end(), out.G_fixed.begin() + l * per);
     }
     out.set_reference_numerics(m.reference_numerics());
+    out.packed = m.packed;  // the same linear weights, by name
+    out.bind_linears();
     return out;
 }
 

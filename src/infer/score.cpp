@@ -85,7 +85,7 @@ ScoreResult score_request(const Model<T>& m, const ScoreRequest& req, ScoreMode 
         forward_layers(m, inp.data(), 1, n - 1, a);
         const int64_t rows = n - r.ctxlen, d = m.cfg.hidden_size;
         std::vector<T> logits(static_cast<size_t>(rows * V));
-        linear_forward(logits.data(), a.final_hidden().ptr() + (r.ctxlen - 1) * d, m.w.head_w,
+        linear_forward(logits.data(), a.final_hidden().ptr() + (r.ctxlen - 1) * d, m.lw.head,
                        m.w.head_b, rows, d, V);
         for (int64_t i = r.ctxlen; i < n; ++i) take(logits.data() + (i - r.ctxlen) * V, i);
     } else if (mode == ScoreMode::SEQUENTIAL) {

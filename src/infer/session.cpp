@@ -157,7 +157,7 @@ void Session<T>::run(const int64_t* ids, int64_t S, bool first) {
         x = &la.hidden;
     }
     logits_.resize(size_t(V));
-    linear_forward(logits_.data(), x->ptr() + (S - 1) * d, m_.w.head_w, m_.w.head_b, 1, d, V);
+    linear_forward(logits_.data(), x->ptr() + (S - 1) * d, m_.lw.head, m_.w.head_b, 1, d, V);
 }
 
 template <typename T>
@@ -352,7 +352,7 @@ void Session<T>::run_uncached() {
         }
     }
     logits_.resize(size_t(V));
-    linear_forward(logits_.data(), acts_.final_hidden().ptr() + (S - 1) * d, m_.w.head_w,
+    linear_forward(logits_.data(), acts_.final_hidden().ptr() + (S - 1) * d, m_.lw.head,
                    m_.w.head_b, 1, d, V);
 }
 

@@ -84,6 +84,28 @@ struct Reader {
     }
 };
 
+// "quantization": null or missing ⇒ none; else {"method": "q8_0", "block": 32} (block optional).
+std::string quantization(const Reader& r) {
+    if (!r.present("quantization")) return "";
+    const J& q = r.j["quantization"];
+    const char* form = " (expected {\"method\": \"q8_0\", \"block\": 32})";
+    if (!q.is_object()) fail(r.where, ": key 'quantization' must be an object, got ", got(q), form);
+    for (auto it = q.begin(); it != q.end(); ++it)
+        if (it.key() != "method" && it.key() != "block")
+            fail(r.where, ": key 'quantization' has an unknown field '", it.key(), "'", form);
+    if (!q.contains("method") || !q["method"].is_string())
+        fail(r.where, ": key 'quantization' needs a string 'method'", form);
+    const std::string method = q["method"].get<std::string>();
+    if (method != "q8_0")
+        fail(r.where, ": key 'quantization' has method '", method,
+             "', which pldr does not read (only q8_0)");
+    int64_t block = 32;
+    if (q.contains("block") && (!as_int(q["block"], &block) || block != 32))
+        fail(r.where, ": key 'quantization' has block ", got(q["block"]),
+             " but q8_0 blocks hold 32 weights");
+    return method;
+}
+
 // One row of the table. `read` parses the key into c (missing/null ⇒ the default, from a
 // default-constructed Config or derived in resolve()); `write` adds it to the object.
 struct Field {
@@ -316,6 +338,13 @@ const std::vector<Field>& fields() {
              c.plga_coupling = r.string("plga_coupling", Config{}.plga_coupling);
          },
          [](const Config& c, J& j) { j["plga_coupling"] = c.plga_coupling; }},
+        // Weight quantization: written only for a quantized model (pldr convert --dtype q8).
+        {{"quantization", PLDR_SAME(quantization), [](Config& c) { c.quantization = "q8_0"; }},
+         [](const Reader& r, Config& c) { c.quantization = quantization(r); },
+         [](const Config& c, J& j) {
+             if (!c.quantization.empty())
+                 j["quantization"] = {{"method", c.quantization}, {"block", 32}};
+         }},
     };
     return t;
 }

@@ -19,6 +19,8 @@
 // - dtype (or the older torch_dtype): float32, float64, float16 or bfloat16.
 // - plga_positive_map, plga_coupling: a registered variant (ops/plga_variants.h); missing or
 //   null ⇒ "iswiglu", "power" (the PLDR-LLM operator). Always written.
+// - quantization: null or missing ⇒ none; else {"method": "q8_0", "block": 32} ("block"
+//   optional, no other field). Written only for a quantized model (model/packed.h).
 // Other missing or null optional keys take the §9.2 defaults (those of pldr::Config).
 #pragma once
 #include <string>

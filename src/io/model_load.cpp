@@ -2,9 +2,13 @@
 #include "io/model_load.h"
 
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 
+#include "core/fs.h"
 #include "io/model_dir.h"
 #include "io/param_names.h"
+#include "ops/qlinear.h"
 
 namespace pldr {
 
@@ -38,14 +42,64 @@ void fill_params(Model<T>& m, const SafetensorsFile& f, const std::string& prefi
     }
 }
 
+namespace {
+
+// A q8_0 weight: its values and scales (checked finite and ≥ 0), dequantized into w.
+PackedTensor read_q8(const ModelFiles& mf, const std::string& name, const Shape& shape) {
+    const std::string qn = name + ".q8", sn = name + ".q8_scale";
+    PackedTensor p;
+    p.format = WeightFormat::Q8_0;
+    p.rows = shape[0];
+    p.cols = shape[1];
+    const int64_t nb = q8_blocks(p.cols);
+    // check_params_against_file has checked the dtypes (I8; F32 or F16) and the shapes.
+    const Tensor<float> q = mf.read<float>(qn), s = mf.read<float>(sn);
+    PLDR_CHECK(q.numel() == p.rows * p.cols && s.numel() == p.rows * nb);
+    p.q8.resize(q.data.size());
+    for (size_t i = 0; i < q.data.size(); ++i) p.q8[i] = int8_t(q.data[i]);
+    for (int64_t i = 0; i < s.numel(); ++i)
+        PLDR_REQUIRE(std::isfinite(s[i]) && s[i] >= 0, mf.file_of(sn), ": tensor '", sn, "' holds ",
+                     std::isfinite(s[i]) ? "a negative" : "a non-finite", " scale (", s[i],
+                     " at row ", i / nb, ", block ", i % nb, "; q8_0 scales are max|w|/127)");
+    p.scale = s.data;
+    return p;
+}
+
+// A packable weight stored as BF16, kept as its bits.
+PackedTensor read_bf16(const ModelFiles& mf, const std::string& name, const Shape& shape) {
+    PackedTensor p;
+    p.format = WeightFormat::BF16;
+    p.rows = shape[0];
+    p.cols = shape[1];
+    const Tensor<float> w = mf.read<float>(name);  // exact: bf16 values are floats
+    p.bf16.resize(w.data.size());
+    for (size_t i = 0; i < w.data.size(); ++i) p.bf16[i] = qlinear::bf16_round(w.data[i]);
+    return p;
+}
+
+}  // namespace
+
 template <typename T>
-Model<T> load_model(const std::string& dir) {
+Model<T> load_model(const std::string& dir, bool pack) {
     ModelFiles mf(dir);
     check_params_against_file(mf);
     Model<T> m(mf.config());
+    const bool q8 = m.cfg.quantization == "q8_0";
+    auto packed = std::make_shared<PackedWeights>();
+    std::vector<float> scratch;
     for (const ParamEntry& e : m.layout.entries) {
+        T* dst = m.params.data() + e.offset;
+        const bool packable = is_packable(m.cfg, e.name);
+        if (packable && (q8 || mf.info(e.name).dtype == DType::BF16)) {
+            PackedTensor p = q8 ? read_q8(mf, e.name, e.shape) : read_bf16(mf, e.name, e.shape);
+            scratch.resize(size_t(e.numel));
+            unpack_tensor(p, scratch.data());
+            std::copy(scratch.begin(), scratch.end(), dst);
+            if (std::is_same_v<T, float> && pack) packed->tensors.emplace(e.name, std::move(p));
+            continue;
+        }
         PLDR_CHECK(mf.info(e.name).shape == e.shape);  // check_params_against_file said so
-        mf.read_into<T>(e.name, m.params.data() + e.offset);
+        mf.read_into<T>(e.name, dst);
     }
     if (!m.cfg.learned_g()) {
         Tensor<T> all = mf.read<T>("decoder.past_G_values");
@@ -54,16 +108,34 @@ Model<T> load_model(const std::string& dir) {
             std::copy(all.data.begin() + (l * 3 + 2) * per, all.data.begin() + (l * 3 + 3) * per,
                       m.G_fixed.begin() + l * per);
     }
+    if constexpr (std::is_same_v<T, float>) {
+        if (!packed->tensors.empty()) {
+            m.packed = std::move(packed);
+            m.bind_linears();
+        }
+    }
     return m;
 }
 
 template <typename T>
-void save_model(const Model<T>& m, const std::string& dir, DType dtype) {
+void save_model(const Model<T>& m, const std::string& dir, DType dtype, bool keep_packed) {
     PLDR_REQUIRE(dtype == DType::F32 || dtype == DType::F64, "models are saved as F32 or F64 (got ",
                  dtype_name(dtype), ")");
+    const PackedWeights* pw = keep_packed ? m.packed.get() : nullptr;
+    PLDR_CHECK(!pw || dtype == DType::F32);
     SafetensorsWriter w;
-    for (const ParamEntry& e : m.layout.entries)
-        w.add_as(e.name, dtype, e.shape, m.params.data() + e.offset);
+    for (const ParamEntry& e : m.layout.entries) {
+        const PackedTensor* p = pw ? pw->find(e.name) : nullptr;
+        if (!p) {
+            w.add_as(e.name, dtype, e.shape, m.params.data() + e.offset);
+        } else if (p->format == WeightFormat::BF16) {
+            w.add_raw(e.name, DType::BF16, e.shape, p->bf16.data());
+        } else {
+            w.add_raw(e.name + ".q8", DType::I8, e.shape, p->q8.data());
+            w.add_raw(e.name + ".q8_scale", DType::F32, {e.shape[0], q8_blocks(e.shape[1])},
+                      p->scale.data());
+        }
+    }
     if (!m.cfg.learned_g()) {
         const Shape sh = past_g_shape(m.cfg);
         const int64_t per = m.cfg.num_heads * m.cfg.head_dim * m.cfg.head_dim;
@@ -77,13 +149,47 @@ void save_model(const Model<T>& m, const std::string& dir, DType dtype) {
     }
     Config c = m.cfg;
     c.dtype = dtype == DType::F64 ? "float64" : "float32";
+    c.quantization.clear();
+    if (pw && pw->format() == WeightFormat::BF16) c.dtype = "bfloat16";
+    if (pw && pw->format() == WeightFormat::Q8_0) c.quantization = "q8_0";
     save_model_dir(dir, c, w);
 }
 
-template Model<float> load_model<float>(const std::string&);
-template Model<double> load_model<double>(const std::string&);
-template void save_model<float>(const Model<float>&, const std::string&, DType);
-template void save_model<double>(const Model<double>&, const std::string&, DType);
+ConvertStats convert_model_dir(const std::string& dir, const std::string& out, WeightFormat f) {
+    PLDR_CHECK(f == WeightFormat::DENSE || f == WeightFormat::BF16 || f == WeightFormat::Q8_0);
+    {
+        InputSet in;
+        in.add_dir(dir);
+        require_dir_not_input(out, in, "the output directory",
+                              {"config.json", "model.safetensors", "tokenizer.model"});
+    }
+    ConvertStats st;
+    std::string tokenizer;
+    {
+        ModelFiles mf(dir);
+        for (const auto& n : mf.names()) st.in_bytes += int64_t(mf.info(n).nbytes());
+        tokenizer = mf.tokenizer_path();
+    }
+    Model<float> m = load_model<float>(dir, false);
+    if (f != WeightFormat::DENSE) {
+        pack_model(m, f);
+        st.packed_tensors = int64_t(m.packed->tensors.size());
+        st.packed_numel = m.packed->numel();
+        st.packed_bytes = m.packed->bytes();
+    }
+    save_model(m, out, DType::F32, f != WeightFormat::DENSE);
+    {
+        ModelFiles written(out);
+        for (const auto& n : written.names()) st.out_bytes += int64_t(written.info(n).nbytes());
+    }
+    if (!tokenizer.empty()) write_file_atomic(out + "/tokenizer.model", read_file(tokenizer));
+    return st;
+}
+
+template Model<float> load_model<float>(const std::string&, bool);
+template Model<double> load_model<double>(const std::string&, bool);
+template void save_model<float>(const Model<float>&, const std::string&, DType, bool);
+template void save_model<double>(const Model<double>&, const std::string&, DType, bool);
 template void fill_params<float>(Model<float>&, const SafetensorsFile&, const std::string&);
 template void fill_params<double>(Model<double>&, const SafetensorsFile&, const std::string&);
 

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/model_dir.h"
 #include "model/layout.h"
+#include "model/packed.h"
 
 namespace pldr {
 
@@ -47,6 +48,14 @@ bool is_ignored_buffer(const std::string& name) {
 
 namespace {
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool is_q8_name(const std::string& n) {
+    return ends_with(n, ".q8") || ends_with(n, ".q8_scale");
+}
+
 std::vector<std::string> problems_impl(
     const Config& c, const std::vector<const TensorInfo*>& tensors,
     const std::function<std::string(const std::string&)>& file_of,
@@ -54,9 +63,51 @@ std::vector<std::string> problems_impl(
     std::map<std::string, const TensorInfo*> have;
     for (const TensorInfo* t : tensors) have[t->name] = t;
     std::vector<std::string> out;
+    if (c.quantization.empty())
+        for (const TensorInfo* t : tensors)
+            if (is_q8_name(t->name))
+                return {cat(file_of(t->name), ": tensor '", t->name,
+                            "' holds q8_0 data but config.json has no \"quantization\" entry")};
     std::map<std::string, bool> expected;
     for (const ParamSpec& p : expected_params(c)) {
         expected[p.name] = true;
+        if (!c.quantization.empty() && is_packable(c, p.name)) {
+            // q8_0: NAME.q8 (I8, the parameter's shape) and NAME.q8_scale (F32 or F16,
+            // [O, ceil(I/32)]) in place of NAME.
+            const std::string qn = p.name + ".q8", sn = p.name + ".q8_scale";
+            expected[qn] = expected[sn] = true;
+            if (have.count(p.name))
+                out.push_back(cat(file_of(p.name), ": tensor '", p.name,
+                                  "' is stored both as float and as q8_0 (", qn, ")"));
+            auto q = have.find(qn), sc = have.find(sn);
+            if (q == have.end()) {
+                out.push_back(cat(missing_where, ": missing tensor '", qn, "' (q8_0 values of ",
+                                  p.name, ")"));
+            } else {
+                if (q->second->shape != p.shape)
+                    out.push_back(cat(file_of(qn), ": tensor '", qn, "' has shape ",
+                                      shape_str(q->second->shape), " but config.json implies ",
+                                      shape_str(p.shape)));
+                if (q->second->dtype != DType::I8)
+                    out.push_back(cat(file_of(qn), ": tensor '", qn, "' has dtype ",
+                                      dtype_name(q->second->dtype), " but q8_0 values are I8"));
+            }
+            const Shape want{p.shape[0], q8_blocks(p.shape[1])};
+            if (sc == have.end()) {
+                out.push_back(cat(missing_where, ": missing tensor '", sn, "' (q8_0 scales of ",
+                                  p.name, ")"));
+            } else {
+                if (sc->second->shape != want)
+                    out.push_back(cat(file_of(sn), ": tensor '", sn, "' has shape ",
+                                      shape_str(sc->second->shape), " but config.json implies ",
+                                      shape_str(want), " (one scale per block of 32 inputs)"));
+                if (sc->second->dtype != DType::F32 && sc->second->dtype != DType::F16)
+                    out.push_back(cat(file_of(sn), ": tensor '", sn, "' has dtype ",
+                                      dtype_name(sc->second->dtype),
+                                      " but q8_0 scales are F32 or F16"));
+            }
+            continue;
+        }
         auto it = have.find(p.name);
         if (it == have.end()) {
             out.push_back(cat(missing_where, ": missing tensor '", p.name, "'"));

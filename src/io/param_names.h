@@ -41,6 +41,9 @@ bool is_ignored_buffer(const std::string& name);
 //   "<file>: tensor '<n>' has dtype I64 but parameters are F32, F64, F16 or BF16"
 //   "<missing_where>: missing tensor '<n>'"
 //   "<file>: unexpected tensor '<n>' (not a parameter of this config)"
+// With config.json "quantization" (q8_0) every packable weight NAME (model/packed.h) is expected
+// as NAME.q8 (I8, NAME's shape) and NAME.q8_scale (F32 or F16, [O, ceil(I/32)]) instead; q8_0
+// tensors without the config entry are one problem that says so.
 // Returns them all, in expected order then extras (empty: all good). This overload names
 // `where` in every message; the ModelFiles one names the shard holding a present tensor and
 // mf.weights_path() for a missing one.

@@ -27,6 +27,14 @@ template <typename T>
 void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& dhidden,
                          const std::vector<DeductiveGrads<T>>* extra, T* grads) {
     const Config& c = m.cfg;
+    // Training and gradients need the float weights (the products would otherwise differentiate
+    // the packed copies while the optimizer updated the parameters).
+    PLDR_REQUIRE(!m.packed,
+                 "gradients and training need float weights, but this model holds its "
+                 "linear weights packed as ",
+                 weight_format_name(m.packed->format()),
+                 " for inference; load it dequantized (LoadOptions::dequantize, pldr "
+                 "--dequantize) or convert it with pldr convert --dtype f32");
     const int64_t d = c.hidden_size, N = a.B * a.S;
     ModelView<T> g = bind_view(m.layout, c, grads);
     Tensor<T> dx = std::move(dhidden);

@@ -55,6 +55,9 @@ void validate_config(const Config& c, const std::string& where) {
                      c.dtype == "bfloat16",
                  where, ": key 'dtype' is '", c.dtype,
                  "' (expected float32, float64, float16 or bfloat16)");
+    PLDR_REQUIRE(c.quantization.empty() || c.quantization == "q8_0", where,
+                 ": key 'quantization' has method '", c.quantization,
+                 "', which pldr does not read (only q8_0)");
     PLDR_REQUIRE(find_positive_map(c.plga_positive_map), where, ": key 'plga_positive_map' is '",
                  c.plga_positive_map, "' (expected ", positive_map_names(), ")");
     PLDR_REQUIRE(find_coupling(c.plga_coupling), where, ": key 'plga_coupling' is '",

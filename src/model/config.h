@@ -37,6 +37,10 @@ struct Config {
     int64_t eos_token_id = 3;
     std::string hidden_act = "silu";
     std::string dtype = "float32";  // storage dtype recorded in config.json
+    // Weight quantization (config.json "quantization": {"method": "q8_0", "block": 32}): "" for
+    // none, "q8_0" for the large linear weights stored as int8 blocks of 32 with float scales
+    // (model/packed.h, docs/formats.md).
+    std::string quantization;
 
     int64_t d() const { return hidden_size; }
     bool learned_g() const { return g_type == GType::LEARNED; }

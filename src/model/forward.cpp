@@ -75,7 +75,7 @@ void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activa
     forward_layers(m, ids, B, S, a);
     const int64_t d = m.cfg.hidden_size, V = m.cfg.vocab_size;
     a.logits.resize_for_overwrite({B, S, V});
-    linear_forward(a.logits.ptr(), a.final_hidden().ptr(), m.w.head_w, m.w.head_b, B * S, d, V);
+    linear_forward(a.logits.ptr(), a.final_hidden().ptr(), m.lw.head, m.w.head_b, B * S, d, V);
 }
 
 template <typename T>

@@ -2,6 +2,8 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <string>
+#include <type_traits>
 
 namespace pldr {
 
@@ -11,6 +13,8 @@ void Model<T>::init(const Config& c) {
     layout = make_layout(c);
     params.assign(static_cast<size_t>(layout.total), T(0));
     w = bind_view(layout, cfg, params.data());
+    packed.reset();
+    bind_linears();
     G_fixed.clear();
     if (!c.learned_g()) {
         const int64_t D = c.head_dim;
@@ -19,6 +23,31 @@ void Model<T>::init(const Config& c) {
             for (int64_t i = 0; i < D; ++i) G_fixed[size_t((lh * D + i) * D + i)] = T(1);
     }
     build_rope();
+}
+
+template <typename T>
+void Model<T>::bind_linears() {
+    if constexpr (!std::is_same_v<T, float>) PLDR_CHECK(!packed);
+    auto lin = [&](const std::string& name, const T* dense) {
+        LinearWeight<T> v(dense);
+        if constexpr (std::is_same_v<T, float>) {
+            if (packed) {
+                if (const PackedTensor* p = packed->find(name)) v = p->view();
+            }
+        }
+        return v;
+    };
+    lw.layers.clear();
+    for (int64_t i = 0; i < cfg.num_layers && size_t(i) < w.layers.size(); ++i) {
+        const LayerView<T>& v = w.layers[size_t(i)];
+        const std::string l = "decoder.dec_layers." + std::to_string(i), m = l + ".mha1";
+        lw.layers.push_back(
+            {lin(m + ".wq.weight", v.wq), lin(m + ".wk.weight", v.wk), lin(m + ".wv.weight", v.wv),
+             lin(m + ".dense.weight", v.wo), lin(l + ".ffn.gluw1.weight", v.ffn.w1),
+             lin(l + ".ffn.gluw2.weight", v.ffn.w2), lin(l + ".ffn.gluw3.weight", v.ffn.w3)});
+    }
+    lw.head =
+        lin(cfg.tie_word_embeddings ? "decoder.embedding.weight" : "final_layer.weight", w.head_w);
 }
 
 template <typename T>

@@ -1,11 +1,13 @@
 // Model<T>: config + parameter arena + fixed G (fixed-G_LM variant) + RoPE table.
 // T is the compute precision (float or double), independent of the storage dtype on disk.
 #pragma once
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/packed.h"
 #include "ops/rope.h"
 
 namespace pldr {
@@ -18,6 +20,10 @@ struct Model {
     ModelView<T> w;          // typed pointers into params
     std::vector<T> G_fixed;  // [L,H,dk,dk]: the constant G_LM of fixed-G models (empty if learned)
     RopeTable rope;          // built by init() and set_reference_numerics()
+    // Float32 inference only: bf16 / q8_0 copies of the large linear weights (model/packed.h),
+    // shared by copies of the model; null when every weight is read from params.
+    std::shared_ptr<const PackedWeights> packed;
+    LinearViews<T> lw;  // the linear weights as the products read them (packed or params)
 
     Model() = default;
     explicit Model(const Config& c) { init(c); }
@@ -30,6 +36,8 @@ struct Model {
         rope = o.rope;
         reference_numerics_ = o.reference_numerics_;
         w = bind_view(layout, cfg, params.data());
+        packed = o.packed;
+        bind_linears();
         return *this;
     }
     // Moves keep the parameter buffer (no copy: loading a model must not hold it twice).
@@ -43,6 +51,9 @@ struct Model {
         reference_numerics_ = o.reference_numerics_;
         w = bind_view(layout, cfg, params.data());
         o.w = ModelView<T>{};
+        packed = std::move(o.packed);
+        bind_linears();
+        o.lw = LinearViews<T>{};
         return *this;
     }
 
@@ -61,10 +72,19 @@ struct Model {
         return G_fixed.data() + l * cfg.num_heads * cfg.head_dim * cfg.head_dim;
     }
     int64_t num_params() const { return layout.total; }
+    // Rebuilds lw from packed and params (after either changed).
+    void bind_linears();
 
   private:
     bool reference_numerics_ = true;
     void build_rope();
 };
+
+// Packs every packable weight of m (model/packed.h) as `f` (BF16 or Q8_0) and replaces its values
+// in params by the dequantized ones. Throws pldr::Error for a non-finite weight.
+void pack_model(Model<float>& m, WeightFormat f);
+// Drops the packed weights: every product reads params again (the same values).
+template <typename T>
+void unpack_model(Model<T>& m);
 
 }  // namespace pldr

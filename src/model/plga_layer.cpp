@@ -19,15 +19,16 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
                            const AttnInput<T>& in, LayerActs<T>& la) {
     const Config& c = m.cfg;
     const LayerView<T>& w = m.w.layers[size_t(l)];
+    const LayerLinears<T>& lw = m.lw.layers[size_t(l)];  // dense or packed (model/packed.h)
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, N = B * S;
 
     // 1-3. Projections and RoPE on q, k.
     la.q.resize_for_overwrite({B, S, d});
     la.k.resize_for_overwrite({B, S, d});
     la.v.resize_for_overwrite({B, S, d});
-    linear_forward(la.q.ptr(), la.x_in.ptr(), w.wq, w.bq, N, d, d);
-    linear_forward(la.k.ptr(), la.x_in.ptr(), w.wk, w.bk, N, d, d);
-    linear_forward(la.v.ptr(), la.x_in.ptr(), w.wv, w.bv, N, d, d);
+    linear_forward(la.q.ptr(), la.x_in.ptr(), lw.wq, w.bq, N, d, d);
+    linear_forward(la.k.ptr(), la.x_in.ptr(), lw.wk, w.bk, N, d, d);
+    linear_forward(la.v.ptr(), la.x_in.ptr(), lw.wv, w.bv, N, d, d);
     rope_forward(la.q.ptr(), in.pos, N, H, D, m.rope, c.reference_rope, m.round_f32());
     rope_forward(la.k.ptr(), in.pos, N, H, D, m.rope, c.reference_rope, m.round_f32());
 
@@ -35,7 +36,7 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     plga_attention_forward(m, l, B, S, in, la);
 
     la.attn_out.resize_for_overwrite({B, S, d});
-    linear_forward(la.attn_out.ptr(), la.O.ptr(), w.wo, w.bo, N, d, d);
+    linear_forward(la.attn_out.ptr(), la.O.ptr(), lw.wo, w.bo, N, d, d);
 
     // Post-LN residual blocks.
     Tensor<T> r1({B, S, d});
@@ -50,9 +51,9 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     la.ffn.h2.resize_for_overwrite({N, F});
     la.ffn.gated.resize_for_overwrite({N, F});
     la.ffn_out.resize_for_overwrite({B, S, d});
-    glu_forward(
-        la.ffn_out.ptr(), la.ffn.h1.ptr(), la.ffn.h2.ptr(), la.ffn.gated.ptr(), la.out1.ptr(),
-        GluParams<T>{w.ffn.w1, w.ffn.b1, w.ffn.w2, w.ffn.b2, w.ffn.w3, w.ffn.b3}, N, d, F, d);
+    glu_forward(la.ffn_out.ptr(), la.ffn.h1.ptr(), la.ffn.h2.ptr(), la.ffn.gated.ptr(),
+                la.out1.ptr(), GluLinears<T>{lw.w1, w.ffn.b1, lw.w2, w.ffn.b2, lw.w3, w.ffn.b3}, N,
+                d, F, d);
     Tensor<T> r2({B, S, d});
     for (int64_t i = 0; i < r2.numel(); ++i) r2[i] = la.ffn_out[i] + la.out1[i];
     la.hidden.resize_for_overwrite({B, S, d});

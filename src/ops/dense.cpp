@@ -86,6 +86,14 @@ void layernorm_backward(T* dx, T* dg, T* db, const T* dout, const T* x, const T*
 template <typename T>
 void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluParams<T>& p, int64_t N,
                  int64_t I, int64_t F, int64_t O) {
+    const GluLinears<T> w{LinearWeight<T>(p.w1), p.b1, LinearWeight<T>(p.w2), p.b2,
+                          LinearWeight<T>(p.w3), p.b3};
+    glu_forward(out, h1, h2, gated, x, w, N, I, F, O);
+}
+
+template <typename T>
+void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluLinears<T>& p, int64_t N,
+                 int64_t I, int64_t F, int64_t O) {
     linear_forward(h1, x, p.w1, p.b1, N, I, F);
     linear_forward(h2, x, p.w2, p.b2, N, I, F);
     const int64_t NF = N * F;
@@ -152,6 +160,8 @@ void softmax_backward(T* dx, const T* dy, const T* y, int64_t N, int64_t C) {
     template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,        \
                                         const T*, int64_t, int64_t);                               \
     template void glu_forward<T>(T*, T*, T*, T*, const T*, const GluParams<T>&, int64_t, int64_t,  \
+                                 int64_t, int64_t);                                                \
+    template void glu_forward<T>(T*, T*, T*, T*, const T*, const GluLinears<T>&, int64_t, int64_t, \
                                  int64_t, int64_t);                                                \
     template void glu_backward<T>(T*, const GluGrads<T>&, const T*, const T*, const T*, const T*,  \
                                   const T*, const GluParams<T>&, int64_t, int64_t, int64_t,        \

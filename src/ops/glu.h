@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "ops/linear.h"
+
 namespace pldr {
 
 // ---- GLU variant: out = W3·(silu(W1·x+b1) ⊙ (W2·x+b2)) + b3, x [N,I], hidden F, out [N,O] ----
@@ -16,6 +18,20 @@ struct GluGrads {
 };
 template <typename T>
 void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluParams<T>& p, int64_t N,
+                 int64_t I, int64_t F, int64_t O);
+// The same with the three weights in any storage format (the FFN of a model with packed
+// weights); with dense weights it is the function above.
+template <typename T>
+struct GluLinears {
+    LinearWeight<T> w1;
+    const T* b1;
+    LinearWeight<T> w2;
+    const T* b2;
+    LinearWeight<T> w3;
+    const T* b3;
+};
+template <typename T>
+void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluLinears<T>& p, int64_t N,
                  int64_t I, int64_t F, int64_t O);
 // scratch: 2·N·F workspace.
 template <typename T>

@@ -1,4 +1,5 @@
-// Linear layer, forward and backward (src/ops/dense.cpp).
+// Linear layer, forward and backward (src/ops/dense.cpp), and the forward over a weight in any
+// storage format (dense, or packed bf16 / q8_0 for float32 inference: src/ops/qlinear.cpp).
 #pragma once
 #include <cstdint>
 
@@ -11,5 +12,39 @@ void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int6
 template <typename T>
 void linear_backward(T* din, T* dW, T* db, const T* dout, const T* in, const T* W, int64_t N,
                      int64_t I, int64_t O);
+
+// ---- a linear weight W[O,I] in any storage format
+// ------------------------------------------------
+//   DENSE — T values (the compute precision), the layout of the parameter buffer;
+//   BF16  — bfloat16 bits, W[o][i] = float(bits << 16) (float32 inference only);
+//   Q8_0  — int8 values q [O,I] and float32 scales [O, q8_blocks(I)], one per block of
+//           kQ8Block consecutive inputs of a row (the last block of a row holds the I % 32
+//           remaining inputs when I is not a multiple of 32): W[o][i] = float(q[o][i]) *
+//           scale[o][i / 32], rounded to float (float32 inference only).
+enum class WeightFormat : uint8_t { DENSE, BF16, Q8_0 };
+inline constexpr int64_t kQ8Block = 32;
+constexpr int64_t q8_blocks(int64_t I) {
+    return (I + kQ8Block - 1) / kQ8Block;
+}
+
+template <typename T>
+struct LinearWeight {
+    WeightFormat format = WeightFormat::DENSE;
+    const T* dense = nullptr;
+    const uint16_t* bf16 = nullptr;
+    const int8_t* q8 = nullptr;
+    const float* q8_scale = nullptr;
+    LinearWeight() = default;
+    explicit LinearWeight(const T* w) : dense(w) {}
+};
+
+// out[N,O] = in[N,I] · Wᵀ + b for W in any format. DENSE is exactly the linear_forward above.
+// Packed weights (T = float only) are dequantized on the fly: for N ≤ 16 rows (decode, batched
+// decode) one pass over W streams each weight block once for all rows (AVX2 kernel when the CPU
+// has AVX2 and FMA, portable scalar code otherwise); larger N (prefill) dequantizes blocks of
+// rows of W into a float32 scratch and runs the GEMM.
+template <typename T>
+void linear_forward(T* out, const T* in, const LinearWeight<T>& W, const T* b, int64_t N, int64_t I,
+                    int64_t O);
 
 }  // namespace pldr

@@ -66,7 +66,10 @@ double train_step_flops(const Config& c, int64_t B, int64_t S) {
 
 double decode_bytes_per_token(const Model<float>& m) {
     const Config& c = m.cfg;
-    return 4.0 * double(m.num_params() - c.vocab_size * c.hidden_size + c.hidden_size);
+    double bytes = 4.0 * double(m.num_params() - c.vocab_size * c.hidden_size + c.hidden_size);
+    if (m.packed)  // the packed weights in their packed size (model/packed.h)
+        bytes += double(m.packed->bytes()) - 4.0 * double(m.packed->numel());
+    return bytes;
 }
 
 Stats stats_of(std::vector<double> v) {

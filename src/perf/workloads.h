@@ -35,7 +35,7 @@ double forward_flops(const Config& c, int64_t B, int64_t S, int64_t head_rows);
 // One training step: the backward costs twice the forward (d input and d weight per product).
 double train_step_flops(const Config& c, int64_t B, int64_t S);
 // Bytes a decode step must read per sequence at batch 1: every weight except the embedding
-// table (one row of it is read), in float32.
+// table (one row of it is read), in float32, and the packed weights (bf16, q8_0) in their size.
 double decode_bytes_per_token(const Model<float>& m);
 
 struct Stats {

@@ -228,11 +228,11 @@ std::vector<TokenLogprob> Engine::prompt_logprobs(const std::vector<int64_t>& id
         check_inputs(m, ids.data(), 1, n - 1);
         Activations<Real> a;
         forward_layers(m, ids.data(), 1, n - 1, a);
-        linear_forward(logits.data(), a.final_hidden().ptr(), m.w.head_w, m.w.head_b, n - 1, d, V);
+        linear_forward(logits.data(), a.final_hidden().ptr(), m.lw.head, m.w.head_b, n - 1, d, V);
     } else {
         const Activations<Real>& a = slot->p_->s.last();
         PLDR_CHECK(a.S == n && slot->p_->s.tokens() == ids);
-        linear_forward(logits.data(), a.final_hidden().ptr(), m.w.head_w, m.w.head_b, n - 1, d, V);
+        linear_forward(logits.data(), a.final_hidden().ptr(), m.lw.head, m.w.head_b, n - 1, d, V);
     }
     std::vector<double> scratch;
     for (int64_t i = 1; i < n; ++i)

@@ -112,7 +112,7 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     chunk.resize_for_overwrite({rows, V});
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
         const int64_t nr = std::min(rows, N - n0);
-        linear_forward(chunk.ptr(), h.ptr() + n0 * d, m.w.head_w, m.w.head_b, nr, d, V);
+        linear_forward(chunk.ptr(), h.ptr() + n0 * d, m.lw.head, m.w.head_b, nr, d, V);
         if (grads) {
             cross_entropy_fused_rows<T>(acts.dlogits.ptr(), ce.data() + n0, hit.data() + n0,
                                         chunk.ptr(), tgt.data() + n0, nr, V, m.cfg.pad_token_id,

@@ -30,7 +30,7 @@ using nlohmann::json;
 
 struct BenchArgs {
     std::string dir, config, only = "prefill,decode,train", caches = "kvg,kv,none", one;
-    std::string output = "md", json_path;
+    std::string output = "md", json_path, weights;
     int threads = 2, reps = 0, warmup = 1;
     int64_t batch = 8, prompt_prefill = 128, prompt_decode = 32, n_new = 64, context = 1024;
     int64_t train_batch = 8, train_seq = 256;
@@ -48,12 +48,14 @@ api::BenchOptions options_of(const BenchArgs& a) {
     o.n_new = a.n_new;
     o.train_batch = a.train_batch;
     o.train_seq = a.train_seq;
+    o.weights = a.weights;
     return o;
 }
 
 json to_json(const api::BenchResult& r, const api::BenchOptions& o) {
     json j;
     j["model"] = r.model;
+    j["weights"] = r.weights;
     j["workload"] = api::name_of(r.workload);
     if (r.workload == api::BenchWorkload::DECODE) {
         j["cache"] = api::name_of(o.cache);
@@ -216,6 +218,7 @@ int run_bench(const BenchArgs& a) {
                      {"--train-batch", std::to_string(a.train_batch)},
                      {"--train-seq", std::to_string(a.train_seq)}})
                 args.insert(args.end(), {k, v});
+            if (!a.weights.empty()) args.insert(args.end(), {"--weights", a.weights});
             r = run_child(args);
         }
         // The limit this workload could reach on this machine, from this run's measurements.
@@ -226,7 +229,8 @@ int run_bench(const BenchArgs& a) {
             const double bytes = r["bytes_per_token"].get<double>();
             const double B = double(r["batch"].get<int64_t>());
             const double bw_limit = B * lim.read_gbs * 1e9 / bytes;
-            const double flop_limit = lim.sgemm_gflops * 1e9 / (bytes / 2);  // 2 FLOPs per weight
+            const double flops = r["flops_per_token"].get<double>();  // 2 FLOPs per weight read
+            const double flop_limit = lim.sgemm_gflops * 1e9 / (flops > 0 ? flops : bytes / 2);
             limit = std::min(bw_limit, flop_limit);
             bound = bw_limit <= flop_limit ? "read" : "sgemm";
         } else {
@@ -279,8 +283,10 @@ int run_bench(const BenchArgs& a) {
         std::string frac =
             fmt("%.2f", r["fraction"].get<double>()) + " of " + r["bound"].get<std::string>();
         if (r.contains("x_batch1")) frac += fmt(" (%.2f× batch 1)", r["x_batch1"].get<double>());
-        std::printf("| %s | %s | %s (%s–%s) | %s | %s | %.0f MB |\n",
-                    r["model"].get<std::string>().c_str(), w.c_str(),
+        std::string model = r["model"].get<std::string>();
+        if (r.value("weights", "f32") != "f32")
+            model += " (" + r["weights"].get<std::string>() + ")";
+        std::printf("| %s | %s | %s (%s–%s) | %s | %s | %.0f MB |\n", model.c_str(), w.c_str(),
                     fmt("%.1f", r["tok_s"]["median"].get<double>()).c_str(),
                     fmt("%.1f", r["tok_s"]["min"].get<double>()).c_str(),
                     fmt("%.1f", r["tok_s"]["max"].get<double>()).c_str(),
@@ -299,6 +305,10 @@ void add_bench(CLI::App& app) {
     cmd->add_option("MODEL_DIR", a->dir, "model directory (or --config)");
     cmd->add_option("--config", a->config, "benchmark shape with random weights")
         ->check(CLI::IsMember({"S", "M", "110M"}));
+    cmd->add_option("--weights", a->weights,
+                    "linear weights: f32, or packed as bf16 or q8 (q8_0) before the run; default: "
+                    "as loaded (a converted directory stays packed)")
+        ->check(CLI::IsMember({"f32", "bf16", "q8"}));
     cmd->add_option("--only", a->only, "workloads: prefill,decode,train")->capture_default_str();
     cmd->add_option("--caches", a->caches, "decode cache modes at batch 1")->capture_default_str();
     cmd->add_option("--batch", a->batch, "decode batch (kvg) besides batch 1; 1 = none")

@@ -68,6 +68,7 @@ api::Model ModelOptions::open(const std::string& dir, const std::string& tokeniz
     o.dtype = api::dtype_from_name(dtype);
     o.reference_numerics = numerics == "reference";
     o.tokenizer = tokenizer;
+    o.dequantize = dequantize;
     return api::Model::load(dir, o);
 }
 
@@ -80,6 +81,9 @@ void ModelOptions::add_to(CLI::App* app) {
                     "(golden parity); exact: pure float64")
         ->check(CLI::IsMember({"reference", "exact"}))
         ->capture_default_str();
+    app->add_flag("--dequantize", dequantize,
+                  "read bf16 / q8_0 weights as float32 parameters instead of streaming them "
+                  "packed (needed for gradients)");
 }
 
 }  // namespace pldr::cli

@@ -42,6 +42,7 @@ api::DagCoefficients parse_dag(const std::string& s);
 struct ModelOptions {
     std::string dtype = "f32";           // compute precision
     std::string numerics = "reference";  // reference | exact (float64 only)
+    bool dequantize = false;             // bf16 / q8_0 weights as float32 parameters
     void add_to(CLI::App* app);
     // Loads through the public API (tokenizer: "" = MODEL_DIR/tokenizer.model when present).
     api::Model open(const std::string& dir, const std::string& tokenizer = "") const;
@@ -62,5 +63,6 @@ void add_bench(CLI::App& app);
 void add_perplexity(CLI::App& app);
 void add_audit(CLI::App& app);
 void add_serve(CLI::App& app);
+void add_convert(CLI::App& app);
 
 }  // namespace pldr::cli

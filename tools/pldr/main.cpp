@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
     pldr::cli::add_audit(app);
     pldr::cli::add_serve(app);
     pldr::cli::add_bench(app);
+    pldr::cli::add_convert(app);
     try {
         // Test hook for the exit-code tests (tests/test_errors_table.cpp): simulates a bug.
         if (const char* f = std::getenv("PLDR_TEST_FAULT")) {

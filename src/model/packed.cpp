@@ -1,0 +1,142 @@
+// Packed linear weights (see packed.h) and packing a model.
+#include "model/packed.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "ops/qlinear.h"
+
+namespace pldr {
+
+LinearWeight<float> PackedTensor::view() const {
+    LinearWeight<float> v;
+    v.format = format;
+    if (format == WeightFormat::BF16) {
+        v.bf16 = bf16.data();
+    } else {
+        v.q8 = q8.data();
+        v.q8_scale = scale.data();
+    }
+    return v;
+}
+
+int64_t PackedTensor::bytes() const {
+    return format == WeightFormat::BF16 ? int64_t(bf16.size()) * 2
+                                        : int64_t(q8.size()) + int64_t(scale.size()) * 4;
+}
+
+const PackedTensor* PackedWeights::find(const std::string& name) const {
+    auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : &it->second;
+}
+
+int64_t PackedWeights::bytes() const {
+    int64_t n = 0;
+    for (const auto& t : tensors) n += t.second.bytes();
+    return n;
+}
+
+int64_t PackedWeights::numel() const {
+    int64_t n = 0;
+    for (const auto& t : tensors) n += t.second.rows * t.second.cols;
+    return n;
+}
+
+WeightFormat PackedWeights::format() const {
+    return tensors.empty() ? WeightFormat::DENSE : tensors.begin()->second.format;
+}
+
+const char* weight_format_name(WeightFormat f) {
+    switch (f) {
+        case WeightFormat::BF16:
+            return "bf16";
+        case WeightFormat::Q8_0:
+            return "q8_0";
+        case WeightFormat::DENSE:
+            break;
+    }
+    return "f32";
+}
+
+bool is_packable(const Config& c, const std::string& n) {
+    if (n == "final_layer.weight") return !c.tie_word_embeddings;
+    if (n == "decoder.embedding.weight") return c.tie_word_embeddings;
+    const std::string pre = "decoder.dec_layers.";
+    if (n.compare(0, pre.size(), pre) != 0) return false;
+    size_t i = pre.size();
+    const size_t digits = i;
+    while (i < n.size() && n[i] >= '0' && n[i] <= '9') ++i;
+    if (i == digits || i - digits > 9 || i >= n.size() || n[i] != '.') return false;
+    if (std::stoll(n.substr(digits, i - digits)) >= c.num_layers) return false;
+    const std::string rest = n.substr(i + 1);
+    for (const char* s : {"mha1.wq.weight", "mha1.wk.weight", "mha1.wv.weight", "mha1.dense.weight",
+                          "ffn.gluw1.weight", "ffn.gluw2.weight", "ffn.gluw3.weight"})
+        if (rest == s) return true;
+    return false;
+}
+
+PackedTensor pack_tensor(const std::string& name, const float* w, int64_t O, int64_t I,
+                         WeightFormat f) {
+    PLDR_CHECK(f == WeightFormat::BF16 || f == WeightFormat::Q8_0);
+    for (int64_t i = 0; i < O * I; ++i)
+        PLDR_REQUIRE(std::isfinite(w[i]), "cannot convert tensor '", name,
+                     "': it holds a non-finite value (", w[i], " at element ", i, ")");
+    PackedTensor p;
+    p.format = f;
+    p.rows = O;
+    p.cols = I;
+    if (f == WeightFormat::BF16) {
+        p.bf16.resize(static_cast<size_t>(O * I));
+        for (int64_t i = 0; i < O * I; ++i) {
+            p.bf16[size_t(i)] = qlinear::bf16_round(w[i]);
+            PLDR_REQUIRE(std::isfinite(qlinear::bf16_value(p.bf16[size_t(i)])),
+                         "cannot convert tensor '", name, "' to bf16: ", w[i], " (element ", i,
+                         ") is outside its range");
+        }
+    } else {
+        const int64_t nb = q8_blocks(I);
+        p.q8.resize(static_cast<size_t>(O * I));
+        p.scale.resize(static_cast<size_t>(O * nb));
+        for (int64_t o = 0; o < O; ++o)
+            qlinear::q8_quantize_row(w + o * I, I, p.q8.data() + o * I, p.scale.data() + o * nb);
+    }
+    return p;
+}
+
+void unpack_tensor(const PackedTensor& p, float* w) {
+    qlinear::dequantize_rows(p.view(), p.cols, 0, p.rows, w);
+}
+
+std::string stored_weights(const Config& c) {
+    if (c.quantization == "q8_0") return "q8_0";
+    if (c.dtype == "bfloat16") return "bf16";
+    if (c.dtype == "float16") return "f16";
+    if (c.dtype == "float64") return "f64";
+    return "f32";
+}
+
+void pack_model(Model<float>& m, WeightFormat f) {
+    auto p = std::make_shared<PackedWeights>();
+    for (const ParamEntry& e : m.layout.entries) {
+        if (!is_packable(m.cfg, e.name)) continue;
+        PLDR_CHECK(e.shape.size() == 2);
+        float* w = m.params.data() + e.offset;
+        PackedTensor t = pack_tensor(e.name, w, e.shape[0], e.shape[1], f);
+        unpack_tensor(t, w);
+        p->tensors.emplace(e.name, std::move(t));
+    }
+    m.packed = std::move(p);
+    m.bind_linears();
+}
+
+template <typename T>
+void unpack_model(Model<T>& m) {
+    m.packed.reset();
+    m.bind_linears();
+}
+
+template void unpack_model<float>(Model<float>&);
+template void unpack_model<double>(Model<double>&);
+
+}  // namespace pldr
