@@ -445,7 +445,6 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
             "application/json",
             [this, st, id, created, model, chat, echo, want_lp, usage, cancel_all](
                 size_t, httplib::DataSink& sink) {
-                int idle = 0;
                 for (;;) {
                     size_t k = 0;
                     while (k < st->jobs.size()) {
@@ -455,9 +454,9 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                     }
                     if (k == st->jobs.size()) break;
                     st->jobs[k]->wait_done(250);
-                    // A space every second (JSON allows leading whitespace): a client that has
+                    // A space every 250 ms (JSON allows leading whitespace): a client that has
                     // gone away makes the write fail, and its jobs are cancelled.
-                    if (++idle % 4 == 0 && !sink.write(" ", 1)) {
+                    if (!sink.write(" ", 1)) {
                         cancel_all();
                         return false;
                     }

@@ -256,10 +256,17 @@ def run_all(s):
     # same for a non-streamed request (noticed by the keep-alive write)
     before = s.metric("pldr_jobs_cancelled_total")
     sock = socket.create_connection(("127.0.0.1", s.port))
-    req = json.dumps({"prompt": "Once upon a time", "max_tokens": 1000, "temperature": 0, "ignore_eos": True})
+    # Eight jobs of the whole context on two slots: several seconds even on a fast machine, so the
+    # server's keep-alive writes (every 250 ms) see the closed socket before the jobs end.
+    req = json.dumps({"prompt": ["Once upon a time"] * 4, "n": 2, "max_tokens": 1000, "temperature": 0,
+                      "ignore_eos": True})
     sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   f"Content-Length: {len(req)}\r\n\r\n{req}").encode())
-    time.sleep(0.5)
+    # Close as soon as the job holds its slot: a fast machine generates the whole context in
+    # well under a second, so a fixed sleep could outlast the job.
+    t0 = time.time()
+    while s.metric("pldr_active_slots") < 1 and time.time() - t0 < 20:
+        time.sleep(0.005)
     sock.close()
     t0 = time.time()
     while time.time() - t0 < 30 and s.metric("pldr_jobs_cancelled_total") == before:
@@ -280,18 +287,22 @@ def queue_full_and_drain(pldr):
     s = Server(pldr, args=["--parallel", "1", "--queue", "1"])
     results = {}
 
-    def long_stream(key):
-        results[key] = s.stream("/v1/completions", {"prompt": "Once", "max_tokens": 200, "temperature": 0,
+    def long_stream(key):  # the whole context (512): the longest job the default model allows
+        results[key] = s.stream("/v1/completions", {"prompt": "Once", "max_tokens": 500, "temperature": 0,
                                                    "ignore_eos": True, "stream": True})
 
+    # No fixed sleeps: on a fast machine a job ends in a fraction of a second, so each next step
+    # starts the moment the metrics show the previous one in place.
     t1 = threading.Thread(target=long_stream, args=("a",))
     t1.start()
-    time.sleep(0.3)
+    t0 = time.time()
+    while s.metric("pldr_active_slots") < 1 and time.time() - t0 < 20:
+        time.sleep(0.002)
     t2 = threading.Thread(target=long_stream, args=("b",))
     t2.start()
     t0 = time.time()
     while s.metric("pldr_queue_depth") < 1 and time.time() - t0 < 20:
-        time.sleep(0.05)
+        time.sleep(0.002)
     st, b = s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
     err_ok(st, b, 429, "queue is full")
     code_holder = {}
