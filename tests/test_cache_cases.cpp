@@ -134,16 +134,23 @@ TEST_P(CacheModel, BatchedStepEqualsSingleDecodes) {
         {CacheMode::KVG, S, false},     {CacheMode::KV, S + 3, false}, {CacheMode::KVG, 1, false},
         {CacheMode::NONE, 2, false},    {CacheMode::KV, S + 1, true},  {CacheMode::KVG, 3, true},
         {CacheMode::KVG, S + 4, false}, {CacheMode::NONE, S, false},   {CacheMode::KV, 2, false}};
-    std::vector<std::unique_ptr<pldr::Session<double>>> batched, single;
+    // lean: the sessions without kept activations (two reused layer buffers, no learner
+    // internals), which must give the same bits as `single`.
+    std::vector<std::unique_ptr<pldr::Session<double>>> batched, single, lean;
     std::vector<pldr::Session<double>*> ptrs;
     for (const Plan& p : plan) {
         const std::vector<int64_t> prompt = tokens(p.len);
-        for (auto* v : {&batched, &single}) {
+        for (auto* v : {&batched, &single, &lean}) {
             v->push_back(std::make_unique<pldr::Session<double>>(m, p.mode));
+            if (v == &lean) v->back()->keep_activations(false);
             if (p.preset) v->back()->set_g_cache(preset);
             v->back()->prefill(prompt);
         }
         ptrs.push_back(batched.back().get());
+        EXPECT_EQ(lean.back()->logits(), single.back()->logits());
+        for (int64_t l = 0; l < m.cfg.num_layers && p.mode == CacheMode::KVG; ++l)
+            EXPECT_EQ(lean.back()->g_cache()[size_t(l)].G.data,
+                      single.back()->g_cache()[size_t(l)].G.data);
     }
     const int64_t L = m.cfg.num_layers;
     for (int step = 0; step < kSteps; ++step) {
@@ -158,6 +165,7 @@ TEST_P(CacheModel, BatchedStepEqualsSingleDecodes) {
             pldr::Session<double>& b = *batched[i];
             pldr::Session<double>& s = *single[i];
             const std::vector<double> want = s.decode(ids[i]);
+            EXPECT_EQ(lean[i]->decode(ids[i]), want);
             ASSERT_EQ(b.tokens(), s.tokens());
             ASSERT_EQ(b.logits().size(), want.size());
             EXPECT_LE(max_rel_diff(b.logits(), want), kTol);

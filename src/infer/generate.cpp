@@ -37,6 +37,7 @@ GenResult generate(const Model<T>& m, const std::vector<int64_t>& prompt,
     check_generation_fits(m, prompt, opt.max_new);
     Session<T> s(m, opt.cache,
                  std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + opt.max_new));
+    s.keep_activations(false);
     if (preset) s.set_g_cache(*preset);
     Sampler sampler(opt.sampler);
     GenResult r;
@@ -85,6 +86,7 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
         ss[i] = std::make_unique<Session<T>>(
             m, o.cache,
             std::min<int64_t>(m.cfg.max_position, int64_t(prompts[i].size()) + o.max_new));
+        ss[i]->keep_activations(false);
         if (preset) ss[i]->set_g_cache(*preset);
         samplers[i] = std::make_unique<Sampler>(o.sampler);
         out[i].prompt_ids = prompts[i];

@@ -121,13 +121,15 @@ void Session<T>::run(const int64_t* ids, int64_t S, bool first) {
     a.pos.resize(static_cast<size_t>(S));
     for (int64_t s = 0; s < S; ++s) a.pos[size_t(s)] = Tp + s;
     embed_forward(m_, ids, S, a.x0, a.embed_ln, a.ln_mean, a.ln_rstd);
-    a.layers.resize(size_t(c.num_layers));
+    // Without keep_activations: two buffers, layer l writes one while reading the other's output.
+    a.layers.resize(size_t(keep_acts_ ? c.num_layers : std::min<int64_t>(2, c.num_layers)));
     if (first && !preset_g_) g_.assign(size_t(c.num_layers), {});
     const Tensor<T>* x = &a.embed_ln;
     for (int64_t l = 0; l < c.num_layers; ++l) {
-        LayerActs<T>& la = a.layers[size_t(l)];
+        LayerActs<T>& la = a.layers[size_t(keep_acts_ ? l : l % 2)];
         la.x_in = *x;
         AttnInput<T> in;
+        in.keep_learner = keep_acts_;
         in.pos = a.pos.data();
         in.mask = first;  // the reference's decode steps pass mask = None
         in.key_ids = first ? ids : nullptr;
@@ -158,6 +160,7 @@ void Session<T>::run(const int64_t* ids, int64_t S, bool first) {
     }
     logits_.resize(size_t(V));
     linear_forward(logits_.data(), x->ptr() + (S - 1) * d, m_.lw.head, m_.w.head_b, 1, d, V);
+    if (!keep_acts_ && S > 1) a = Activations<T>{};  // a decode step keeps its small buffers
 }
 
 template <typename T>
@@ -338,7 +341,7 @@ template <typename T>
 void Session<T>::run_uncached() {
     const Config& c = m_.cfg;
     const int64_t S = length(), d = c.hidden_size, V = c.vocab_size;
-    forward_layers(m_, ids_.data(), 1, S, acts_);
+    forward_layers(m_, ids_.data(), 1, S, acts_, keep_acts_);
     if (g_.empty()) {  // the first pass's operator, for g_cache()
         g_.assign(size_t(c.num_layers), {});
         const Shape sh{c.num_heads, c.head_dim, c.head_dim};

@@ -79,6 +79,11 @@ class Session {
     const Model<T>& model() const { return m_; }
     // The activations of the last call (its deductive outputs, for audits).
     const Activations<T>& last() const { return acts_; }
+    // Off: prefill and decode keep two layers' activation buffers, reused from layer to layer,
+    // without the metric learner's internals (the peak memory of a prefill no longer grows with
+    // the layer count), and last() holds nothing to read. For callers that read only the logits
+    // (generation, benchmarks). On by default.
+    void keep_activations(bool on) { keep_acts_ = on; }
 
   private:
     friend void decode_step<T>(const std::vector<Session<T>*>&, const std::vector<int64_t>&, bool);
@@ -95,6 +100,7 @@ class Session {
     CacheMode mode_;
     int64_t max_len_;
     bool preset_g_ = false;
+    bool keep_acts_ = true;
     std::vector<int64_t> ids_;
     std::vector<std::vector<T>> K_, V_;  // per layer [max_len, H, D]
     GCache<T> g_;

@@ -103,6 +103,7 @@ std::vector<double> run_prefill(const Model<float>& m, int64_t prompt, int64_t c
     std::vector<double> tps;
     for (int r = 0; r < warmup + reps; ++r) {
         Session<float> s(m, CacheMode::KVG, context);
+        s.keep_activations(false);
         const double t0 = now_s();
         s.prefill(ids);
         const double dt = now_s() - t0;
@@ -139,6 +140,7 @@ std::vector<double> run_decode(const Model<float>& m, CacheMode mode, int64_t ba
         std::vector<int64_t> next(static_cast<size_t>(batch));
         for (int64_t b = 0; b < batch; ++b) {
             ss.push_back(std::make_unique<Session<float>>(m, mode, context));
+            ss.back()->keep_activations(false);
             next[size_t(b)] =
                 argmax(ss.back()->prefill(random_ids(prompt, m.cfg.vocab_size, 100 + uint64_t(b))));
         }
