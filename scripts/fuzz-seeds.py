@@ -154,8 +154,10 @@ def main():
     with open(os.path.join(data, "train.pldrtok"), "wb") as f:
         f.write(shard([(11 * i + i // 7) % 50 for i in range(9 * 24)], 50, 9))
     ck = os.path.join(tmp, "ck")
-    run("train", "--config", f"{a}/config.json", "--data", data, "--out", ck, "--steps", "3",
-        "--batch", "2", "--stop-at", "2", "--eval-batches", "1", env=env)
+    # (a relative --config from the repository root: the checkpoint records the path it was given)
+    run("train", "--config", os.path.relpath(f"{a}/config.json", ROOT), "--data", data, "--out",
+        ck, "--steps", "3", "--batch", "2", "--stop-at", "2", "--eval-batches", "1", env=env,
+        cwd=ROOT)
     put("train_state", "step2", read(os.path.join(ck, "train_state.safetensors")))
     dd = os.path.join(ROOT, "fuzz/data/train_state_model")
     os.makedirs(dd, exist_ok=True)
