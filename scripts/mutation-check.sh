@@ -112,7 +112,10 @@ for i in "${!IDS[@]}"; do
     rm -rf "$tmp"
 done
 
-cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+# ccache where installed (optional: make's own timestamps already rebuild only the mutated file)
+LAUNCHER=()
+if command -v ccache >/dev/null; then LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${LAUNCHER[@]}" \
     -DPLDR_BUILD_BENCH=OFF -DPLDR_FATAL_WARNINGS=OFF >"$WORK/configure.log"  # (a mutation may leave a variable unused)
 
 # Builds, then runs the GoogleTest binary in two shards, all under one hold of the lock.
