@@ -34,10 +34,16 @@ struct HttpError {
     throw HttpError{400, "invalid_request_error", msg};
 }
 
+// The JSON text of a response. Bytes that are not UTF-8 become U+FFFD instead of throwing
+// (nlohmann's default): a request's bytes quoted in a JSON parse error, a path, a decoded text.
+std::string dump(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::string error_body(const std::string& type, const std::string& msg) {
     json j;
     j["error"] = {{"message", msg}, {"type", type}};
-    return j.dump();
+    return dump(j);
 }
 
 const char* type_for(int status) {
@@ -71,7 +77,10 @@ void fill_error(const httplib::Request& req, httplib::Response& res) {
 
 std::string brief(const json& v) {
     std::string s = v.dump();
-    return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+    if (s.size() <= 40) return s;
+    size_t n = 37;  // not inside a UTF-8 sequence
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+    return s.substr(0, n) + "...";
 }
 
 bool get_bool(const json& b, const char* k, bool def) {
@@ -524,7 +533,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                     out["choices"] = choices;
                     out["usage"] = usage();
                 }
-                const std::string s = out.dump();
+                const std::string s = dump(out);
                 if (!sink.write(s.data(), s.size())) return false;
                 sink.done();
                 return true;
@@ -541,7 +550,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         [this, st, id, created, model, chat, echo, want_lp, usage, cancel_all](
             size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
-                const std::string s = "data: " + j.dump() + "\n\n";
+                const std::string s = "data: " + dump(j) + "\n\n";
                 return sink.write(s.data(), s.size());
             };
             auto chunk = [&](size_t i, json delta_or_text, json lp, json finish) {
@@ -687,7 +696,7 @@ void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
         out["pieces"] = ps;
         out["offsets"] = os;
     }
-    res.set_content(out.dump(), "application/json");
+    res.set_content(dump(out), "application/json");
 }
 
 void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
@@ -695,7 +704,7 @@ void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
     if (!b.contains("tokens") || !b["tokens"].is_array())
         bad("'tokens' must be a list of token ids");
     const auto ids = id_list(b["tokens"], e_, "'tokens'");
-    res.set_content(json{{"prompt", e_.detokenize(ids)}}.dump(), "application/json");
+    res.set_content(dump(json{{"prompt", e_.detokenize(ids)}}), "application/json");
 }
 
 void Server::deductive(const httplib::Request& req, httplib::Response& res) {
@@ -764,7 +773,7 @@ void Server::deductive(const httplib::Request& req, httplib::Response& res) {
     out["A_P"] = heads(d.A_P);
     out["G_LM"] = heads(d.G);
     out["eps_G"] = d.eps_G;
-    res.set_content(out.dump(), "application/json");
+    res.set_content(dump(out), "application/json");
 }
 
 std::string Server::metrics() const {
@@ -832,7 +841,7 @@ std::vector<Server::Route> Server::make_routes() {
                                {"created", 0},
                                {"owned_by", "pldr"},
                                {"max_model_len", e_.ctx()}};
-                     s.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(),
+                     s.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}),
                                    "application/json");
                  }});
     r.push_back({"GET", "/tokenizer_info", [this](const httplib::Request&, httplib::Response& s) {
@@ -843,7 +852,7 @@ std::vector<Server::Route> Server::make_routes() {
                      j["pad_token"] =
                          e_.pad_id() >= 0 ? json(e_.piece(e_.pad_id())) : json(nullptr);
                      j["model_max_length"] = e_.ctx();
-                     s.set_content(j.dump(), "application/json");
+                     s.set_content(dump(j), "application/json");
                  }});
     r.push_back({"GET", "/health", [this](const httplib::Request&, httplib::Response& s) {
                      if (draining_) {

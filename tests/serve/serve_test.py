@@ -221,13 +221,21 @@ def run_all(s):
         ("/v1/deductive", {"prompt": []}, None, 400, "non-empty list"),
         ("/v1/deductive", {"prompt": "a b c", "prefix_len": 99}, None, 400, "'prefix_len' must be in"),
         ("/nowhere", {}, None, 404, "no route"),
+        # bytes that are not UTF-8, quoted in the error (as U+FFFD): once a 500 (fuzz_serve_request)
+        ("/v1/completions", None, '{"prompt": ["a"\xa3]}', 400, "not valid JSON"),
+        ("/v1/completions", None, '{"prompt": "\xff"}', 400, "not valid JSON"),
     ]
     for path, body, raw, status, needle in cases:
         st, b = s.post(path, body, raw)
         err_ok(st, b, status, needle)
     st, b = s.get("/v1/nothing")
     err_ok(st, b, 404, "no route")
-    print(f"{len(cases) + 1} bad requests: each a JSON 4xx error")
+    # a path that decodes to bytes that are not UTF-8: once an uncaught exception that ended the
+    # server (fuzz_serve_request)
+    st, b = s.get("/%FF%FE")
+    err_ok(st, b, 404, "no route")
+    check(s.get("/health")[0] == 200, "the server is up after GET /%FF%FE")
+    print(f"{len(cases) + 2} bad requests: each a JSON 4xx error")
 
     # deductive: shapes; eps_G is 0 for every step of a fixed prefix? No: it is the G change.
     st, d = s.post("/v1/deductive", {"prompt": "The quick brown fox jumps", "prefix": "The quick"})
