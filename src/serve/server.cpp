@@ -640,10 +640,15 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                 }
                 if (all_done) break;
                 if (!any) {
-                    st->jobs[0]->wait(100);
-                    for (auto& j : st->jobs) {
-                        std::lock_guard<std::mutex> lk(j->mu);
-                        if (!j->events.empty() || j->done) {
+                    // Wait on a job that has not ended (an ended one is done: its wait returns at
+                    // once, and the loop would spin), and count only those as news.
+                    size_t w = 0;
+                    while (st->ended[w]) ++w;  // one exists: not all_done
+                    st->jobs[w]->wait(100);
+                    for (size_t i = 0; i < st->jobs.size(); ++i) {
+                        if (st->ended[i]) continue;
+                        std::lock_guard<std::mutex> lk(st->jobs[i]->mu);
+                        if (!st->jobs[i]->events.empty() || st->jobs[i]->done) {
                             idle = 0;
                             break;
                         }
