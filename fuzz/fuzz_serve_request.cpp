@@ -9,8 +9,9 @@
 // response), a status other than 200, 400, 404 or 413 (requests come one at a time, so neither
 // 429 (queue full, deductive busy) nor 503 (draining) can happen, and 5xx is a bug), an error
 // that is not a JSON object with string error.message and error.type, a 200 JSON body that is not
-// a JSON object or holds an error (a job failed after validation let it through), or an event
-// stream that is not `data: <JSON object>` events and pings ending with `data: [DONE]`.
+// a JSON object or holds an error (a job failed after validation let it through), piece offsets
+// (/tokenize `offsets`, logprobs `text_offset`) that go back, or an event stream that is not
+// `data: <JSON object>` events and pings ending with `data: [DONE]`.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -44,17 +45,36 @@ bool is_json_error(const std::string& body) {
            j["error"]["type"].is_string();
 }
 
-// A 200 JSON body: an object without "error"; a completion has choices that all finished.
+// Byte offsets of pieces into their text (/tokenize `offsets`, logprobs `text_offset`): one per
+// piece, from 0 on, never going back.
+bool offsets_ok(const json& offsets, const json& pieces) {
+    if (!offsets.is_array() || !pieces.is_array() || offsets.size() != pieces.size()) return false;
+    int64_t last = 0;
+    for (const auto& o : offsets) {
+        if (!o.is_number_integer() || o.get<int64_t>() < last) return false;
+        last = o.get<int64_t>();
+    }
+    return true;
+}
+
+// A 200 JSON body: an object without "error"; a completion has choices that all finished; piece
+// offsets never go back.
 void check_json(const std::string& route, const pldr::serve::LocalResponse& r) {
     const json j = json::parse(r.body, nullptr, false);
     if (!j.is_object()) fail("200 body is not a JSON object", route, r);
     if (j.contains("error")) fail("200 body is an error (a job failed)", route, r);
+    if (j.contains("offsets") && !offsets_ok(j["offsets"], j["pieces"]))
+        fail("/tokenize offsets go back", route, r);
     if (j.contains("choices")) {
         if (!j["choices"].is_array() || j["choices"].empty()) fail("no choices", route, r);
-        for (const auto& c : j["choices"])
+        for (const auto& c : j["choices"]) {
             if (!c.contains("finish_reason") || !c["finish_reason"].is_string() ||
                 (c["finish_reason"] != "stop" && c["finish_reason"] != "length"))
                 fail("a choice without finish_reason stop or length", route, r);
+            if (c.contains("logprobs") && c["logprobs"].is_object() &&
+                !offsets_ok(c["logprobs"]["text_offset"], c["logprobs"]["tokens"]))
+                fail("logprobs text_offset go back", route, r);
+        }
     }
 }
 

@@ -92,6 +92,18 @@ def run_all(s):
     check(st == 200 and d["prompt"] == text, f"detokenize {d}")
     ids = t["tokens"]
 
+    # characters made of byte pieces: the piece that completes one carries it whole (the tokens
+    # before it carry ""), so pieces, offsets and echo text add up to the text (fuzz_serve_request)
+    utext = "I like \U0001F600 and \u4e2d\u6587"
+    st, u = s.post("/tokenize", {"prompt": utext, "with_pieces": True})
+    check(st == 200 and "".join(u["pieces"]) == utext, f"pieces of byte pieces {u}")
+    check(u["offsets"] == sorted(u["offsets"]) and
+          all(utext.encode()[o:].startswith(p.encode()) for o, p in zip(u["offsets"], u["pieces"])),
+          f"offsets of byte pieces {u}")
+    st, e = s.post("/v1/completions", {"prompt": utext, "max_tokens": 0, "echo": True, "logprobs": 0})
+    check(st == 200 and e["choices"][0]["text"] == utext, f"echo of byte pieces {e}")
+    check("".join(e["choices"][0]["logprobs"]["tokens"]) == utext, f"echo tokens {e}")
+
     # completions: greedy is deterministic, a list of prompts gives one choice each, ids work
     body = {"prompt": text, "max_tokens": 12, "temperature": 0}
     st, a = s.post("/v1/completions", body)
