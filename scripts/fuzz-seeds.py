@@ -3,6 +3,7 @@
 golden models, the bundled data, and files written by the built `pldr` (G-caches, a training
 checkpoint, a small tokenizer). Run once from the repository root after building `build/pldr`:
     python3 scripts/fuzz-seeds.py [build/pldr]
+    python3 scripts/fuzz-seeds.py --serve       # only fuzz/corpus/serve_request
 The output is committed; rerunning it rewrites the same seeds (the pldr outputs are
 deterministic)."""
 import json, os, shutil, struct, subprocess, sys, tempfile
@@ -72,6 +73,89 @@ def shard(tokens, vocab, ctx, dtype=2):
 
 def run(*args, **kw):
     subprocess.run([PLDR, *args], check=True, stdout=subprocess.DEVNULL, **kw)
+
+
+def serve_seeds():
+    """serve_request: `METHOD PATH`, a newline, then the body. The lm-eval payloads of the serve
+    tests (tests/serve/fixtures), and valid and refused bodies of every route, under the limits
+    of the fuzz target (context 64, max_tokens 16, n 2, queue 4, body 16 KiB)."""
+    d = os.path.join(CORPUS, "serve_request")
+    shutil.rmtree(d, ignore_errors=True)
+
+    def req(name, route, body=b""):
+        if not isinstance(body, bytes):
+            body = json.dumps(body, ensure_ascii=False).encode()
+        put("serve_request", name, route.encode() + b"\n" + body)
+
+    C, CH, D = "POST /v1/completions", "POST /v1/chat/completions", "POST /v1/deductive"
+    fx = os.path.join(ROOT, "tests/serve/fixtures")
+    for f in sorted(os.listdir(fx)):
+        r = json.loads(read(os.path.join(fx, f)))["request"]
+        req(f.replace(".json", ""), C, json.dumps(r, indent=1).encode())
+        if r.get("max_tokens", 0) > 16:
+            req(f.replace(".json", "") + "_16", C, dict(r, max_tokens=16))
+    t = "The state of the Union"
+    req("cmpl_text", C, {"prompt": t, "max_tokens": 4, "temperature": 0})
+    req("cmpl_sampling", C, {"prompt": t, "max_tokens": 5, "temperature": 0.8, "top_p": 0.9,
+                             "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.3, "seed": 7})
+    req("cmpl_list", C, {"prompt": ["Hello", "", "x"], "n": 1, "max_tokens": 2, "seed": -3})
+    req("cmpl_n2_stop", C, {"prompt": t, "n": 2, "max_tokens": 8, "stop": [" the", "\n"],
+                            "ignore_eos": True})
+    req("cmpl_ids_logprobs", C, {"prompt": [[5, 17, 3], [9]], "max_tokens": 3, "logprobs": 5})
+    req("cmpl_echo_only", C, {"prompt": t, "max_tokens": 0, "echo": True, "logprobs": 2})
+    req("cmpl_stream", C, {"prompt": t, "max_tokens": 6, "stream": True, "stop": "Union"})
+    req("cmpl_stream_echo_lp", C, {"prompt": [t, "Hi"], "max_tokens": 3, "stream": True,
+                                   "echo": True, "logprobs": 1, "temperature": 0})
+    req("cmpl_stream_n2_queued", C, {"prompt": [t, "a"], "n": 2, "max_tokens": 4,
+                                     "stream": True, "logprobs": 0, "seed": 1})
+    req("cmpl_unicode", C, {"prompt": "caf\u00e9 \u2581 \U0001F600 \u00e9\u00e9",
+                            "max_tokens": 2, "stop": ["\u00e9"]})
+    req("bad_not_json", C, b'{"prompt": "a",')
+    req("bad_array_body", C, b'["prompt"]')
+    req("bad_no_prompt", C, {"max_tokens": 2})
+    req("bad_empty_list", C, {"prompt": []})
+    req("bad_prompt_mixed", C, {"prompt": ["a", 3]})
+    req("bad_temperature", C, {"prompt": "a", "temperature": "hot"})
+    req("bad_top_p_zero", C, {"prompt": "a", "top_p": 0})
+    req("bad_n3", C, {"prompt": "a", "n": 3})
+    req("bad_max_tokens_17", C, {"prompt": "a", "max_tokens": 17})
+    req("bad_max_tokens_0", C, {"prompt": "a", "max_tokens": 0})
+    req("bad_too_long", C, {"prompt": list(range(10, 80))})
+    req("bad_id_vocab", C, {"prompt": [1, 32000]})
+    req("bad_id_huge", C, b'{"prompt": [18446744073709551615]}')
+    req("bad_stop_17", C, {"prompt": "a", "stop": ["s%d" % i for i in range(17)]})
+    req("bad_logprobs_21", C, {"prompt": "a", "logprobs": 21})
+    req("bad_echo", C, {"prompt": "a", "echo": 1})
+    req("bad_jobs_over_queue", C, {"prompt": ["a", "b", "c"], "n": 2})
+    req("chat", CH, {"messages": [{"role": "system", "content": "Be brief."},
+                                  {"role": "user", "content": "Hello?"}],
+                     "max_tokens": 4, "temperature": 0})
+    req("chat_stream", CH, {"messages": [{"role": "user", "content": "Tell me"}],
+                            "stream": True, "max_completion_tokens": 5, "logprobs": True})
+    req("chat_assistant_n2", CH, {"messages": [{"role": "user", "content": "a"},
+                                               {"role": "assistant", "content": "b"}],
+                                  "n": 2, "max_tokens": 3, "stop": "User"})
+    req("bad_chat_role", CH, {"messages": [{"role": "tool", "content": "x"}]})
+    req("bad_chat_empty", CH, {"messages": []})
+    req("bad_chat_logprobs", CH, {"messages": [{"role": "user", "content": "x"}], "logprobs": 2})
+    req("tokenize", "POST /tokenize", {"prompt": t, "with_pieces": True})
+    req("tokenize_content", "POST /tokenize", {"content": "caf\u00e9\n\tx"})
+    req("tokenize_eos", "POST /tokenize", {"prompt": "[END]"})
+    req("bad_tokenize", "POST /tokenize", {"prompt": 5})
+    req("detokenize", "POST /detokenize", {"tokens": [6348, 281, 2805, 270, 3]})
+    req("bad_detokenize_id", "POST /detokenize", {"tokens": [-1]})
+    req("bad_detokenize_list", "POST /detokenize", {"tokens": "6348"})
+    req("deductive", D, {"prompt": t})
+    req("deductive_prefix", D, {"prompt": t + " is strong", "prefix": t})
+    req("deductive_ids", D, {"prompt": [5, 17, 3, 9], "prefix_len": 2})
+    req("bad_deductive_prefix_len", D, {"prompt": "a b", "prefix_len": 9})
+    for p in ("/v1/models", "/tokenizer_info", "/health", "/metrics", "/"):
+        req("get" + (p.replace("/", "_") if p != "/" else "_page"), "GET " + p)
+    req("head_health", "HEAD /health")
+    req("bad_no_route", "POST /v1/embeddings", {"input": "a"})
+    req("bad_get_post_route", "GET /v1/completions")
+    req("bad_method", "BREW /v1/completions", {"prompt": "a"})
+    req("bad_too_large", C, json.dumps({"prompt": "a" * 17000}).encode())
 
 
 def main():
@@ -163,10 +247,14 @@ def main():
     os.makedirs(dd, exist_ok=True)
     for f in ("config.json", "model.safetensors"):
         shutil.copy(os.path.join(ck, f), os.path.join(dd, f))
+    serve_seeds()
     shutil.rmtree(tmp)
     for t in sorted(os.listdir(CORPUS)):
         print(t, len(os.listdir(os.path.join(CORPUS, t))), "seeds")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--serve"]:  # only the serve_request seeds (no pldr needed)
+        serve_seeds()
+    else:
+        main()

@@ -156,13 +156,23 @@ void Engine::pieces(const std::vector<int64_t>& ids, std::vector<std::string>* o
                     std::vector<int64_t>* offsets) const {
     out->clear();
     offsets->clear();
+    static const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD
     std::string prev;
     std::vector<int64_t> prefix;
-    for (int64_t id : ids) {
-        prefix.push_back(id);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        prefix.push_back(ids[i]);
         std::string cur = detokenize(prefix);
-        // The decoded text of a prefix extends the previous one except around incomplete UTF-8
-        // byte sequences; take the common prefix as the previous text's length.
+        // A prefix that ends inside a character (byte pieces) decodes with a U+FFFD for each of
+        // its bytes so far, which the next token's text replaces: give such a token no text, and
+        // the whole character to the token that completes it (the last token gives what is left).
+        if (i + 1 < ids.size() && cur.size() >= kReplacement.size() &&
+            cur.compare(cur.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0) {
+            offsets->push_back(int64_t(prev.size()));
+            out->push_back({});
+            continue;
+        }
+        // Otherwise the decoded text of a prefix extends the previous one; should it not, take
+        // the common prefix as the previous text's length.
         size_t k = 0;
         while (k < prev.size() && k < cur.size() && prev[k] == cur[k]) ++k;
         offsets->push_back(int64_t(k));

@@ -30,6 +30,12 @@ size_t hold_back(const std::string& s, const std::vector<std::string>& stops) {
                 hold = k;
                 break;
             }
+    // A text that ends inside a character (byte pieces) decodes with a U+FFFD for each of its
+    // bytes so far, which the next token's text replaces: hold them back.
+    static const std::string kReplacement = "\xEF\xBF\xBD";
+    while (s.size() - hold >= kReplacement.size() &&
+           s.compare(s.size() - hold - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
+        hold += kReplacement.size();
     // Never split a UTF-8 sequence: hold back an incomplete trailing one.
     size_t i = s.size() - hold, back = 0;
     while (i > 0 && back < 4 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) {

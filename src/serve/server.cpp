@@ -34,10 +34,16 @@ struct HttpError {
     throw HttpError{400, "invalid_request_error", msg};
 }
 
+// The JSON text of a response. Bytes that are not UTF-8 become U+FFFD instead of throwing
+// (nlohmann's default): a request's bytes quoted in a JSON parse error, a path, a decoded text.
+std::string dump(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::string error_body(const std::string& type, const std::string& msg) {
     json j;
     j["error"] = {{"message", msg}, {"type", type}};
-    return j.dump();
+    return dump(j);
 }
 
 const char* type_for(int status) {
@@ -57,11 +63,24 @@ const char* type_for(int status) {
     }
 }
 
+// The body of an error response that no handler filled (no route, body too large).
+void fill_error(const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
+                      : res.status == 413 ? "request body is larger than the limit (--max-body)"
+                      : res.status == 405 ? "method " + req.method + " not allowed on " + req.path
+                                          : "bad request";
+    res.set_content(error_body(type_for(res.status), msg), "application/json");
+}
+
 // ---- field readers (each names the field and the value it got) ----
 
 std::string brief(const json& v) {
     std::string s = v.dump();
-    return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+    if (s.size() <= 40) return s;
+    size_t n = 37;  // not inside a UTF-8 sequence
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+    return s.substr(0, n) + "...";
 }
 
 bool get_bool(const json& b, const char* k, bool def) {
@@ -126,11 +145,23 @@ class Server {
           e_(dir, o.ctx, o.mode == "cached" ? EchoMode::CACHED : EchoMode::BLOCK, o.tokenizer),
           sched_(e_, o.parallel, o.queue) {
         max_tokens_ = o.max_tokens > 0 ? std::min(o.max_tokens, e_.ctx()) : e_.ctx();
+        routes_ = make_routes();
     }
 
     int run();
+    LocalResponse local(const std::string& method, const std::string& path,
+                        const std::string& body);
 
   private:
+    using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+    struct Route {
+        const char* method;  // GET or POST
+        const char* path;
+        Handler f;
+    };
+    std::vector<Route> make_routes();
+    void count(const httplib::Request& req, const httplib::Response& res);
+
     struct Prompt {
         std::vector<int64_t> ids;
     };
@@ -156,6 +187,7 @@ class Server {
     Scheduler sched_;
     int64_t max_tokens_ = 0;
     httplib::Server svr_;
+    std::vector<Route> routes_;
     std::atomic<bool> draining_{false};
     std::atomic<int> deductive_busy_{0};
     std::atomic<int64_t> next_id_{1};
@@ -501,7 +533,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                     out["choices"] = choices;
                     out["usage"] = usage();
                 }
-                const std::string s = out.dump();
+                const std::string s = dump(out);
                 if (!sink.write(s.data(), s.size())) return false;
                 sink.done();
                 return true;
@@ -518,7 +550,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         [this, st, id, created, model, chat, echo, want_lp, usage, cancel_all](
             size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
-                const std::string s = "data: " + j.dump() + "\n\n";
+                const std::string s = "data: " + dump(j) + "\n\n";
                 return sink.write(s.data(), s.size());
             };
             auto chunk = [&](size_t i, json delta_or_text, json lp, json finish) {
@@ -608,10 +640,15 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                 }
                 if (all_done) break;
                 if (!any) {
-                    st->jobs[0]->wait(100);
-                    for (auto& j : st->jobs) {
-                        std::lock_guard<std::mutex> lk(j->mu);
-                        if (!j->events.empty() || j->done) {
+                    // Wait on a job that has not ended (an ended one is done: its wait returns at
+                    // once, and the loop would spin), and count only those as news.
+                    size_t w = 0;
+                    while (st->ended[w]) ++w;  // one exists: not all_done
+                    st->jobs[w]->wait(100);
+                    for (size_t i = 0; i < st->jobs.size(); ++i) {
+                        if (st->ended[i]) continue;
+                        std::lock_guard<std::mutex> lk(st->jobs[i]->mu);
+                        if (!st->jobs[i]->events.empty() || st->jobs[i]->done) {
                             idle = 0;
                             break;
                         }
@@ -664,7 +701,7 @@ void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
         out["pieces"] = ps;
         out["offsets"] = os;
     }
-    res.set_content(out.dump(), "application/json");
+    res.set_content(dump(out), "application/json");
 }
 
 void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
@@ -672,7 +709,7 @@ void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
     if (!b.contains("tokens") || !b["tokens"].is_array())
         bad("'tokens' must be a list of token ids");
     const auto ids = id_list(b["tokens"], e_, "'tokens'");
-    res.set_content(json{{"prompt", e_.detokenize(ids)}}.dump(), "application/json");
+    res.set_content(dump(json{{"prompt", e_.detokenize(ids)}}), "application/json");
 }
 
 void Server::deductive(const httplib::Request& req, httplib::Response& res) {
@@ -741,7 +778,7 @@ void Server::deductive(const httplib::Request& req, httplib::Response& res) {
     out["A_P"] = heads(d.A_P);
     out["G_LM"] = heads(d.G);
     out["eps_G"] = d.eps_G;
-    res.set_content(out.dump(), "application/json");
+    res.set_content(dump(out), "application/json");
 }
 
 std::string Server::metrics() const {
@@ -779,74 +816,144 @@ std::string Server::metrics() const {
     return m;
 }
 
+void Server::count(const httplib::Request& req, const httplib::Response& res) {
+    std::lock_guard<std::mutex> lk(mmu_);
+    // Known routes only (a client's path must not add label values or break the format).
+    static const char* const known[] = {
+        "/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/deductive", "/tokenize",
+        "/detokenize",     "/tokenizer_info",      "/health",    "/metrics",      "/"};
+    std::string p = "other";
+    for (const char* k : known)
+        if (req.path == k) p = k;
+    ++requests_[p + " " + std::to_string(res.status)];
+}
+
+std::vector<Server::Route> Server::make_routes() {
+    std::vector<Route> r;
+    auto post = [&](const char* path, Handler f) {
+        r.push_back({"POST", path, [this, f](const httplib::Request& q, httplib::Response& s) {
+                         guard(s, [&] { f(q, s); });
+                     }});
+    };
+    post("/v1/completions", [this](const auto& q, auto& s) { completions(q, s, false); });
+    post("/v1/chat/completions", [this](const auto& q, auto& s) { completions(q, s, true); });
+    post("/tokenize", [this](const auto& q, auto& s) { tokenize(q, s); });
+    post("/detokenize", [this](const auto& q, auto& s) { detokenize(q, s); });
+    post("/v1/deductive", [this](const auto& q, auto& s) { deductive(q, s); });
+    r.push_back({"GET", "/v1/models", [this](const httplib::Request&, httplib::Response& s) {
+                     json m = {{"id", e_.model_name()},
+                               {"object", "model"},
+                               {"created", 0},
+                               {"owned_by", "pldr"},
+                               {"max_model_len", e_.ctx()}};
+                     s.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}),
+                                   "application/json");
+                 }});
+    r.push_back({"GET", "/tokenizer_info", [this](const httplib::Request&, httplib::Response& s) {
+                     json j;
+                     j["eos_token"] = e_.piece(e_.eos_id());
+                     j["bos_token"] =
+                         e_.bos_id() >= 0 ? json(e_.piece(e_.bos_id())) : json(nullptr);
+                     j["pad_token"] =
+                         e_.pad_id() >= 0 ? json(e_.piece(e_.pad_id())) : json(nullptr);
+                     j["model_max_length"] = e_.ctx();
+                     s.set_content(dump(j), "application/json");
+                 }});
+    r.push_back({"GET", "/health", [this](const httplib::Request&, httplib::Response& s) {
+                     if (draining_) {
+                         s.status = 503;
+                         s.set_content(
+                             error_body("unavailable_error", "the server is shutting down"),
+                             "application/json");
+                         return;
+                     }
+                     s.set_content(R"({"status":"ok"})", "application/json");
+                 }});
+    r.push_back({"GET", "/metrics", [this](const httplib::Request&, httplib::Response& s) {
+                     s.set_content(metrics(), "text/plain; version=0.0.4");
+                 }});
+    r.push_back({"GET", "/", [](const httplib::Request&, httplib::Response& s) {
+                     s.set_content(page_html(), "text/html; charset=utf-8");
+                 }});
+    return r;
+}
+
+// One request without a socket, as cpp-httplib 0.11 serves it: the body limit (413), the exact
+// route of the method (GET's for HEAD, without the body; 404 without one, 400 for a method it
+// does not know), an exception out of a handler as 500, the error handler for every status >= 400,
+// then the chunked content provider called until it calls done() (or fails), and its releaser with
+// the outcome.
+LocalResponse Server::local(const std::string& method, const std::string& path,
+                            const std::string& body) {
+    httplib::Request req;
+    req.method = method;
+    req.path = path;
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+    httplib::Response res;
+    if (body.size() > size_t(o_.max_body)) {
+        res.status = 413;
+    } else {
+        const Route* route = nullptr;
+        const bool head = method == "HEAD";  // a GET route without its body
+        for (const auto& r : routes_)
+            if ((method == r.method || (head && std::string(r.method) == "GET")) && path == r.path)
+                route = &r;
+        if (route) {
+            try {
+                route->f(req, res);
+            } catch (const std::exception&) {
+                res.status = 500;
+            }
+            if (res.status == -1) res.status = 200;
+        } else {
+            static const char* const methods[] = {"GET",    "HEAD",    "POST", "PUT",
+                                                  "DELETE", "OPTIONS", "PATCH"};
+            bool known = false;
+            for (const char* m : methods) known = known || method == m;
+            res.status = known ? 404 : 400;
+        }
+    }
+    if (res.status >= 400) fill_error(req, res);
+    LocalResponse out;
+    out.status = res.status;
+    out.content_type = res.get_header_value("Content-Type");
+    if (req.method == "HEAD") {
+        out.body.clear();
+    } else if (res.content_provider_) {
+        bool over = false;
+        httplib::DataSink sink;
+        sink.write = [&](const char* d, size_t n) {
+            out.body.append(d, n);
+            return true;
+        };
+        sink.done = [&] { over = true; };
+        sink.is_writable = [] { return true; };
+        bool ok = true;
+        while (ok && !over) ok = res.content_provider_(out.body.size(), 0, sink);
+        res.content_provider_success_ = ok;  // the releaser runs in ~Response
+    } else {
+        out.body = res.body;
+    }
+    count(req, res);
+    return out;
+}
+
 int Server::run() {
     const int threads = o_.threads > 0 ? o_.threads : int(o_.parallel + o_.queue + 4);
     svr_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     svr_.set_payload_max_length(size_t(o_.max_body));
     svr_.set_keep_alive_timeout(2);
-    svr_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return;
-        std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
-                          : res.status == 413 ? "request body is larger than the limit (--max-body)"
-                          : res.status == 405
-                              ? "method " + req.method + " not allowed on " + req.path
-                              : "bad request";
-        res.set_content(error_body(type_for(res.status), msg), "application/json");
-    });
-    svr_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-        std::lock_guard<std::mutex> lk(mmu_);
-        // Known routes only (a client's path must not add label values or break the format).
-        static const char* const known[] = {
-            "/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/deductive", "/tokenize",
-            "/detokenize",     "/tokenizer_info",      "/health",    "/metrics",      "/"};
-        std::string p = "other";
-        for (const char* k : known)
-            if (req.path == k) p = k;
-        ++requests_[p + " " + std::to_string(res.status)];
-    });
-    auto post = [this](const char* path,
-                       std::function<void(const httplib::Request&, httplib::Response&)> f) {
-        svr_.Post(path, [this, f](const httplib::Request& q, httplib::Response& r) {
-            guard(r, [&] { f(q, r); });
-        });
-    };
-    post("/v1/completions", [this](const auto& q, auto& r) { completions(q, r, false); });
-    post("/v1/chat/completions", [this](const auto& q, auto& r) { completions(q, r, true); });
-    post("/tokenize", [this](const auto& q, auto& r) { tokenize(q, r); });
-    post("/detokenize", [this](const auto& q, auto& r) { detokenize(q, r); });
-    post("/v1/deductive", [this](const auto& q, auto& r) { deductive(q, r); });
-    svr_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
-        json m = {{"id", e_.model_name()},
-                  {"object", "model"},
-                  {"created", 0},
-                  {"owned_by", "pldr"},
-                  {"max_model_len", e_.ctx()}};
-        r.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(),
-                      "application/json");
-    });
-    svr_.Get("/tokenizer_info", [this](const httplib::Request&, httplib::Response& r) {
-        json j;
-        j["eos_token"] = e_.piece(e_.eos_id());
-        j["bos_token"] = e_.bos_id() >= 0 ? json(e_.piece(e_.bos_id())) : json(nullptr);
-        j["pad_token"] = e_.pad_id() >= 0 ? json(e_.piece(e_.pad_id())) : json(nullptr);
-        j["model_max_length"] = e_.ctx();
-        r.set_content(j.dump(), "application/json");
-    });
-    svr_.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
-        if (draining_) {
-            r.status = 503;
-            r.set_content(error_body("unavailable_error", "the server is shutting down"),
-                          "application/json");
-            return;
-        }
-        r.set_content(R"({"status":"ok"})", "application/json");
-    });
-    svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
-        r.set_content(metrics(), "text/plain; version=0.0.4");
-    });
-    svr_.Get("/", [](const httplib::Request&, httplib::Response& r) {
-        r.set_content(page_html(), "text/html; charset=utf-8");
-    });
+    svr_.set_error_handler(
+        [](const httplib::Request& req, httplib::Response& res) { fill_error(req, res); });
+    svr_.set_logger(
+        [this](const httplib::Request& req, const httplib::Response& res) { count(req, res); });
+    for (const auto& r : routes_) {
+        if (std::string(r.method) == "POST")
+            svr_.Post(r.path, r.f);
+        else
+            svr_.Get(r.path, r.f);
+    }
 
     int port = o_.port;
     if (port == 0) {
@@ -887,7 +994,9 @@ int Server::run() {
     return 0;
 }
 
-int run_server(const std::string& model_dir, const ServeOptions& o) {
+namespace {
+
+void check_options(const ServeOptions& o) {
     PLDR_REQUIRE(o.mode == "block" || o.mode == "cached", "--mode must be block or cached (got '",
                  o.mode, "')");
     PLDR_REQUIRE(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got ", o.port);
@@ -898,6 +1007,24 @@ int run_server(const std::string& model_dir, const ServeOptions& o) {
     PLDR_REQUIRE(o.max_body >= 1024, "--max-body must be >= 1024 bytes, got ", o.max_body);
     PLDR_REQUIRE(o.max_tokens >= 0, "--max-tokens must be >= 0, got ", o.max_tokens);
     PLDR_REQUIRE(o.max_n >= 1 && o.max_n <= 128, "--max-n must be in [1, 128], got ", o.max_n);
+}
+
+}  // namespace
+
+LocalServer::LocalServer(const std::string& model_dir, const ServeOptions& o) {
+    check_options(o);
+    s_ = std::make_unique<Server>(model_dir, o);
+}
+
+LocalServer::~LocalServer() = default;
+
+LocalResponse LocalServer::handle(const std::string& method, const std::string& path,
+                                  const std::string& body) {
+    return s_->local(method, path, body);
+}
+
+int run_server(const std::string& model_dir, const ServeOptions& o) {
+    check_options(o);
     // Block the stop signals in every thread (the signal thread waits for them) and ignore
     // SIGPIPE (a client that goes away is seen as a failed write).
     sigset_t set;

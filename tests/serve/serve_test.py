@@ -92,6 +92,18 @@ def run_all(s):
     check(st == 200 and d["prompt"] == text, f"detokenize {d}")
     ids = t["tokens"]
 
+    # characters made of byte pieces: the piece that completes one carries it whole (the tokens
+    # before it carry ""), so pieces, offsets and echo text add up to the text (fuzz_serve_request)
+    utext = "I like \U0001F600 and \u4e2d\u6587"
+    st, u = s.post("/tokenize", {"prompt": utext, "with_pieces": True})
+    check(st == 200 and "".join(u["pieces"]) == utext, f"pieces of byte pieces {u}")
+    check(u["offsets"] == sorted(u["offsets"]) and
+          all(utext.encode()[o:].startswith(p.encode()) for o, p in zip(u["offsets"], u["pieces"])),
+          f"offsets of byte pieces {u}")
+    st, e = s.post("/v1/completions", {"prompt": utext, "max_tokens": 0, "echo": True, "logprobs": 0})
+    check(st == 200 and e["choices"][0]["text"] == utext, f"echo of byte pieces {e}")
+    check("".join(e["choices"][0]["logprobs"]["tokens"]) == utext, f"echo tokens {e}")
+
     # completions: greedy is deterministic, a list of prompts gives one choice each, ids work
     body = {"prompt": text, "max_tokens": 12, "temperature": 0}
     st, a = s.post("/v1/completions", body)
@@ -221,13 +233,21 @@ def run_all(s):
         ("/v1/deductive", {"prompt": []}, None, 400, "non-empty list"),
         ("/v1/deductive", {"prompt": "a b c", "prefix_len": 99}, None, 400, "'prefix_len' must be in"),
         ("/nowhere", {}, None, 404, "no route"),
+        # bytes that are not UTF-8, quoted in the error (as U+FFFD): once a 500 (fuzz_serve_request)
+        ("/v1/completions", None, '{"prompt": ["a"\xa3]}', 400, "not valid JSON"),
+        ("/v1/completions", None, '{"prompt": "\xff"}', 400, "not valid JSON"),
     ]
     for path, body, raw, status, needle in cases:
         st, b = s.post(path, body, raw)
         err_ok(st, b, status, needle)
     st, b = s.get("/v1/nothing")
     err_ok(st, b, 404, "no route")
-    print(f"{len(cases) + 1} bad requests: each a JSON 4xx error")
+    # a path that decodes to bytes that are not UTF-8: once an uncaught exception that ended the
+    # server (fuzz_serve_request)
+    st, b = s.get("/%FF%FE")
+    err_ok(st, b, 404, "no route")
+    check(s.get("/health")[0] == 200, "the server is up after GET /%FF%FE")
+    print(f"{len(cases) + 2} bad requests: each a JSON 4xx error")
 
     # deductive: shapes; eps_G is 0 for every step of a fixed prefix? No: it is the G change.
     st, d = s.post("/v1/deductive", {"prompt": "The quick brown fox jumps", "prefix": "The quick"})
