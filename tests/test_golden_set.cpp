@@ -434,13 +434,11 @@ TEST(GoldenCli, EveryModelDirectoryReproducesTheFixturesInFloat64) {
             for (double v : r["f64"]["logprobs"]) want.push_back(v);
         }
         out.close();
-        for (const char* mode : {"block"}) {
-            const auto lp = cli_logprobs(ev.model_dir(), req, mode, ev.name);
-            ASSERT_EQ(lp.size(), want.size()) << ev.name << " " << mode;
-            const double e = golden::rel_err(lp.data(), want.data(), int64_t(want.size()));
-            EXPECT_LE(e, 1e-9) << ev.name << " score --mode " << mode;
-            std::printf("[golden cli] %s: logprobs (%s) %.3g\n", ev.name.c_str(), mode, e);
-        }
+        const auto lp = cli_logprobs(ev.model_dir(), req, "block", ev.name);
+        ASSERT_EQ(lp.size(), want.size()) << ev.name;
+        const double e = golden::rel_err(lp.data(), want.data(), int64_t(want.size()));
+        EXPECT_LE(e, 1e-9) << ev.name;
+        std::printf("[golden cli] %s: logprobs %.3g\n", ev.name.c_str(), e);
     }
     if (golden::is_default_dir()) {
         EXPECT_EQ(dirs, int(golden::set().model_dirs.size()));
