@@ -17,6 +17,7 @@
 #include <random>
 
 #include "cli_util.h"
+#include "core/gemm_bf16.h"
 #include "error_util.h"
 #include "golden_util.h"
 #include "infer/session.h"
@@ -227,15 +228,25 @@ Packed make_packed(const Case& c, uint64_t seed) {
     return k;
 }
 
-// out against Σ_i W[o][i]·x[n][i] + b[o] in float64, within the bound of float32 summation in
-// any order: (I + 2)·2⁻²⁴·(Σ|W·x| + |b|).
+// Whether linear_forward over packed weights of format f multiplies bf16-rounded inputs: the
+// bf16 GEMM of the prefill (N above the streaming kernels' rows) where the CPU has bf16
+// products (core/gemm_bf16.h).
+bool rounds_inputs(WeightFormat f, int64_t N) {
+    return f == WeightFormat::BF16 && N > qlinear::kMaxRows && bf16::available();
+}
+
+// out against Σ_i W[o][i]·x[n][i] + b[o] in float64 (x rounded to bf16 when `bf16_inputs`),
+// within the bound of float32 summation in any order: (I + 2)·2⁻²⁴·(Σ|W·x| + |b|).
 void expect_close(const std::vector<float>& out, const Packed& k, const std::vector<float>& x,
-                  int64_t N, int64_t I, int64_t O, const std::string& what) {
+                  int64_t N, int64_t I, int64_t O, const std::string& what,
+                  bool bf16_inputs = false) {
     for (int64_t n = 0; n < N; ++n)
         for (int64_t o = 0; o < O; ++o) {
             double ref = k.b.empty() ? 0 : k.b[size_t(o)], mag = std::fabs(ref);
             for (int64_t i = 0; i < I; ++i) {
-                const double t = double(k.wf[size_t(o * I + i)]) * double(x[size_t(n * I + i)]);
+                const float xi = x[size_t(n * I + i)];
+                const double t =
+                    double(k.wf[size_t(o * I + i)]) * double(bf16_inputs ? bf16_reference(xi) : xi);
                 ref += t;
                 mag += std::fabs(t);
             }
@@ -276,7 +287,7 @@ TEST(LowpKernels, Avx2ScalarAndGemmAgreeWithFloat64) {
                     // and the dense float32 product of the dequantized weights.
                     std::fill(out.begin(), out.end(), NAN);
                     linear_forward(out.data(), x.data(), W, b, N, I, O);
-                    expect_close(out, k, x, N, I, O, "linear_forward " + tag);
+                    expect_close(out, k, x, N, I, O, "linear_forward " + tag, rounds_inputs(f, N));
                     std::vector<float> dense(size_t(N * O), NAN);
                     linear_forward(dense.data(), x.data(), k.wf.data(), b, N, I, O);
                     expect_close(dense, k, x, N, I, O, "dense " + tag);
@@ -345,9 +356,9 @@ TEST(LowpKernels, ThreadsGiveTheSameBits) {
                 EXPECT_EQ(one, two);
                 EXPECT_EQ(one, nested);
             }
-            expect_close(one, k, x, N, I, O, "1 thread");
-            expect_close(two, k, x, N, I, O, "2 threads");
-            expect_close(nested, k, x, N, I, O, "nested");
+            expect_close(one, k, x, N, I, O, "1 thread", rounds_inputs(f, N));
+            expect_close(two, k, x, N, I, O, "2 threads", rounds_inputs(f, N));
+            expect_close(nested, k, x, N, I, O, "nested", rounds_inputs(f, N));
         }
 }
 
@@ -689,7 +700,17 @@ TEST(LowpModel, PackedPathsMatchDequantizedWeights) {
                 Activations<float> ap, ad;
                 Activations<double> ae;
                 forward(p, ids.data(), 1, S, ap);
-                forward(d, ids.data(), 1, S, ad);
+                // Where the packed bf16 prefill multiplies in bf16, the dense model under bf16
+                // autocast runs the same products (its weights round to themselves): same bits.
+                const bool cast =
+                    std::string(dtype) == "bf16" && rounds_inputs(WeightFormat::BF16, S);
+                {
+                    const Bf16Autocast autocast(cast ? Precision::BF16 : Precision::FP32);
+                    forward(d, ids.data(), 1, S, ad);
+                }
+                if (cast) {
+                    EXPECT_EQ(ap.logits.data, ad.logits.data) << tag;
+                }
                 forward(e, ids.data(), 1, S, ae);
                 LogitDiffs df;
                 df.add(ap.logits.ptr(), ad.logits.ptr(), ae.logits.ptr(), ap.logits.numel());
@@ -762,15 +783,19 @@ std::vector<int64_t> text_ids(const std::string& model, const std::string& text_
 // float rounding):
 //   bf16: KL mean 2.12e-6, max 1.58e-5 nats; top-1 agreement 1.0000; NLL 5.02839 → 5.02849
 //   q8_0: KL mean 1.52e-5, max 1.03e-4 nats; top-1 agreement 0.9961 (2 of 512); NLL → 5.02796
+// With bf16 products (core/gemm_bf16.h: the prefill's inputs rounded to bf16 as well; this
+// session's AVX512-BF16 machine):
+//   bf16: KL mean 4.24e-6, max 5.61e-5 nats; top-1 agreement 1.0000; NLL → 5.02851
 // Bounds: about 3× the measured KL, top-1 at most 3× the measured disagreements (≥ 1 for bf16).
 TEST(LowpAccuracy, DefaultModelOnHeldOutText) {
+    const bool b16 = bf16::available();
     const std::vector<int64_t> ids = text_ids(kSotu, kSrc + "/data/corpus/sotu/test.txt", 0, 513);
     const Accuracy bf = measure(kSotu, "bf16", ids, 128);
     const Accuracy q8 = measure(kSotu, "q8", ids, 128);
     EXPECT_EQ(bf.positions, 512);
     EXPECT_EQ(q8.positions, 512);
-    EXPECT_LT(bf.kl_mean, 6e-6);
-    EXPECT_LT(bf.kl_max, 5e-5);
+    EXPECT_LT(bf.kl_mean, b16 ? 1.3e-5 : 6e-6);
+    EXPECT_LT(bf.kl_max, b16 ? 1.7e-4 : 5e-5);
     EXPECT_GE(bf.top1, 1 - 3.0 / 512);
     EXPECT_LT(q8.kl_mean, 4.5e-5);
     EXPECT_LT(q8.kl_max, 3e-4);
@@ -784,14 +809,17 @@ TEST(LowpAccuracy, DefaultModelOnHeldOutText) {
 // Measured:
 //   bf16: KL mean 3.05e-7, max 3.50e-7 nats; top-1 agreement 1.0000
 //   q8_0: KL mean 8.53e-7, max 1.01e-6 nats; top-1 agreement 1.0000
+// With bf16 products (the prefill's inputs rounded to bf16 too):
+//   bf16: KL mean 6.39e-7, max 2.61e-6 nats; top-1 agreement 1.0000
 TEST(LowpAccuracy, GoldenFixtureOnText) {
+    const bool b16 = bf16::available();
     const std::vector<int64_t> ids =
         text_ids(kEval, kSrc + "/data/corpus/tinyshakespeare/test.txt", 0, 385);
     const Accuracy bf = measure(kEval, "bf16", ids, 128);
     const Accuracy q8 = measure(kEval, "q8", ids, 128);
     EXPECT_EQ(bf.positions, 384);
-    EXPECT_LT(bf.kl_mean, 1e-6);
-    EXPECT_LT(bf.kl_max, 1e-6);
+    EXPECT_LT(bf.kl_mean, b16 ? 2e-6 : 1e-6);
+    EXPECT_LT(bf.kl_max, b16 ? 8e-6 : 1e-6);
     EXPECT_GE(bf.top1, 1 - 3.0 / 384);
     EXPECT_LT(q8.kl_mean, 2.5e-6);
     EXPECT_LT(q8.kl_max, 3e-6);

@@ -587,6 +587,10 @@ struct TrainOptions {
     DagCoefficients dag;
     ClipMode clip = ClipMode::VALUE;
     double clip_value = 1.0, clip_norm = 1.0;
+    // "fp32", or "bf16": mixed precision — the linear layers' products in bf16 with float32
+    // accumulation, float32 master weights and optimizer state (dtype F32 only). Where the CPU
+    // has no bf16 products (or PLDR_FORCE_FP32=1) the run computes in float32.
+    std::string precision = "fp32";
     // Names of the maths options set explicitly ("lr", "dag", "clip", ...): on resume they must
     // equal the checkpoint's (an error otherwise), except "steps", which may change the schedule
     // length; the others come from the checkpoint.

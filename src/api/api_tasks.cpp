@@ -209,6 +209,7 @@ TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
                                         : ::pldr::ClipMode::VALUE;
     t.clip_value = o.clip_value;
     t.clip_norm = o.clip_norm;
+    t.precision = o.precision;
     t.given = o.given;
     t.eval_every = o.eval_every;
     t.eval_batches = o.eval_batches;

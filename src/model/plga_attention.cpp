@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/blas.h"
+#include "core/gemm_bf16.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"
 #include "ops/plga.h"
@@ -23,6 +24,9 @@ namespace {
 template <typename T>
 void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B, int64_t S,
                             LayerActs<T>& la) {
+    // The learner's chain stays float32 under mixed precision (spec §5.2: its power law
+    // amplifies rounding; it is a small share of the FLOPs).
+    const Bf16Autocast fp32(Precision::FP32);
     const Config& c = m.cfg;
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size;
     const int64_t rows = B * H * D;
@@ -80,6 +84,7 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
 template <typename T>
 void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const LayerActs<T>& la,
                              int64_t B, int64_t S, Tensor<T>& dA, LayerView<T>& gw, Tensor<T>& dq) {
+    const Bf16Autocast fp32(Precision::FP32);  // as the forward
     const Config& c = m.cfg;
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, DD = D * D;
     // Res units in reverse, then LN_A, then A0 = qᵀq.

@@ -2,7 +2,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include <type_traits>
+
 #include "core/blas.h"
+#include "core/gemm_bf16.h"
 #include "ops/activation.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"
@@ -16,6 +19,13 @@ void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int6
     if (b) {
         for (int64_t n = 0; n < N; ++n) std::copy(b, b + O, out + n * O);
     }
+    if constexpr (std::is_same_v<T, float>) {
+        if (bf16::autocast_active()) {  // mixed precision (core/gemm_bf16.h): W rounded once
+            bf16::gemm_f32(false, true, N, O, I, 1.0f, in, I, false, W, I, true, b ? 1.0f : 0.0f,
+                           out, O);
+            return;
+        }
+    }
     if (N == 1) {  // one token (decode): a matrix-vector product streams W once
         gemv(O, I, T(1), W, I, in, b ? T(1) : T(0), out);
         return;
@@ -26,8 +36,21 @@ void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int6
 template <typename T>
 void linear_backward(T* din, T* dW, T* db, const T* dout, const T* in, const T* W, int64_t N,
                      int64_t I, int64_t O) {
-    if (din) gemm(false, false, N, I, O, T(1), dout, O, W, I, T(1), din, I);
-    if (dW) gemm(true, false, O, I, N, T(1), dout, O, in, I, T(1), dW, I);
+    bool cast = false;
+    if constexpr (std::is_same_v<T, float>) cast = bf16::autocast_active();
+    if (cast) {  // mixed precision: bf16 operands, float32 accumulation into din and dW
+        if constexpr (std::is_same_v<T, float>) {
+            if (din)
+                bf16::gemm_f32(false, false, N, I, O, 1.0f, dout, O, false, W, I, true, 1.0f, din,
+                               I);
+            if (dW)
+                bf16::gemm_f32(true, false, O, I, N, 1.0f, dout, O, false, in, I, false, 1.0f, dW,
+                               I);
+        }
+    } else {
+        if (din) gemm(false, false, N, I, O, T(1), dout, O, W, I, T(1), din, I);
+        if (dW) gemm(true, false, O, I, N, T(1), dout, O, in, I, T(1), dW, I);
+    }
     if (db) {
         for (int64_t n = 0; n < N; ++n)
             for (int64_t o = 0; o < O; ++o) db[o] += dout[n * O + o];

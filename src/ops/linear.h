@@ -6,6 +6,8 @@
 namespace pldr {
 
 // ---- linear: out[N,O] = in[N,I] · W[O,I]ᵀ + b[O] (b may be null) --------------------------------
+// float32 inside a Bf16Autocast scope (core/gemm_bf16.h): the products of the forward and the
+// backward take bf16 operands and accumulate in float32 (mixed-precision training).
 template <typename T>
 void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int64_t I, int64_t O);
 // din[N,I] += dout·W (din may be null); dW[O,I] += doutᵀ·in; db[O] += Σ_n dout (db may be null).
@@ -42,7 +44,8 @@ struct LinearWeight {
 // Packed weights (T = float only) are dequantized on the fly: for N ≤ 16 rows (decode, batched
 // decode) one pass over W streams each weight block once for all rows (AVX2 kernel when the CPU
 // has AVX2 and FMA, portable scalar code otherwise); larger N (prefill) dequantizes blocks of
-// rows of W into a float32 scratch and runs the GEMM.
+// rows of W into a float32 scratch and runs the GEMM, except BF16 where the CPU multiplies bf16
+// (core/gemm_bf16.h): then the inputs are rounded to bf16 and one bf16 product runs over W.
 template <typename T>
 void linear_forward(T* out, const T* in, const LinearWeight<T>& W, const T* b, int64_t N, int64_t I,
                     int64_t O);

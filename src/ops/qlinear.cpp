@@ -16,6 +16,7 @@
 
 #include "core/blas.h"
 #include "core/error.h"
+#include "core/gemm_bf16.h"
 
 namespace pldr {
 
@@ -154,10 +155,19 @@ void packed_forward(float* out, const float* in, const LinearWeight<float>& W, c
         }
         return;
     }
-    // Prefill: float32 blocks of rows of W, each through the GEMM.
     if (b) {
         for (int64_t n = 0; n < N; ++n) std::copy(b, b + O, out + n * O);
     }
+    // Prefill over bf16 weights on a CPU with bf16 products (core/gemm_bf16.h): the inputs
+    // rounded to bf16, one product over the packed weights as stored, float32 accumulation.
+    if (W.format == WeightFormat::BF16 && bf16::available()) {
+        static thread_local std::vector<uint16_t> xb;
+        if (xb.size() < size_t(N * I)) xb.resize(size_t(N * I));
+        bf16::round_to_bf16(in, N * I, xb.data());
+        bf16::gemm(false, true, N, O, I, 1.0f, xb.data(), I, W.bf16, I, b ? 1.0f : 0.0f, out, O);
+        return;
+    }
+    // Otherwise float32 blocks of rows of W, each through the GEMM.
     const int64_t R = std::min(O, std::max<int64_t>(kRowsPerTask, kGemmBlockFloats / I));
     // Reused across calls (a prefill makes one per linear layer): no fresh pages to fault in.
     static thread_local std::vector<float> Wf;

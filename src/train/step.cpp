@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <type_traits>
 
 #include "audit/dump.h"
+#include "core/gemm_bf16.h"
 #include "dist/dist.h"
 #include "train/clip.h"
 
@@ -26,6 +28,8 @@ template <typename T>
 Trainer<T>::Trainer(Model<T>& model, const TrainConfig& cfg, const DistOptions& dist)
     : model_(model), cfg_(cfg) {
     cfg_.validate();
+    PLDR_REQUIRE(cfg_.precision == Precision::FP32 || (std::is_same_v<T, float>),
+                 "--precision bf16 trains a float32 model (mixed precision); this one is float64");
     const int64_t n = model.layout.total;
     grads_.assign(static_cast<size_t>(n), T(0));
     const dist::World& w = dist::world();
@@ -113,6 +117,7 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
     double st[NSTAT] = {};
     for (size_t j = 0; j < k; ++j) {
         const TokenBatch& b = micro[j];
+        const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
         const LossResult l = loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_,
                                             grads_.data(), w_micro / P, N[j] / P);
         st[CE] += w_micro * l.ce * double(l.scored) / N[j];
@@ -199,6 +204,7 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
     std::fill(grads_.begin(), grads_.end(), T(0));
     StepResult r;
     const double w = 1.0 / double(micro.size());
+    const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
     for (const TokenBatch& b : micro) {
         LossResult l =
             loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, grads_.data(), w);
@@ -245,6 +251,7 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
 
 template <typename T>
 LossResult Trainer<T>::evaluate(const TokenBatch& b) {
+    const Bf16Autocast cast(cfg_.precision);
     LossResult l = loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, nullptr);
     if (!std::isfinite(l.value)) {
         const std::string bad = first_non_finite(forward_tensors(model_, acts_));

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/gemm_bf16.h"
 #include "train/adamw.h"
 #include "train/loss.h"
 #include "train/schedule.h"
@@ -19,6 +20,11 @@ struct TrainConfig {
     ClipMode clip = ClipMode::VALUE;  // the reference clips each element to ±clip_value
     double clip_value = 1.0;
     double clip_norm = 1.0;
+    // BF16: mixed precision (spec §5.2) — the linear layers' products of the forward and backward
+    // in bf16 with float32 accumulation (core/gemm_bf16.h), everything else, the master weights
+    // and the optimizer state in float32. Float32 models only; where the CPU has no bf16
+    // products (or PLDR_FORCE_FP32=1) the step runs in float32.
+    Precision precision = Precision::FP32;
     void validate() const;
 };
 

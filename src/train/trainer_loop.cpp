@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/gemm_bf16.h"
 #include "dist/dist.h"
 #include "io/config_json.h"
 #include "io/json_util.h"
@@ -42,6 +43,7 @@ TrainConfig TrainOptions::train_config() const {
     c.clip = clip;
     c.clip_value = clip_value;
     c.clip_norm = clip_norm;
+    c.precision = parse_precision(precision);
     return c;
 }
 
@@ -70,6 +72,7 @@ ojson maths(const TrainOptions& o) {
     j["dtype"] = o.dtype;
     j["fixed_g_identity"] = o.fixed_g_identity;
     if (o.numerics != "reference") j["numerics"] = o.numerics;  // older checkpoints lack it
+    if (o.precision != "fp32") j["precision"] = o.precision;    // likewise
     j["preset"] = o.preset;
     j["config"] = o.config_path;
     return j;
@@ -148,6 +151,9 @@ void apply_maths(TrainOptions& o, const ojson& j, const std::string& where) {
     o.numerics = j.contains("numerics") ? gets("numerics") : "reference";
     if (o.numerics != "reference" && o.numerics != "exact")
         bad("numerics", "'" + o.numerics + "' is not reference or exact");
+    o.precision = j.contains("precision") ? gets("precision") : "fp32";
+    if (o.precision != "fp32" && o.precision != "bf16")
+        bad("precision", "'" + o.precision + "' is not fp32 or bf16");
 }
 
 }  // namespace
@@ -300,6 +306,12 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
             if (k == "numerics") {
                 const std::string was = stored.value("numerics", "reference");
                 PLDR_REQUIRE(was == o.numerics, "--numerics ", o.numerics,
+                             " differs from the checkpoint's ", was, " (", o.resume_dir,
+                             "); a resumed run keeps its training options");
+            }
+            if (k == "precision") {
+                const std::string was = stored.value("precision", "fp32");
+                PLDR_REQUIRE(was == o.precision, "--precision ", o.precision,
                              " differs from the checkpoint's ", was, " (", o.resume_dir,
                              "); a resumed run keeps its training options");
             }
@@ -520,6 +532,11 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
           << (o.accum > 1 ? " x " + std::to_string(o.accum) : "") << ", steps "
           << (resume ? std::to_string(out.start_step) + " -> " : "") << o.steps << ", lr " << o.lr
           << ", warmup " << o.warmup_steps();
+        if (o.precision != "fp32")
+            s << "; precision " << o.precision << " ("
+              << (bf16::available() ? "matmuls on " + bf16::backend_name()
+                                    : "computing in fp32: " + bf16::unavailable_reason())
+              << ")";
         if (valid)
             s << "; validation: " << valid->num_chunks() << " chunks, unigram entropy "
               << out.valid_unigram_entropy << " nats/token";

@@ -43,6 +43,8 @@ struct TrainOptions {
     DagCoeffs dag;
     ClipMode clip = ClipMode::VALUE;
     double clip_value = 1.0, clip_norm = 1.0;
+    // "fp32", or "bf16": mixed precision (TrainConfig::precision; float32 models only).
+    std::string precision = "fp32";
 
     // Run control (may change on resume).
     int64_t stop_at = 0;       // > 0: stop (with a checkpoint) after this step

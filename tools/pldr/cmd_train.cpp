@@ -193,6 +193,11 @@ void add_train(CLI::App& app) {
     m["dtype"] = cmd->add_option("--dtype", a->dtype, "compute precision: f32 or f64")
                      ->check(CLI::IsMember({"f32", "f64"}))
                      ->capture_default_str();
+    m["precision"] = cmd->add_option("--precision", o.precision,
+                                     "fp32, or bf16: mixed precision (bf16 products, float32 "
+                                     "master weights; float32 where the CPU has no bf16)")
+                         ->check(CLI::IsMember({"fp32", "bf16"}))
+                         ->capture_default_str();
     m["numerics"] = cmd->add_option("--numerics", a->numerics,
                                     "f64: reference (the reference's float32 islands) or exact")
                         ->check(CLI::IsMember({"reference", "exact"}))
