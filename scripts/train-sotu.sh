@@ -3,7 +3,10 @@
 # `small` PLDR-LLM preset and its SDPA twin (--fixed-g identity) trained identically, each for
 # the same number of steps, and their loss curves.
 #
-#   scripts/train-sotu.sh [STEPS]      (default: 600 steps)
+#   scripts/train-sotu.sh [STEPS] [PAIR]      (default: 600 steps, PAIR sdpa)
+#
+# PAIR bf16 trains the same PLDR-LLM in mixed precision (--precision bf16: bf16 products, fp32
+# master weights; docs/precision.md) beside the fp32 run instead of the SDPA twin.
 #
 # The two models train at the same time, one thread each (2 cores in all): on a shared 2-core
 # machine two single-threaded runs go much faster than two-thread runs one after the other,
@@ -14,6 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-600}
+PAIR=${2:-sdpa}
+case "$PAIR" in sdpa | bf16) ;; *) echo "train-sotu.sh: PAIR must be sdpa or bf16 (got '$PAIR')" >&2; exit 2 ;; esac
 THREADS=1
 PLDR=${PLDR:-./build/pldr}
 OUT=out/sotu
@@ -40,6 +45,7 @@ run() {
     local model=$1
     local extra=()
     [ "$model" = sdpa ] && extra=(--fixed-g identity)
+    [ "$model" = bf16 ] && extra=(--precision bf16)
     if [ -f "$OUT/$model/train_state.safetensors" ]; then  # an interrupted run: continue it
         $PLDR train --resume "$OUT/$model" --data "$OUT/shards" --out "$OUT/$model" \
             --log-every 25 >>"$OUT/$model.log" 2>&1
@@ -49,19 +55,25 @@ run() {
 }
 run pldr &
 p1=$!
-run sdpa &
+run "$PAIR" &
 p2=$!
 wait $p1
 wait $p2
-tail -n 3 "$OUT/pldr.log" "$OUT/sdpa.log"
+tail -n 3 "$OUT/pldr.log" "$OUT/$PAIR.log"
 
 # 4. Both models on the whole validation split, and the loss curves on one plot.
-for model in pldr sdpa; do
+for model in pldr "$PAIR"; do
     $PLDR perplexity "$OUT/$model" --data "$OUT/shards" | tee "$OUT/$model.ppl.txt"
 done
 ENT=$(awk '$1 == "valid" {print $(NF-1)}' "$OUT/prepare.txt")
 for ext in png svg; do
-    $PLDR plot "$OUT/pldr/metrics.jsonl" "$OUT/sdpa/metrics.jsonl" --label PLDR --label SDPA \
-        --title "SOTU, small preset: PLDR-LLM vs SDPA" --hline "$ENT:valid unigram entropy" \
-        --out "$OUT/loss.$ext"
+    if [ "$PAIR" = sdpa ]; then
+        $PLDR plot "$OUT/pldr/metrics.jsonl" "$OUT/sdpa/metrics.jsonl" --label PLDR --label SDPA \
+            --title "SOTU, small preset: PLDR-LLM vs SDPA" --hline "$ENT:valid unigram entropy" \
+            --out "$OUT/loss.$ext"
+    else
+        $PLDR plot "$OUT/pldr/metrics.jsonl" "$OUT/bf16/metrics.jsonl" --label "PLDR fp32" \
+            --label "PLDR bf16" --title "SOTU, small preset: fp32 vs bf16 mixed precision" \
+            --hline "$ENT:valid unigram entropy" --out "$OUT/loss-bf16.$ext"
+    fi
 done

@@ -21,6 +21,10 @@ struct BenchLimits {
     int threads = 0;
     double read_gbs = 0;      // STREAM-style multi-threaded read of 1 GiB, best of 5, GB/s
     double sgemm_gflops = 0;  // float32 2048³ matrix product through OpenBLAS, best of 4
+    // bf16 2048³ matrix product (float32 accumulation) through oneDNN, best of 4; 0 where the
+    // machine has no bf16 products (or PLDR_FORCE_FP32=1). bf16_backend says which it used.
+    double bf16_gflops = 0;
+    std::string bf16_backend;
 };
 // Measures both limits on `threads` threads (≥ 1) and leaves that thread count set.
 BenchLimits measure_bench_limits(int threads);
@@ -46,6 +50,8 @@ struct BenchOptions {
     // config, or a model directory's weights repacked); "" = as loaded (a directory written by
     // convert_model stays packed). Training needs f32.
     std::string weights;
+    // train: "fp32", or "bf16" (mixed precision: bf16 products, float32 master weights).
+    std::string precision = "fp32";
 };
 
 struct BenchStats {
@@ -56,6 +62,9 @@ struct BenchStats {
 struct BenchResult {
     std::string model;            // the config name or the model directory
     std::string weights = "f32";  // what the products read: "f32", "bf16" or "q8_0"
+    // train: the precision asked for; "bf16" computes in float32 where bf16 is unavailable.
+    std::string precision = "fp32";
+    bool bf16_products = false;  // whether bf16 products ran (train bf16, prefill over bf16)
     BenchWorkload workload = BenchWorkload::DECODE;
     int threads = 0;
     int64_t num_params = 0;

@@ -4,6 +4,7 @@
 
 #include "api/api_impl.h"
 #include "core/error.h"
+#include "core/gemm_bf16.h"
 #include "io/model_load.h"
 #include "model/init.h"
 #include "perf/limits.h"
@@ -19,6 +20,8 @@ BenchLimits measure_bench_limits(int threads) {
     out.threads = threads;
     out.read_gbs = L.read_gbs;
     out.sgemm_gflops = L.sgemm_gflops;
+    out.bf16_gflops = L.bf16_gflops;
+    out.bf16_backend = bf16::backend_name();
     return out;
 }
 
@@ -76,6 +79,11 @@ BenchResult bench(const BenchOptions& o) {
     else
         PLDR_REQUIRE(o.weights.empty(), "weights '", o.weights, "' is not f32, bf16 or q8");
     r.weights = m->packed ? weight_format_name(m->packed->format()) : "f32";
+    const Precision precision = parse_precision(o.precision);
+    PLDR_REQUIRE(precision == Precision::FP32 || o.workload == BenchWorkload::TRAIN,
+                 "precision bf16 applies to training (inference in bf16: weights bf16)");
+    r.precision = precision_name(precision);
+    r.bf16_products = bf16::available() && (precision == Precision::BF16 || r.weights == "bf16");
     const int64_t ctx = std::min(o.context, m->cfg.max_position);
     r.workload = o.workload;
     r.threads = o.threads;
@@ -105,7 +113,7 @@ BenchResult bench(const BenchOptions& o) {
             const int reps = o.reps ? o.reps : (small ? 20 : 3);
             double loss = 0;
             r.tok_s = stats(perf::run_train(*m, o.train_batch, std::min(o.train_seq, ctx), reps,
-                                            o.warmup, &loss));
+                                            o.warmup, &loss, precision));
             r.flops_per_token =
                 perf::train_step_flops(m->cfg, o.train_batch, std::min(o.train_seq, ctx)) /
                 double(o.train_batch * std::min(o.train_seq, ctx));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/blas.h"
+#include "core/gemm_bf16.h"
 
 namespace pldr::perf {
 
@@ -120,6 +121,25 @@ double gemm_gflops(int threads, int64_t n, int reps) {
     return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
 }
 
+double bf16_gemm_gflops(int threads, int64_t n, int reps) {
+    if (!bf16::available()) return 0;
+    std::vector<uint16_t> A(size_t(n * n)), B(size_t(n * n));
+    std::vector<float> C(size_t(n * n));
+    for (int64_t i = 0; i < n * n; ++i) C[size_t(i)] = float((i % 13) - 6) * 0.01f;
+    bf16::round_to_bf16(C.data(), n * n, A.data());
+    for (int64_t i = 0; i < n * n; ++i) C[size_t(i)] = float((i % 7) - 3) * 0.02f;
+    bf16::round_to_bf16(C.data(), n * n, B.data());
+    set_threads(threads);
+    bf16::gemm(false, false, n, n, n, 1.0f, A.data(), n, B.data(), n, 0.0f, C.data(), n);
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r) {
+        const double t0 = now_s();
+        bf16::gemm(false, false, n, n, n, 1.0f, A.data(), n, B.data(), n, 0.0f, C.data(), n);
+        best = std::min(best, now_s() - t0);
+    }
+    return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
+}
+
 template double gemm_gflops<float>(int, int64_t, int);
 template double gemm_gflops<double>(int, int64_t, int);
 
@@ -128,6 +148,7 @@ Limits measure_limits(int threads, bool with_dgemm) {
     L.threads = threads;
     L.read_gbs = read_bandwidth_gbs(threads);
     L.sgemm_gflops = gemm_gflops<float>(threads);
+    L.bf16_gflops = bf16_gemm_gflops(threads);
     if (with_dgemm) L.dgemm_gflops = gemm_gflops<double>(threads);
     set_threads(threads);
     return L;

@@ -2,7 +2,8 @@
 // fraction of what the same run could reach (shared/spec/PERF-TARGETS.md, docs/bench.md):
 //   read bandwidth — a STREAM-style multi-threaded read (sum) of a buffer far larger than the
 //                    caches, best of several passes;
-//   GEMM peak      — square n×n×n products through pldr::gemm (OpenBLAS), best of several.
+//   GEMM peak      — square n×n×n products through pldr::gemm (OpenBLAS), best of several;
+//   bf16 GEMM peak — the same through the bf16 backend (core/gemm_bf16.h), where there is one.
 // Also the small process facts printed beside every figure: peak RSS, load average, threads.
 #pragma once
 #include <cstddef>
@@ -29,12 +30,15 @@ double read_bandwidth_gbs(int threads, size_t bytes = size_t(1) << 30, int reps 
 // GEMM peak in GFLOP/s (2n³ FLOPs per product), best of `reps`, on `threads` threads.
 template <typename T>
 double gemm_gflops(int threads, int64_t n = 2048, int reps = 4);
+// The same for bf16 operands with float32 accumulation (core/gemm_bf16.h); 0 where unavailable.
+double bf16_gemm_gflops(int threads, int64_t n = 2048, int reps = 4);
 
 struct Limits {
     int threads = 0;
     double read_gbs = 0;      // read bandwidth on `threads` threads
     double sgemm_gflops = 0;  // SGEMM 2048³ on `threads` threads
     double dgemm_gflops = 0;  // DGEMM (0 when not measured)
+    double bf16_gflops = 0;   // bf16 products (0 where the machine has none)
 };
 
 // Measures the limits on `threads` threads (and leaves the thread count at `threads`).

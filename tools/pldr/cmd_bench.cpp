@@ -30,7 +30,7 @@ using nlohmann::json;
 
 struct BenchArgs {
     std::string dir, config, only = "prefill,decode,train", caches = "kvg,kv,none", one;
-    std::string output = "md", json_path, weights;
+    std::string output = "md", json_path, weights, precision = "fp32";
     int threads = 2, reps = 0, warmup = 1;
     int64_t batch = 8, prompt_prefill = 128, prompt_decode = 32, n_new = 64, context = 1024;
     int64_t train_batch = 8, train_seq = 256;
@@ -56,6 +56,8 @@ json to_json(const api::BenchResult& r, const api::BenchOptions& o) {
     json j;
     j["model"] = r.model;
     j["weights"] = r.weights;
+    j["precision"] = r.precision;
+    j["bf16_products"] = r.bf16_products;
     j["workload"] = api::name_of(r.workload);
     if (r.workload == api::BenchWorkload::DECODE) {
         j["cache"] = api::name_of(o.cache);
@@ -151,35 +153,59 @@ int run_bench(const BenchArgs& a) {
     require(a.batch >= 1 && a.batch <= 1024, "--batch ", a.batch, " is outside [1, 1024]");
     api::BenchOptions base = options_of(a);
 
-    if (!a.one.empty()) {                 // the child: one workload, one JSON line
-        const auto parts = split(a.one);  // workload[:cache:batch]
-        require(!parts.empty(), "bench: --one needs a workload");
+    // A job: "WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION" ("-" where unused or as loaded).
+    auto options_of_job = [&](const std::string& job) {
+        const auto parts = split(job);
+        require(parts.size() == 5, "bench: --one WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION");
         api::BenchOptions o = base;
         o.workload = api::bench_workload_from_name(parts[0]);
         o.prompt = o.workload == api::BenchWorkload::PREFILL ? a.prompt_prefill : a.prompt_decode;
         if (o.workload == api::BenchWorkload::DECODE) {
-            require(parts.size() == 3, "bench: --one decode,CACHE,BATCH");
             o.cache = api::cache_mode_from_name(parts[1]);
             o.batch = std::stoll(parts[2]);
         }
+        o.weights = parts[3] == "-" ? "" : parts[3];
+        o.precision = parts[4];
+        return o;
+    };
+    if (!a.one.empty()) {  // the child: one workload, one JSON line
+        const api::BenchOptions o = options_of_job(a.one);
         const api::BenchResult r = api::bench(o);
         std::printf("{\"bench_result\":%s}\n", to_json(r, o).dump().c_str());
         return 0;
     }
 
-    // The workload list, each run as a child (or in this process with --no-isolate).
+    // The workload list, each run as a child (or in this process with --no-isolate): inference
+    // for each weight format, training for each precision (on float32 weights).
+    std::vector<std::string> weights = split(a.weights), precisions = split(a.precision);
+    for (const auto& w : weights)
+        require(w == "f32" || w == "bf16" || w == "q8", "--weights: '", w,
+                "' is not f32, bf16 or q8");
+    for (const auto& p : precisions)
+        require(p == "fp32" || p == "bf16", "--precision: '", p, "' is not fp32 or bf16");
+    require(!precisions.empty(), "--precision: give fp32, bf16 or both");
+    if (weights.empty()) weights.push_back("-");  // as loaded
     std::vector<std::string> jobs;
     for (const auto& w : split(a.only)) {
         const api::BenchWorkload wl = api::bench_workload_from_name(w);
-        if (wl != api::BenchWorkload::DECODE) {
-            jobs.push_back(w);
+        if (wl == api::BenchWorkload::TRAIN) {
+            for (const auto& p : precisions)
+                jobs.push_back("train,-,0," + std::string(a.weights.empty() ? "-" : "f32") + "," +
+                               p);
             continue;
         }
-        for (const auto& c : split(a.caches)) {
-            api::cache_mode_from_name(c);  // validates
-            jobs.push_back("decode," + c + ",1");
+        for (const auto& wt : weights) {
+            const std::string tail = "," + wt + ",fp32";
+            if (wl == api::BenchWorkload::PREFILL) {
+                jobs.push_back("prefill,-,0" + tail);
+                continue;
+            }
+            for (const auto& c : split(a.caches)) {
+                api::cache_mode_from_name(c);  // validates
+                jobs.push_back("decode," + c + ",1" + tail);
+            }
+            if (a.batch > 1) jobs.push_back("decode,kvg," + std::to_string(a.batch) + tail);
         }
-        if (a.batch > 1) jobs.push_back("decode,kvg," + std::to_string(a.batch));
     }
     require(!jobs.empty(), "bench: no workload to run (--only)");
     const api::BenchLimits lim = api::measure_bench_limits(a.threads);
@@ -191,17 +217,7 @@ int run_bench(const BenchArgs& a) {
     for (const auto& job : jobs) {
         json r;
         if (a.no_isolate) {
-            BenchArgs c = a;
-            c.one = job;
-            api::BenchOptions o = base;
-            const auto parts = split(job);
-            o.workload = api::bench_workload_from_name(parts[0]);
-            o.prompt =
-                o.workload == api::BenchWorkload::PREFILL ? a.prompt_prefill : a.prompt_decode;
-            if (parts.size() == 3) {
-                o.cache = api::cache_mode_from_name(parts[1]);
-                o.batch = std::stoll(parts[2]);
-            }
+            const api::BenchOptions o = options_of_job(job);
             r = to_json(api::bench(o), o);
         } else {
             std::vector<std::string> args = {"pldr", "bench", "--one", job};
@@ -218,7 +234,6 @@ int run_bench(const BenchArgs& a) {
                      {"--train-batch", std::to_string(a.train_batch)},
                      {"--train-seq", std::to_string(a.train_seq)}})
                 args.insert(args.end(), {k, v});
-            if (!a.weights.empty()) args.insert(args.end(), {"--weights", a.weights});
             r = run_child(args);
         }
         // The limit this workload could reach on this machine, from this run's measurements.
@@ -233,6 +248,9 @@ int run_bench(const BenchArgs& a) {
             const double flop_limit = lim.sgemm_gflops * 1e9 / (flops > 0 ? flops : bytes / 2);
             limit = std::min(bw_limit, flop_limit);
             bound = bw_limit <= flop_limit ? "read" : "sgemm";
+        } else if (r["bf16_products"].get<bool>() && lim.bf16_gflops > 0) {
+            limit = lim.bf16_gflops * 1e9 / r["flops_per_token"].get<double>();
+            bound = "bf16 gemm";
         } else {
             limit = lim.sgemm_gflops * 1e9 / r["flops_per_token"].get<double>();
             bound = "sgemm";
@@ -242,18 +260,32 @@ int run_bench(const BenchArgs& a) {
         r["fraction"] = tps / limit;
         results.push_back(r);
     }
-    // Batched decode against batch 1 of the same run.
-    double b1 = 0;
-    for (const auto& r : results)
-        if (r["workload"] == "decode" && r["cache"] == "kvg" && r["batch"] == 1)
-            b1 = r["tok_s"]["median"].get<double>();
-    for (auto& r : results)
-        if (r["workload"] == "decode" && r["batch"].get<int64_t>() > 1 && b1 > 0)
-            r["x_batch1"] = r["tok_s"]["median"].get<double>() / b1;
+    // Batched decode against batch 1 of the same run (and weights); each low-precision row
+    // against its float32 twin (same workload, cache and batch).
+    auto same_shape = [](const json& x, const json& y) {
+        return x["workload"] == y["workload"] && x.value("cache", "") == y.value("cache", "") &&
+               x.value("batch", int64_t(0)) == y.value("batch", int64_t(0));
+    };
+    for (auto& r : results) {
+        const double t = r["tok_s"]["median"].get<double>();
+        for (const auto& q : results) {
+            const double u = q["tok_s"]["median"].get<double>();
+            if (u <= 0) continue;
+            if (r["workload"] == "decode" && r["batch"].get<int64_t>() > 1 &&
+                q["workload"] == "decode" && q["cache"] == "kvg" && q["batch"] == 1 &&
+                q["weights"] == r["weights"])
+                r["x_batch1"] = t / u;
+            const bool low = r["weights"] != "f32" || r["precision"] != "fp32";
+            if (low && same_shape(r, q) && q["weights"] == "f32" && q["precision"] == "fp32")
+                r["x_fp32"] = t / u;
+        }
+    }
 
     json out;
     out["limits"] = {
-        {"threads", lim.threads}, {"read_gbs", lim.read_gbs}, {"sgemm_gflops", lim.sgemm_gflops}};
+        {"threads", lim.threads},           {"read_gbs", lim.read_gbs},
+        {"sgemm_gflops", lim.sgemm_gflops}, {"bf16_gflops", lim.bf16_gflops},
+        {"bf16_backend", lim.bf16_backend}};
     if (likwid > 0) out["limits"]["likwid_load_avx_gbs"] = likwid;
     out["results"] = results;
     out["pldr_version"] = api::version();
@@ -266,7 +298,12 @@ int run_bench(const BenchArgs& a) {
     if (likwid > 0)
         std::printf(" (likwid-bench load_avx %.1f GB/s, ratio %.2f)", likwid,
                     lim.read_gbs / likwid);
-    std::printf(", SGEMM %.0f GFLOP/s\n\n", lim.sgemm_gflops);
+    std::printf(", SGEMM %.0f GFLOP/s", lim.sgemm_gflops);
+    if (lim.bf16_gflops > 0)
+        std::printf(", bf16 GEMM %.0f GFLOP/s (%s)", lim.bf16_gflops, lim.bf16_backend.c_str());
+    else
+        std::printf(", bf16 GEMM: none (%s)", lim.bf16_backend.c_str());
+    std::printf("\n\n");
     std::printf(
         "| model | workload | tok/s median (min–max) | limit tok/s | fraction | peak RSS |\n"
         "|---|---|---|---|---|---|\n");
@@ -283,9 +320,12 @@ int run_bench(const BenchArgs& a) {
         std::string frac =
             fmt("%.2f", r["fraction"].get<double>()) + " of " + r["bound"].get<std::string>();
         if (r.contains("x_batch1")) frac += fmt(" (%.2f× batch 1)", r["x_batch1"].get<double>());
+        if (r.contains("x_fp32")) frac += fmt(" (%.2f× f32)", r["x_fp32"].get<double>());
         std::string model = r["model"].get<std::string>();
         if (r.value("weights", "f32") != "f32")
             model += " (" + r["weights"].get<std::string>() + ")";
+        if (r.value("precision", "fp32") != "fp32")
+            model += " (" + r["precision"].get<std::string>() + " mixed)";
         std::printf("| %s | %s | %s (%s–%s) | %s | %s | %.0f MB |\n", model.c_str(), w.c_str(),
                     fmt("%.1f", r["tok_s"]["median"].get<double>()).c_str(),
                     fmt("%.1f", r["tok_s"]["min"].get<double>()).c_str(),
@@ -306,9 +346,13 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--config", a->config, "benchmark shape with random weights")
         ->check(CLI::IsMember({"S", "M", "110M"}));
     cmd->add_option("--weights", a->weights,
-                    "linear weights: f32, or packed as bf16 or q8 (q8_0) before the run; default: "
-                    "as loaded (a converted directory stays packed)")
-        ->check(CLI::IsMember({"f32", "bf16", "q8"}));
+                    "linear weights of prefill and decode: f32, or packed as bf16 or q8 (q8_0) "
+                    "before the run, or a list (f32,bf16,q8: each, with ratios to f32); default: "
+                    "as loaded (a converted directory stays packed)");
+    cmd->add_option("--precision", a->precision,
+                    "training precision: fp32, bf16 (mixed: bf16 products, fp32 master weights), "
+                    "or fp32,bf16 (both, with the ratio)")
+        ->capture_default_str();
     cmd->add_option("--only", a->only, "workloads: prefill,decode,train")->capture_default_str();
     cmd->add_option("--caches", a->caches, "decode cache modes at batch 1")->capture_default_str();
     cmd->add_option("--batch", a->batch, "decode batch (kvg) besides batch 1; 1 = none")
