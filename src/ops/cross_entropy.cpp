@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
+
+#include "core/vmath.h"
 
 namespace pldr {
 
@@ -14,18 +17,26 @@ double cross_entropy_forward(T* ce_rows, int64_t* n_scored, int64_t* n_correct, 
     // row order as before, so the result does not depend on the thread count.
     std::vector<T> ce(static_cast<size_t>(N));
     std::vector<char> hit(static_cast<size_t>(N));
-#pragma omp parallel for if (N * V > 65536)
-    for (int64_t n = 0; n < N; ++n) {
-        const T* x = logits + n * V;
-        int64_t am = 0;
-        for (int64_t v = 1; v < V; ++v)
-            if (x[v] > x[am]) am = v;
-        T mx = x[am];
-        T s = 0;
-        for (int64_t v = 0; v < V; ++v) s += std::exp(x[v] - mx);
-        const int64_t t = targets[n];
-        ce[size_t(n)] = -((x[t] - mx) - std::log(s));
-        hit[size_t(n)] = am == t;
+#pragma omp parallel if (N * V > 65536)
+    {
+        std::vector<T> ex;  // float32: exp(x − max) of one row (vectorized, core/vmath.h)
+        if constexpr (std::is_same_v<T, float>) ex.resize(static_cast<size_t>(V));
+#pragma omp for
+        for (int64_t n = 0; n < N; ++n) {
+            const T* x = logits + n * V;
+            int64_t am = 0;
+            for (int64_t v = 1; v < V; ++v)
+                if (x[v] > x[am]) am = v;
+            T mx = x[am];
+            T s = 0;
+            if constexpr (std::is_same_v<T, float>)
+                s = vmath::exp_shifted_sum(x, mx, ex.data(), V);
+            else
+                for (int64_t v = 0; v < V; ++v) s += std::exp(x[v] - mx);
+            const int64_t t = targets[n];
+            ce[size_t(n)] = -((x[t] - mx) - std::log(s));
+            hit[size_t(n)] = am == t;
+        }
     }
     double total = 0;
     int64_t scored = 0, correct = 0;
@@ -56,7 +67,10 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int64_t* targets,
             T* d = dlogits + n * V;
             T mx = *std::max_element(x, x + V);
             T s = 0;
-            for (int64_t v = 0; v < V; ++v) s += (ex[size_t(v)] = std::exp(x[v] - mx));
+            if constexpr (std::is_same_v<T, float>)
+                s = vmath::exp_shifted_sum(x, mx, ex.data(), V);
+            else
+                for (int64_t v = 0; v < V; ++v) s += (ex[size_t(v)] = std::exp(x[v] - mx));
             for (int64_t v = 0; v < V; ++v) d[v] += scale * (ex[size_t(v)] / s);
             d[t] -= scale;
         }
@@ -78,7 +92,10 @@ void cross_entropy_fused_rows(T* dlogits, T* ce_rows, char* hit_rows, const T* l
             if (x[v] > x[am]) am = v;
         const T mx = x[am];
         T s = 0;
-        for (int64_t v = 0; v < V; ++v) s += (d[v] = std::exp(x[v] - mx));
+        if constexpr (std::is_same_v<T, float>)
+            s = vmath::exp_shifted_sum(x, mx, d, V);
+        else
+            for (int64_t v = 0; v < V; ++v) s += (d[v] = std::exp(x[v] - mx));
         const int64_t t = targets[n];
         ce_rows[n] = -((x[t] - mx) - std::log(s));
         hit_rows[n] = am == t;

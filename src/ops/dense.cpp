@@ -6,6 +6,7 @@
 
 #include "core/blas.h"
 #include "core/gemm_bf16.h"
+#include "core/vmath.h"
 #include "ops/activation.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"
@@ -106,6 +107,9 @@ void layernorm_backward(T* dx, T* dg, T* db, const T* dout, const T* x, const T*
     }
 }
 
+// Elements per task of the float32 SwiGLU passes.
+constexpr int64_t kGluChunk = 4096;
+
 template <typename T>
 void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluParams<T>& p, int64_t N,
                  int64_t I, int64_t F, int64_t O) {
@@ -120,8 +124,17 @@ void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluLinears<T>
     linear_forward(h1, x, p.w1, p.b1, N, I, F);
     linear_forward(h2, x, p.w2, p.b2, N, I, F);
     const int64_t NF = N * F;
+    if constexpr (std::is_same_v<T, float>) {  // vectorized exp (core/vmath.h)
+        const int64_t chunks = (NF + kGluChunk - 1) / kGluChunk;
 #pragma omp parallel for if (NF > 65536)
-    for (int64_t i = 0; i < NF; ++i) gated[i] = silu(h1[i]) * h2[i];
+        for (int64_t c = 0; c < chunks; ++c) {
+            const int64_t i = c * kGluChunk;
+            vmath::silu_mul(h1 + i, h2 + i, gated + i, std::min(kGluChunk, NF - i));
+        }
+    } else {
+#pragma omp parallel for if (NF > 65536)
+        for (int64_t i = 0; i < NF; ++i) gated[i] = silu(h1[i]) * h2[i];
+    }
     linear_forward(out, gated, p.w3, p.b3, N, F, O);
 }
 
@@ -134,11 +147,20 @@ void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const 
     T* dh2 = scratch + NF;
     std::fill(dgated, dgated + NF, T(0));
     linear_backward(dgated, g.w3, g.b3, dout, gated, p.w3, N, F, O);
+    if constexpr (std::is_same_v<T, float>) {
+        const int64_t chunks = (NF + kGluChunk - 1) / kGluChunk;
 #pragma omp parallel for if (NF > 65536)
-    for (int64_t i = 0; i < NF; ++i) {
-        T dgi = dgated[i];
-        dh2[i] = dgi * silu(h1[i]);
-        dgated[i] = dgi * h2[i] * silu_grad(h1[i]);  // dh1
+        for (int64_t c = 0; c < chunks; ++c) {
+            const int64_t i = c * kGluChunk, n = std::min(kGluChunk, NF - i);
+            vmath::silu_mul_backward(dgated + i, h1 + i, h2 + i, dgated + i, dh2 + i, n);  // dh1
+        }
+    } else {
+#pragma omp parallel for if (NF > 65536)
+        for (int64_t i = 0; i < NF; ++i) {
+            T dgi = dgated[i];
+            dh2[i] = dgi * silu(h1[i]);
+            dgated[i] = dgi * h2[i] * silu_grad(h1[i]);  // dh1
+        }
     }
     linear_backward(dx, g.w1, g.b1, dgated, x, p.w1, N, I, F);
     linear_backward(dx, g.w2, g.b2, dh2, x, p.w2, N, I, F);
@@ -153,9 +175,13 @@ void softmax_forward(T* y, const T* x, int64_t N, int64_t C) {
         T mx = xr[0];
         for (int64_t c = 1; c < C; ++c) mx = std::max(mx, xr[c]);
         T s = 0;
-        for (int64_t c = 0; c < C; ++c) {
-            yr[c] = std::exp(xr[c] - mx);
-            s += yr[c];
+        if constexpr (std::is_same_v<T, float>) {
+            s = vmath::exp_shifted_sum(xr, mx, yr, C);
+        } else {
+            for (int64_t c = 0; c < C; ++c) {
+                yr[c] = std::exp(xr[c] - mx);
+                s += yr[c];
+            }
         }
         for (int64_t c = 0; c < C; ++c) yr[c] /= s;
     }
