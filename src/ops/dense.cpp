@@ -27,6 +27,9 @@ void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int6
             return;
         }
     }
+    if constexpr (std::is_same_v<T, float>) {  // decode, batched decode: W streamed once
+        if (dense_rows_forward(out, in, W, b, N, I, O)) return;
+    }
     if (N == 1) {  // one token (decode): a matrix-vector product streams W once
         gemv(O, I, T(1), W, I, in, b ? T(1) : T(0), out);
         return;

@@ -11,6 +11,12 @@ namespace pldr {
 template <typename T>
 void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int64_t I, int64_t O);
 // din[N,I] += dout·W (din may be null); dW[O,I] += doutᵀ·in; db[O] += Σ_n dout (db may be null).
+// float32, 1 ≤ N ≤ kDenseRows, a CPU with AVX2 and FMA: one pass over W for all N rows
+// (src/ops/dense_rows.cpp), the same bits for every row whatever N (batched decoding equals
+// one-at-a-time). Returns false (nothing written) where it does not apply.
+inline constexpr int64_t kDenseRows = 16;
+bool dense_rows_forward(float* out, const float* in, const float* W, const float* b, int64_t N,
+                        int64_t I, int64_t O);
 template <typename T>
 void linear_backward(T* din, T* dW, T* db, const T* dout, const T* in, const T* W, int64_t N,
                      int64_t I, int64_t O);
