@@ -19,6 +19,24 @@ namespace pldr {
 
 namespace {
 
+// Σ a[i]·b[i] in 8 lanes (vectorizable without reassociating), summed in a fixed order.
+template <typename T>
+inline T dot_lanes(const T* a, const T* b, int64_t n) {
+    T s[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k) s[k] += a[i + k] * b[i + k];
+    T t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; ++i) t += a[i] * b[i];
+    return t;
+}
+
+// y += alpha·x.
+template <typename T>
+inline void axpy(T alpha, const T* x, T* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
 // ---- the metric learner: A0 = Qᵀ·Q → LN_A → R residual units (spec §1.4 steps 4–6, §1.7) ----
 
 template <typename T>
@@ -243,14 +261,20 @@ void decode_step_forward(const Model<T>& m, int64_t l, int64_t B, const AttnInpu
             T* qg = la.QG.ptr() + (b * H + h) * D;
             T* ep = la.Ep.ptr() + (b * H + h) * T_max;
             T* e = la.E.ptr() + (b * H + h) * T_max;
-            gemm(false, false, 1, D, D, T(1), q, d, Gp[b] + h * DD, D, T(0), qg, D);
-            gemm(false, true, 1, Tk, D, T(1), qg, D, sq.K_cache + h * D, d, T(0), ep, T_max);
+            // One query row: plain loops (a GEMM library's packing costs more than these
+            // products of one row).
+            const T* g = Gp[b] + h * DD;
+            std::fill(qg, qg + D, T(0));
+            for (int64_t i = 0; i < D; ++i) axpy(q[i], g + i * D, qg, D);  // qg = q·G
+            for (int64_t j = 0; j < Tk; ++j)
+                ep[j] = dot_lanes(qg, sq.K_cache + j * d + h * D, D);  // (q·G)·Kᵀ
             for (int64_t j = 0; j < Tk; ++j) e[j] = ep[j] /= scale;
             softmax_forward(e, e, 1, Tk);
             std::fill(ep + Tk, ep + T_max, T(0));
             std::fill(e + Tk, e + T_max, T(0));
-            gemm(false, false, 1, D, Tk, T(1), e, T_max, sq.V_cache + h * D, d, T(0),
-                 la.O.ptr() + b * d + h * D, d);
+            T* o = la.O.ptr() + b * d + h * D;  // O = E·V
+            std::fill(o, o + D, T(0));
+            for (int64_t j = 0; j < Tk; ++j) axpy(e[j], sq.V_cache + j * d + h * D, o, D);
         }
 }
 

@@ -8,7 +8,8 @@
 // Every output is the same arithmetic whatever N and the row's position in the batch: two
 // 8-lane FMA accumulators over the 16-wide part of the row, summed, reduced across lanes in a
 // fixed order, then the ragged end in order and the bias. So a batch of B sequences gives the
-// same bits as B batch-1 steps. PLDR_KERNELS=scalar turns it off (the BLAS products instead).
+// same bits as B batch-1 steps, with the AVX2 or the AVX-512 kernel. PLDR_KERNELS=scalar turns
+// them off (the BLAS products instead), PLDR_KERNELS=avx2 picks the AVX2 one.
 #include <omp.h>
 
 #include <algorithm>
@@ -83,34 +84,111 @@ PLDR_AVX2 void rows_avx2(float* out, const float* in, const float* W, const floa
     }
 }
 
-// AVX2 and FMA, unless PLDR_KERNELS=scalar asks for the portable code (here: the BLAS path).
-bool use_avx2() {
-    static const bool use = [] {
+// The AVX-512 kernel: P = 4 rows of W at a time and up to R = 4 input rows, one 16-lane
+// accumulator per output (16 accumulators, 4 vectors of W, one of x: 21 of the 32 registers), so
+// one load of x serves four rows of W and one of W serves four input rows (0.5 loads per FMA;
+// the AVX2 kernel reloads x for every row of W, which no longer stays in L1 at 8 input rows).
+// Lane k sums the inputs i ≡ k (mod 16), as the AVX2 kernel's two 8-lane accumulators do; the
+// two halves are added and reduced by the same hsum8: the same bits as the AVX2 kernel.
+#define PLDR_AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+template <int P, int R>
+PLDR_AVX512 inline void dot_tile16(const float* w, const float* x, int64_t I, const float* bias,
+                                   float* out, int64_t O) {
+    __m512 acc[P][R];
+    for (int p = 0; p < P; ++p)
+        for (int r = 0; r < R; ++r) acc[p][r] = _mm512_setzero_ps();
+    const int64_t full = I / 16 * 16;
+    for (int64_t i = 0; i < full; i += 16) {
+        __m512 wv[P];
+        for (int p = 0; p < P; ++p) {
+            wv[p] = _mm512_loadu_ps(w + p * I + i);
+            asm("" : "+v"(wv[p]));  // keep it in a register (GCC would reload it for each FMA)
+        }
+        for (int r = 0; r < R; ++r) {
+            __m512 xv = _mm512_loadu_ps(x + r * I + i);
+            asm("" : "+v"(xv));
+            for (int p = 0; p < P; ++p) acc[p][r] = _mm512_fmadd_ps(wv[p], xv, acc[p][r]);
+        }
+    }
+    for (int p = 0; p < P; ++p)
+        for (int r = 0; r < R; ++r) {
+            alignas(64) float lanes[16];
+            _mm512_store_ps(lanes, acc[p][r]);
+            const __m256 lo = _mm256_load_ps(lanes), hi = _mm256_load_ps(lanes + 8);
+            float s = hsum8(_mm256_add_ps(lo, hi));
+            for (int64_t i = full; i < I; ++i) s += w[p * I + i] * x[r * I + i];
+            out[r * O + p] = s + (bias ? bias[p] : 0.0f);
+        }
+}
+
+template <int P>
+PLDR_AVX512 inline void tile16_rows(const float* w, const float* in, int64_t N, int64_t I,
+                                    const float* bias, float* out, int64_t O) {
+    for (int64_t n = 0; n < N; n += 4) {
+        const float* x = in + n * I;
+        float* y = out + n * O;
+        switch (std::min<int64_t>(4, N - n)) {
+            case 4:
+                dot_tile16<P, 4>(w, x, I, bias, y, O);
+                break;
+            case 3:
+                dot_tile16<P, 3>(w, x, I, bias, y, O);
+                break;
+            case 2:
+                dot_tile16<P, 2>(w, x, I, bias, y, O);
+                break;
+            default:
+                dot_tile16<P, 1>(w, x, I, bias, y, O);
+        }
+    }
+}
+
+PLDR_AVX512 void rows_avx512(float* out, const float* in, const float* W, const float* b, int64_t N,
+                             int64_t I, int64_t O, int64_t o0, int64_t o1) {
+    int64_t o = o0;
+    for (; o + 4 <= o1; o += 4)
+        tile16_rows<4>(W + o * I, in, N, I, b ? b + o : nullptr, out + o, O);
+    for (; o < o1; ++o) tile16_rows<1>(W + o * I, in, N, I, b ? b + o : nullptr, out + o, O);
+}
+
+// 0: the BLAS path; 1: AVX2 + FMA; 2: AVX-512. PLDR_KERNELS=scalar asks for the portable code
+// (here: the BLAS path), PLDR_KERNELS=avx2 for the AVX2 kernel.
+int kernel_level() {
+    static const int level = [] {
         __builtin_cpu_init();
         const char* e = std::getenv("PLDR_KERNELS");
-        if (e && std::string(e) == "scalar") return false;
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        const std::string k = e ? e : "";
+        if (k == "scalar") return 0;
+        if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+        if (k == "avx2" || !__builtin_cpu_supports("avx512f")) return 1;
+        return 2;
     }();
-    return use;
+    return level;
 }
+
 #endif
 
 // Output rows per task: a few KB of W, so a thread's tasks form one stream.
-constexpr int64_t kRowsPerTask = 16;
+constexpr int64_t kRowsPerTask = 16;  // a multiple of the AVX-512 kernel's 4 rows
 
 }  // namespace
 
 bool dense_rows_forward(float* out, const float* in, const float* W, const float* b, int64_t N,
                         int64_t I, int64_t O) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (N < 1 || N > kDenseRows || !use_avx2()) return false;
+    const int level = kernel_level();
+    if (N < 1 || N > kDenseRows || level == 0) return false;
     const int64_t tasks = (O + kRowsPerTask - 1) / kRowsPerTask;
     // Bandwidth-bound: threads from the BLAS threshold on, and never a nested team.
     const bool par = O * I * 8 >= kBlasParallelWork && tasks > 1 && !omp_in_parallel();
 #pragma omp parallel for schedule(static) if (par)
     for (int64_t t = 0; t < tasks; ++t) {
         const int64_t o0 = t * kRowsPerTask, o1 = std::min(O, o0 + kRowsPerTask);
-        rows_avx2(out, in, W, b, N, I, O, o0, o1);
+        if (level == 2 && N >= 4)  // below 4 rows one stream of W at a time reads faster
+            rows_avx512(out, in, W, b, N, I, O, o0, o1);
+        else
+            rows_avx2(out, in, W, b, N, I, O, o0, o1);
     }
     return true;
 #else
