@@ -204,6 +204,79 @@ TEST(LowpFormat, Q8RowIsTheFormula) {
     EXPECT_EQ(q[32], 1);
 }
 
+// The q8_0 quantizer of the decode inputs (qlinear::q8_quantize_rows): every row by the formula
+// (q8_reference), then the padding; hand-checked values for the rounding of ties (half away from
+// zero), the all-zero block, the ragged last block and the clamp to ±127.
+TEST(LowpFormat, Q8InputsAreTheFormula) {
+    qlinear::Q8Rows xq;
+    for (int64_t I : {1, 5, 32, 33, 75, 256, 341, 2389})
+        for (int64_t N : {1, 3}) {
+            std::vector<float> x = random_floats(size_t(N * I), 40 + uint64_t(I + N), 2.0f);
+            if (I >= 64)
+                for (int64_t i = 32; i < 64; ++i) x[size_t(i)] = 0;  // an all-zero block
+            qlinear::q8_quantize_rows(x.data(), N, I, xq);
+            const int64_t nb = q8_blocks(I), blocks = (nb + 7) / 8 * 8;
+            ASSERT_EQ(xq.N, N);
+            ASSERT_EQ(xq.I, I);
+            ASSERT_EQ(xq.blocks, blocks);
+            ASSERT_EQ(xq.stride, 32 * blocks);
+            for (int64_t n = 0; n < N; ++n) {
+                std::vector<int8_t> qr;
+                std::vector<float> sr;
+                q8_reference(x.data() + n * I, I, qr, sr);
+                for (int64_t i = 0; i < xq.stride; ++i) {
+                    const int8_t q = xq.qrow(n)[i];
+                    ASSERT_EQ(q, i < I ? qr[size_t(i)] : 0) << I << " " << n << " " << i;
+                    ASSERT_EQ(xq.arow(n)[i], std::abs(int(q)));
+                    ASSERT_EQ((xq.negrow(n)[i / 64] >> (i % 64)) & 1, uint64_t(q < 0));
+                }
+                for (int64_t blk = 0; blk < blocks; ++blk)
+                    ASSERT_EQ(xq.srow(n)[blk], blk < nb ? sr[size_t(blk)] : 0.0f) << blk;
+            }
+        }
+    // By hand. Block 0: max 127, so scale 1 and q = round(x), ties away from zero: 2.5 → 3,
+    // −2.5 → −3, 0.5 → 1, −0.5 → −1, 126.5 → 127, 4.5 → 5 (ties to even would give 2, −2, 0, 0,
+    // 126, 4); 1.49999988 is below the tie. Block 1: zeros. Block 2 (inputs 64–74, the ragged
+    // last one): its own max 0.5, scale 0.5 / 127, so 0.25 → 63.5 (exactly, in float32) → 64.
+    std::vector<float> x(75, 0.0f);
+    const std::vector<float> b0{127, 2.5f, -2.5f, 0.5f, -0.5f, 126.5f, 4.5f, 1.49999988f, -127};
+    std::copy(b0.begin(), b0.end(), x.begin());
+    x[64] = 0.25f;
+    x[65] = -0.5f;
+    x[74] = 0.5f;
+    qlinear::q8_quantize_rows(x.data(), 1, 75, xq);
+    EXPECT_EQ(xq.srow(0)[0], 1.0f);
+    const std::vector<int> q0{127, 3, -3, 1, -1, 127, 5, 1, -127};
+    for (size_t i = 0; i < q0.size(); ++i) EXPECT_EQ(xq.qrow(0)[i], q0[i]) << i;
+    EXPECT_EQ(xq.srow(0)[1], 0.0f);
+    for (int64_t i = 32; i < 64; ++i) EXPECT_EQ(xq.qrow(0)[i], 0);
+    EXPECT_EQ(xq.srow(0)[2], 0.5f / 127.0f);
+    EXPECT_EQ(xq.qrow(0)[64], 64);
+    EXPECT_EQ(xq.qrow(0)[65], -127);
+    EXPECT_EQ(xq.qrow(0)[74], 127);
+    EXPECT_EQ(xq.qrow(0)[75], 0);  // padding
+    EXPECT_EQ(xq.srow(0)[3], 0.0f);
+    // The clamp: a subnormal block max 190·2⁻¹⁴⁹ gives scale 190/127·2⁻¹⁴⁹ rounded to 2⁻¹⁴⁹, so
+    // x / scale = ±190, clamped to ±127; 1·2⁻¹⁴⁹ in the same block is 1.
+    std::vector<float> t(32, 0.0f);
+    t[0] = std::ldexp(190.0f, -149);
+    t[1] = -t[0];
+    t[2] = std::ldexp(1.0f, -149);
+    qlinear::q8_quantize_rows(t.data(), 1, 32, xq);
+    EXPECT_EQ(xq.srow(0)[0], std::ldexp(1.0f, -149));
+    EXPECT_EQ(xq.qrow(0)[0], 127);
+    EXPECT_EQ(xq.qrow(0)[1], -127);
+    EXPECT_EQ(xq.qrow(0)[2], 1);
+    // A non-finite input: its block gets scale NaN and q = 0; the other blocks are as usual.
+    std::vector<float> nf(64, 1.0f);
+    nf[40] = INFINITY;
+    qlinear::q8_quantize_rows(nf.data(), 1, 64, xq);
+    EXPECT_EQ(xq.srow(0)[0], 1.0f / 127.0f);
+    EXPECT_EQ(xq.qrow(0)[5], 127);
+    EXPECT_TRUE(std::isnan(xq.srow(0)[1]));
+    EXPECT_EQ(xq.qrow(0)[40], 0);
+}
+
 // ---- kernels ----------------------------------------------------------------------------------
 
 struct Case {
@@ -228,35 +301,98 @@ Packed make_packed(const Case& c, uint64_t seed) {
     return k;
 }
 
-// Whether linear_forward over packed weights of format f multiplies bf16-rounded inputs: the
-// bf16 GEMM of the prefill (N above the streaming kernels' rows) where the CPU has bf16
-// products (core/gemm_bf16.h).
+// What linear_forward over packed weights of format f multiplies the weights with, for N input
+// rows: the inputs as given; rounded to bf16 (the bf16 GEMM of the prefill, N above the
+// streaming kernels' rows, where the CPU has bf16 products: core/gemm_bf16.h); or quantized to
+// q8_0 (the q8_0 streaming kernels, N ≤ kMaxRows).
+enum class Inputs { FLOAT, BF16, Q8 };
+Inputs inputs_of(WeightFormat f, int64_t N) {
+    if (f == WeightFormat::BF16 && N > qlinear::kMaxRows && bf16::available()) return Inputs::BF16;
+    if (f == WeightFormat::Q8_0 && N <= qlinear::kMaxRows) return Inputs::Q8;
+    return Inputs::FLOAT;
+}
 bool rounds_inputs(WeightFormat f, int64_t N) {
-    return f == WeightFormat::BF16 && N > qlinear::kMaxRows && bf16::available();
+    return inputs_of(f, N) == Inputs::BF16;
 }
 
-// out against Σ_i W[o][i]·x[n][i] + b[o] in float64 (x rounded to bf16 when `bf16_inputs`),
-// within the bound of float32 summation in any order: (I + 2)·2⁻²⁴·(Σ|W·x| + |b|).
+// The input rows x [N,I] as the product sees them, dequantized (exact in float64): q8_0 by the
+// formula of docs/formats.md (q8_reference, per row), bf16 by bf16_reference.
+std::vector<double> seen_inputs(const std::vector<float>& x, int64_t N, int64_t I, Inputs in) {
+    std::vector<double> v(x.begin(), x.end());
+    if (in == Inputs::BF16)
+        for (size_t i = 0; i < x.size(); ++i) v[i] = bf16_reference(x[i]);
+    if (in == Inputs::Q8)
+        for (int64_t n = 0; n < N; ++n) {
+            std::vector<int8_t> q;
+            std::vector<float> s;
+            q8_reference(x.data() + n * I, I, q, s);
+            for (int64_t i = 0; i < I; ++i)
+                v[size_t(n * I + i)] = double(q[size_t(i)]) * double(s[size_t(i / 32)]);
+        }
+    return v;
+}
+
+// out against Σ_i W[o][i]·x'[n][i] + b[o] in float64, x' the inputs as the product sees them
+// (seen_inputs), within the bound of float32 summation: (I + 2)·2⁻²⁴·(Σ|W·x'| + |b|) in any
+// order; for q8_0 inputs (the integer sums are exact, then a float32 product and fma per block,
+// ⌈blocks/8⌉ steps per lane, 3 levels of the lane sum, the bias) (blocks + 8)·2⁻²⁴·(…).
 void expect_close(const std::vector<float>& out, const Packed& k, const std::vector<float>& x,
                   int64_t N, int64_t I, int64_t O, const std::string& what,
-                  bool bf16_inputs = false) {
+                  Inputs in = Inputs::FLOAT) {
+    const std::vector<double> xs = seen_inputs(x, N, I, in);
+    const double steps = in == Inputs::Q8 ? double(q8_blocks(I) + 8) : double(I + 2);
     for (int64_t n = 0; n < N; ++n)
         for (int64_t o = 0; o < O; ++o) {
             double ref = k.b.empty() ? 0 : k.b[size_t(o)], mag = std::fabs(ref);
             for (int64_t i = 0; i < I; ++i) {
-                const float xi = x[size_t(n * I + i)];
-                const double t =
-                    double(k.wf[size_t(o * I + i)]) * double(bf16_inputs ? bf16_reference(xi) : xi);
+                const double t = double(k.wf[size_t(o * I + i)]) * xs[size_t(n * I + i)];
                 ref += t;
                 mag += std::fabs(t);
             }
-            const double tol = double(I + 2) * std::ldexp(1.0, -24) * mag + 1e-30;
+            const double tol = steps * std::ldexp(1.0, -24) * mag + 1e-30;
             ASSERT_LE(std::fabs(double(out[size_t(n * O + o)]) - ref), tol)
                 << what << " n=" << n << " o=" << o << " I=" << I << " O=" << O;
         }
 }
 
-TEST(LowpKernels, Avx2ScalarAndGemmAgreeWithFloat64) {
+// Every instruction set this CPU has, scalar first.
+std::vector<qlinear::Isa> cpu_isas() {
+    std::vector<qlinear::Isa> v;
+    for (qlinear::Isa i : {qlinear::Isa::SCALAR, qlinear::Isa::AVX2, qlinear::Isa::AVX512VNNI})
+        if (qlinear::cpu_has(i)) v.push_back(i);
+    return v;
+}
+
+// The q8_0 kernel of `isa` on input rows x [N,I]: the inputs quantized, then the rows of W in
+// two ranges, as two threads get them.
+std::vector<float> q8_rows(qlinear::Isa isa, const Packed& k, const std::vector<float>& x,
+                           int64_t N, int64_t I, int64_t O) {
+    qlinear::Q8Rows xq;
+    qlinear::q8_quantize_rows(x.data(), N, I, xq);
+    std::vector<float> out(size_t(N * O), NAN);
+    const float* b = k.b.empty() ? nullptr : k.b.data();
+    qlinear::rows_q8(isa, out.data(), xq, k.p.view(), b, O, 0, O / 2);
+    qlinear::rows_q8(isa, out.data(), xq, k.p.view(), b, O, O / 2, O);
+    return out;
+}
+
+// Input rows with some structure: a normal spread, a block of zeros, one block 1e4 larger and
+// one 1e-4 smaller than the rest, and (row 2) a single non-zero value.
+std::vector<float> test_inputs(int64_t N, int64_t I, uint64_t seed) {
+    std::vector<float> x = random_floats(size_t(N * I), seed, 1.0f);
+    for (int64_t n = 0; n < N; ++n) {
+        float* r = x.data() + n * I;
+        for (int64_t i = 32; i < std::min<int64_t>(I, 64); ++i) r[i] = n % 2 ? 0.0f : r[i];
+        for (int64_t i = 64; i < std::min<int64_t>(I, 96); ++i) r[i] *= n % 3 ? 1e4f : 1e-4f;
+        if (n == 2)
+            for (int64_t i = 0; i < I; ++i) r[i] = i == I / 2 ? -3.0f : 0.0f;
+    }
+    return x;
+}
+
+// The bf16 kernels and the GEMM paths (bf16 and q8_0 prefill, N > kMaxRows) against float64:
+// float32 inputs (bf16-rounded in the bf16 GEMM where the CPU multiplies bf16).
+TEST(LowpKernels, Bf16KernelsAndGemmAgreeWithFloat64) {
     const bool avx2 = qlinear::cpu_has_avx2();
     if (!avx2) std::printf("(no AVX2 on this CPU: the scalar kernel only)\n");
     int cases = 0;
@@ -268,18 +404,19 @@ TEST(LowpKernels, Avx2ScalarAndGemmAgreeWithFloat64) {
                 const LinearWeight<float> W = k.p.view();
                 const float* b = k.b.empty() ? nullptr : k.b.data();
                 for (int64_t N : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 40}) {
+                    if (f == WeightFormat::Q8_0 && N <= qlinear::kMaxRows) continue;  // below
                     const std::vector<float> x = random_floats(size_t(N * I), uint64_t(N), 1.0f);
                     std::vector<float> out(size_t(N * O), NAN);
                     const std::string tag =
                         std::string(weight_format_name(f)) + " N=" + std::to_string(N);
                     if (N <= qlinear::kMaxRows) {
-                        qlinear::rows_scalar(out.data(), x.data(), W, b, N, I, O, 0, O);
+                        qlinear::rows_bf16_scalar(out.data(), x.data(), W, b, N, I, O, 0, O);
                         expect_close(out, k, x, N, I, O, "scalar " + tag);
                         if (avx2) {
                             std::vector<float> o2(size_t(N * O), NAN);
                             // two ranges of rows, as the threads get them
-                            qlinear::rows_avx2(o2.data(), x.data(), W, b, N, I, O, 0, O / 2);
-                            qlinear::rows_avx2(o2.data(), x.data(), W, b, N, I, O, O / 2, O);
+                            qlinear::rows_bf16_avx2(o2.data(), x.data(), W, b, N, I, O, 0, O / 2);
+                            qlinear::rows_bf16_avx2(o2.data(), x.data(), W, b, N, I, O, O / 2, O);
                             expect_close(o2, k, x, N, I, O, "avx2 " + tag);
                         }
                     }
@@ -287,46 +424,99 @@ TEST(LowpKernels, Avx2ScalarAndGemmAgreeWithFloat64) {
                     // and the dense float32 product of the dequantized weights.
                     std::fill(out.begin(), out.end(), NAN);
                     linear_forward(out.data(), x.data(), W, b, N, I, O);
-                    expect_close(out, k, x, N, I, O, "linear_forward " + tag, rounds_inputs(f, N));
+                    expect_close(out, k, x, N, I, O, "linear_forward " + tag, inputs_of(f, N));
                     std::vector<float> dense(size_t(N * O), NAN);
                     linear_forward(dense.data(), x.data(), k.wf.data(), b, N, I, O);
                     expect_close(dense, k, x, N, I, O, "dense " + tag);
                     ++cases;
                 }
             }
-    EXPECT_EQ(cases, 2 * 5 * 4 * 12);
+    EXPECT_EQ(cases, 5 * 4 * 12 + 5 * 4 * 2);
 }
 
-// The kernels read the scale of each block and the ragged end: a weight changed in the last
-// (short) block of a row, or one block's scale, changes exactly that row's outputs.
+// The q8_0 decode semantics (N ≤ kMaxRows): the kernel of every instruction set this CPU has
+// against the float64 product of the dequantized weights and the quantized-then-dequantized
+// inputs (the test's own formula), within the float32 summation bound; all of them give the
+// bits of the scalar kernel (one summation order, ops/qlinear.h); linear_forward gives the
+// bits of the chosen kernel. Widths: ragged blocks (5, 75, 341, 600, 2389), whole groups of 8
+// blocks (256, 512) or not (32, 128, 896).
+TEST(LowpKernels, Q8KernelsAreTheDecodeSemantics) {
+    const std::vector<qlinear::Isa> isas = cpu_isas();
+    std::printf("instruction sets:");
+    for (qlinear::Isa i : isas) std::printf(" %s", qlinear::isa_name(i));
+    std::printf("\n");
+    int cases = 0;
+    for (int64_t I : {5, 32, 75, 128, 256, 341, 512, 600, 896, 2389})
+        for (int64_t O : {1, 7, 37}) {
+            const Case c{WeightFormat::Q8_0, O, I, (O + I) % 2 == 1};
+            const Packed k = make_packed(c, uint64_t(300 + O * 1000 + I));
+            for (int64_t N : {1, 2, 3, 4, 5, 8, 9, 16}) {
+                const std::vector<float> x = test_inputs(N, I, uint64_t(N + 7 * I));
+                const std::string tag = "q8 N=" + std::to_string(N);
+                const std::vector<float> ref = q8_rows(qlinear::Isa::SCALAR, k, x, N, I, O);
+                expect_close(ref, k, x, N, I, O, "scalar " + tag, Inputs::Q8);
+                for (qlinear::Isa isa : isas) {
+                    const std::vector<float> got = q8_rows(isa, k, x, N, I, O);
+                    ASSERT_EQ(got, ref) << qlinear::isa_name(isa) << " " << tag << " I=" << I;
+                }
+                std::vector<float> out(size_t(N * O), NAN);
+                linear_forward(out.data(), x.data(), k.p.view(), k.b.empty() ? nullptr : k.b.data(),
+                               N, I, O);
+                ASSERT_EQ(out, ref) << "linear_forward " << tag << " I=" << I;
+                ++cases;
+            }
+        }
+    EXPECT_EQ(cases, 10 * 3 * 8);
+}
+
+// A non-finite input makes the outputs of its row non-finite (the model names the tensor where
+// that first appears); the other rows are untouched.
+TEST(LowpKernels, Q8NonFiniteInputsPropagate) {
+    const int64_t O = 5, I = 75, N = 3;
+    const Packed k = make_packed({WeightFormat::Q8_0, O, I, true}, 9);
+    std::vector<float> x = random_floats(size_t(N * I), 10, 1.0f);
+    const std::vector<float> base = q8_rows(qlinear::Isa::SCALAR, k, x, N, I, O);
+    x[size_t(1 * I + 70)] = INFINITY;  // row 1, the ragged block
+    x[size_t(2 * I + 3)] = NAN;        // row 2, block 0
+    for (qlinear::Isa isa : cpu_isas()) {
+        const std::vector<float> out = q8_rows(isa, k, x, N, I, O);
+        for (int64_t o = 0; o < O; ++o) {
+            EXPECT_EQ(out[size_t(o)], base[size_t(o)]) << qlinear::isa_name(isa);
+            EXPECT_TRUE(std::isnan(out[size_t(O + o)])) << qlinear::isa_name(isa);
+            EXPECT_TRUE(std::isnan(out[size_t(2 * O + o)])) << qlinear::isa_name(isa);
+        }
+    }
+}
+
+// The kernels read the scale of each block and the ragged end, of the weights and of the
+// inputs: a weight changed in the last (short) block of a row, or one block's scale, changes
+// exactly that row's outputs; an input changed in the last block changes its row's outputs.
 TEST(LowpKernels, EveryBlockAndTheRaggedEndCount) {
     const int64_t O = 3, I = 75, N = 2;  // blocks of 32, 32, 11
     Packed k = make_packed({WeightFormat::Q8_0, O, I, false}, 7);
-    const std::vector<float> x = random_floats(size_t(N * I), 8, 1.0f);
-    auto run = [&](qlinear::Isa isa) {
-        std::vector<float> out(size_t(N * O));
-        if (isa == qlinear::Isa::AVX2)
-            qlinear::rows_avx2(out.data(), x.data(), k.p.view(), nullptr, N, I, O, 0, O);
-        else
-            qlinear::rows_scalar(out.data(), x.data(), k.p.view(), nullptr, N, I, O, 0, O);
-        return out;
-    };
-    std::vector<qlinear::Isa> isas{qlinear::Isa::SCALAR};
-    if (qlinear::cpu_has_avx2()) isas.push_back(qlinear::Isa::AVX2);
-    for (qlinear::Isa isa : isas) {
-        const std::vector<float> base = run(isa);
+    std::vector<float> x = random_floats(size_t(N * I), 8, 1.0f);
+    for (qlinear::Isa isa : cpu_isas()) {
+        const std::vector<float> base = q8_rows(isa, k, x, N, I, O);
         Packed k2 = k;
         k.p.q8[size_t(1 * I + 70)] = int8_t(k.p.q8[size_t(1 * I + 70)] > 0 ? -100 : 100);
         k.p.scale[size_t(2 * 3 + 1)] *= 2;  // row 2, block 1
         unpack_tensor(k.p, k.wf.data());
-        const std::vector<float> changed = run(isa);
+        const std::vector<float> changed = q8_rows(isa, k, x, N, I, O);
         for (int64_t n = 0; n < N; ++n) {
             EXPECT_EQ(changed[size_t(n * O)], base[size_t(n * O)]);  // row 0 untouched
             EXPECT_GT(std::fabs(changed[size_t(n * O + 1)] - base[size_t(n * O + 1)]), 1e-3);
             EXPECT_GT(std::fabs(changed[size_t(n * O + 2)] - base[size_t(n * O + 2)]), 1e-3);
         }
-        expect_close(changed, k, x, N, I, O, qlinear::isa_name(isa));
+        expect_close(changed, k, x, N, I, O, qlinear::isa_name(isa), Inputs::Q8);
         k = k2;
+        std::vector<float> x2 = x;
+        x2[size_t(I + 74)] = x2[size_t(I + 74)] > 0 ? -2.0f : 2.0f;  // row 1, last input
+        const std::vector<float> moved = q8_rows(isa, k, x2, N, I, O);
+        for (int64_t o = 0; o < O; ++o) {
+            EXPECT_EQ(moved[size_t(o)], base[size_t(o)]);
+            EXPECT_GT(std::fabs(moved[size_t(O + o)] - base[size_t(O + o)]), 1e-4);
+        }
+        expect_close(moved, k, x2, N, I, O, qlinear::isa_name(isa), Inputs::Q8);
     }
 }
 
@@ -356,23 +546,41 @@ TEST(LowpKernels, ThreadsGiveTheSameBits) {
                 EXPECT_EQ(one, two);
                 EXPECT_EQ(one, nested);
             }
-            expect_close(one, k, x, N, I, O, "1 thread", rounds_inputs(f, N));
-            expect_close(two, k, x, N, I, O, "2 threads", rounds_inputs(f, N));
-            expect_close(nested, k, x, N, I, O, "nested", rounds_inputs(f, N));
+            expect_close(one, k, x, N, I, O, "1 thread", inputs_of(f, N));
+            expect_close(two, k, x, N, I, O, "2 threads", inputs_of(f, N));
+            expect_close(nested, k, x, N, I, O, "nested", inputs_of(f, N));
         }
 }
 
 TEST(LowpKernels, IsaSelection) {
-    const qlinear::Isa was = qlinear::isa();
-    EXPECT_EQ(was == qlinear::Isa::AVX2, qlinear::cpu_has_avx2() && !std::getenv("PLDR_KERNELS"));
-    qlinear::set_isa(qlinear::Isa::SCALAR);
-    EXPECT_EQ(qlinear::isa(), qlinear::Isa::SCALAR);
-    if (qlinear::cpu_has_avx2()) {
-        qlinear::set_isa(qlinear::Isa::AVX2);
-        EXPECT_EQ(qlinear::isa(), qlinear::Isa::AVX2);
-    } else {
-        EXPECT_ERROR_HAS(qlinear::set_isa(qlinear::Isa::AVX2), "need a CPU with AVX2 and FMA");
+    using qlinear::Isa;
+    const Isa was = qlinear::isa();
+    const Isa best = cpu_isas().back();
+    EXPECT_EQ(was, qlinear::choose_isa(std::getenv("PLDR_KERNELS")));
+    if (!std::getenv("PLDR_KERNELS")) {
+        EXPECT_EQ(was, best);
     }
+    // PLDR_KERNELS caps the choice at what the CPU has.
+    EXPECT_EQ(qlinear::choose_isa(nullptr), best);
+    EXPECT_EQ(qlinear::choose_isa("bogus"), best);
+    EXPECT_EQ(qlinear::choose_isa("avx512vnni"), best);
+    EXPECT_EQ(qlinear::choose_isa("scalar"), Isa::SCALAR);
+    EXPECT_EQ(qlinear::choose_isa("avx2"), qlinear::cpu_has_avx2() ? Isa::AVX2 : Isa::SCALAR);
+    EXPECT_EQ(qlinear::cpu_has(Isa::AVX512VNNI), qlinear::cpu_has_avx512vnni());
+    if (qlinear::cpu_has_avx512vnni()) {
+        EXPECT_TRUE(qlinear::cpu_has_avx2());
+    }
+    for (Isa i : {Isa::SCALAR, Isa::AVX2, Isa::AVX512VNNI}) {
+        if (qlinear::cpu_has(i)) {
+            qlinear::set_isa(i);
+            EXPECT_EQ(qlinear::isa(), i);
+        } else {
+            const Isa cur = qlinear::isa();
+            EXPECT_ERROR_HAS(qlinear::set_isa(i), "need a CPU with");
+            EXPECT_EQ(qlinear::isa(), cur);
+        }
+    }
+    EXPECT_STREQ(qlinear::isa_name(Isa::AVX512VNNI), "avx512vnni");
     qlinear::set_isa(was);
 }
 

@@ -1,12 +1,15 @@
-// Linear layers over packed weights: the bf16 and q8_0 formats, the portable scalar kernel, the
-// run-time choice of the AVX2 kernel (qlinear_avx2.cpp), the threading over output rows and the
-// GEMM path of the prefill. See ops/qlinear.h and ops/linear.h.
+// Linear layers over packed weights: the bf16 and q8_0 formats, the q8_0 input quantizer, the
+// portable scalar kernels (the q8_0 one is the reference of the decode semantics), the run-time
+// choice of the AVX2 (qlinear_avx2.cpp) and AVX-512 VNNI (qlinear_avx512.cpp) kernels, the
+// threading over output rows and the GEMM path of the prefill. See ops/qlinear.h and
+// ops/linear.h.
 #include "ops/qlinear.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -65,6 +68,82 @@ void dequantize_rows(const LinearWeight<float>& W, int64_t I, int64_t o0, int64_
     }
 }
 
+namespace {
+
+// |x| as bits: for non-negative floats the order of the bits is the order of the values, and
+// ±inf and NaN are above every finite value.
+inline uint32_t abs_bits(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u & 0x7fffffffu;
+}
+constexpr uint32_t kInfBits = 0x7f800000u;
+
+}  // namespace
+
+void q8_quantize_rows(const float* x, int64_t N, int64_t I, Q8Rows& out) {
+    const int64_t nb = q8_blocks(I);
+    out.N = N;
+    out.I = I;
+    out.blocks = (nb + kQ8Group - 1) / kQ8Group * kQ8Group;
+    out.stride = out.blocks * kQ8Block;
+    const size_t bytes = size_t(N * out.stride);
+    // Sized once and reused (a decode step quantizes the inputs of every linear layer); the
+    // padding is rewritten below, as the previous call may have had another I.
+    if (out.q.size() < bytes) {
+        out.q.resize(bytes);
+        out.aq.resize(bytes);
+        out.neg.resize(bytes / 64);
+    }
+    if (out.scale.size() < size_t(N * out.blocks)) out.scale.resize(size_t(N * out.blocks));
+    // Written so that the loops vectorize (no libm call, integer reductions): the same values as
+    // q8_quantize_row, which the tests check.
+    for (int64_t n = 0; n < N; ++n) {
+        const float* xr = x + n * I;
+        int8_t* q = out.q.data() + n * out.stride;
+        uint8_t* aq = out.aq.data() + n * out.stride;
+        float* sc = out.scale.data() + n * out.blocks;
+        for (int64_t blk = 0; blk < nb; ++blk) {
+            const int64_t i0 = blk * kQ8Block, i1 = std::min(I, i0 + kQ8Block);
+            uint32_t m = 0;
+            for (int64_t i = i0; i < i1; ++i) m = std::max(m, abs_bits(xr[i]));
+            if (m >= kInfBits) {  // ±inf or NaN in the block
+                sc[blk] = NAN;
+                std::fill(q + i0, q + i1, int8_t(0));
+                continue;
+            }
+            float amax;
+            std::memcpy(&amax, &m, 4);
+            const float s = amax / 127.0f;
+            sc[blk] = s;
+            if (!(s > 0)) {  // all zero (or so small that the scale is 0)
+                std::fill(q + i0, q + i1, int8_t(0));
+                continue;
+            }
+            for (int64_t i = i0; i < i1; ++i) {
+                // round(v), half away from zero, for |v| ≤ 190.5 (< 2^22; the largest is reached
+                // with a subnormal scale): to nearest even by the 1.5·2^23 shift, then a tie
+                // moved away from zero (v − r is exact).
+                const float v = xr[i] / s;
+                float r = (v + 0x1.8p23f) - 0x1.8p23f;
+                if (std::fabs(v - r) == 0.5f) r = v + std::copysign(0.5f, v);
+                q[i] = int8_t(std::min(127.0f, std::max(-127.0f, r)));
+            }
+        }
+        std::fill(q + I, q + out.stride, int8_t(0));
+        std::fill(sc + nb, sc + out.blocks, 0.0f);
+        for (int64_t i = 0; i < out.stride; ++i) aq[i] = uint8_t(q[i] < 0 ? -q[i] : q[i]);
+        // The sign bits, 8 bytes at a time: the top bit of each byte moved to bit 0, then the
+        // multiply gathers bit 8k into bit 56 + k.
+        uint8_t* neg = reinterpret_cast<uint8_t*>(out.neg.data() + n * (out.stride / 64));
+        for (int64_t j = 0; j < out.stride / 8; ++j) {
+            uint64_t w;
+            std::memcpy(&w, q + 8 * j, 8);
+            neg[j] = uint8_t((((w >> 7) & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56);
+        }
+    }
+}
+
 bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
     static const bool has = [] {
@@ -77,22 +156,56 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool cpu_has_avx512vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+    // libgcc's checks include the OS's support of the AVX-512 state (XGETBV).
+    static const bool has = [] {
+        __builtin_cpu_init();
+        return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512vnni");
+    }();
+    return has;
+#else
+    return false;
+#endif
+}
+
+bool cpu_has(Isa i) {
+    switch (i) {
+        case Isa::AVX512VNNI:
+            return cpu_has_avx512vnni();
+        case Isa::AVX2:
+            return cpu_has_avx2();
+        default:
+            return true;
+    }
+}
+
+Isa choose_isa(const char* kernels) {
+    Isa cap = Isa::AVX512VNNI;
+    if (kernels) {
+        const std::string v = kernels;
+        if (v == "scalar")
+            cap = Isa::SCALAR;
+        else if (v == "avx2")
+            cap = Isa::AVX2;
+    }
+    for (Isa i : {Isa::AVX512VNNI, Isa::AVX2})
+        if (int(i) <= int(cap) && cpu_has(i)) return i;
+    return Isa::SCALAR;
+}
+
 namespace {
 
 std::atomic<int> g_isa{-1};  // -1: not chosen yet
-
-Isa default_isa() {
-    const char* e = std::getenv("PLDR_KERNELS");
-    if (e && std::string(e) == "scalar") return Isa::SCALAR;
-    return cpu_has_avx2() ? Isa::AVX2 : Isa::SCALAR;
-}
 
 }  // namespace
 
 Isa isa() {
     int v = g_isa.load(std::memory_order_relaxed);
     if (v < 0) {
-        v = int(default_isa());
+        v = int(choose_isa(std::getenv("PLDR_KERNELS")));
         g_isa.store(v, std::memory_order_relaxed);
     }
     return Isa(v);
@@ -101,15 +214,26 @@ Isa isa() {
 void set_isa(Isa i) {
     PLDR_REQUIRE(i != Isa::AVX2 || cpu_has_avx2(),
                  "the AVX2 kernels need a CPU with AVX2 and FMA; this one has not");
+    PLDR_REQUIRE(i != Isa::AVX512VNNI || cpu_has_avx512vnni(),
+                 "the AVX-512 VNNI kernels need a CPU with AVX-512 F, BW, VL and VNNI (and AVX2 "
+                 "and FMA); this one has not");
     g_isa.store(int(i), std::memory_order_relaxed);
 }
 
 const char* isa_name(Isa i) {
-    return i == Isa::AVX2 ? "avx2" : "scalar";
+    switch (i) {
+        case Isa::AVX512VNNI:
+            return "avx512vnni";
+        case Isa::AVX2:
+            return "avx2";
+        default:
+            return "scalar";
+    }
 }
 
-void rows_scalar(float* out, const float* in, const LinearWeight<float>& W, const float* b,
-                 int64_t N, int64_t I, int64_t O, int64_t o0, int64_t o1) {
+void rows_bf16_scalar(float* out, const float* in, const LinearWeight<float>& W, const float* b,
+                      int64_t N, int64_t I, int64_t O, int64_t o0, int64_t o1) {
+    PLDR_CHECK(W.format == WeightFormat::BF16);
     std::vector<float> row(static_cast<size_t>(I));
     for (int64_t o = o0; o < o1; ++o) {
         dequantize_rows(W, I, o, o + 1, row.data());  // the row once, for every n
@@ -122,12 +246,59 @@ void rows_scalar(float* out, const float* in, const LinearWeight<float>& W, cons
     }
 }
 
+void rows_q8_scalar(float* out, const Q8Rows& x, const LinearWeight<float>& W, const float* b,
+                    int64_t O, int64_t o0, int64_t o1) {
+    PLDR_CHECK(W.format == WeightFormat::Q8_0);
+    const int64_t I = x.I, nb = q8_blocks(I);
+    for (int64_t o = o0; o < o1; ++o) {
+        const int8_t* qw = W.q8 + o * I;
+        const float* sw = W.q8_scale + o * nb;
+        for (int64_t n = 0; n < x.N; ++n) {
+            const int8_t* qx = x.qrow(n);
+            const float* sx = x.srow(n);
+            float a[kQ8Group] = {};
+            for (int64_t blk = 0; blk < nb; ++blk) {
+                const int64_t i1 = std::min(I, (blk + 1) * kQ8Block);
+                int32_t isum = 0;
+                for (int64_t i = blk * kQ8Block; i < i1; ++i) isum += int32_t(qw[i]) * qx[i];
+                float& aj = a[blk % kQ8Group];
+                aj = std::fma(float(isum), sw[blk] * sx[blk], aj);
+            }
+            const float s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+            out[n * O + o] = b ? s + b[o] : s;
+        }
+    }
+}
+
 #if !(defined(__x86_64__) || defined(__i386__))
-void rows_avx2(float*, const float*, const LinearWeight<float>&, const float*, int64_t, int64_t,
-               int64_t, int64_t, int64_t) {
+void rows_bf16_avx2(float*, const float*, const LinearWeight<float>&, const float*, int64_t,
+                    int64_t, int64_t, int64_t, int64_t) {
     fail("the AVX2 kernels exist on x86 only");
 }
+void rows_q8_avx2(float*, const Q8Rows&, const LinearWeight<float>&, const float*, int64_t, int64_t,
+                  int64_t) {
+    fail("the AVX2 kernels exist on x86 only");
+}
+void rows_q8_avx512(float*, const Q8Rows&, const LinearWeight<float>&, const float*, int64_t,
+                    int64_t, int64_t) {
+    fail("the AVX-512 kernels exist on x86 only");
+}
 #endif
+
+void rows_q8(Isa i, float* out, const Q8Rows& x, const LinearWeight<float>& W, const float* b,
+             int64_t O, int64_t o0, int64_t o1) {
+    switch (i) {
+        case Isa::AVX512VNNI:
+            rows_q8_avx512(out, x, W, b, O, o0, o1);
+            break;
+        case Isa::AVX2:
+            rows_q8_avx2(out, x, W, b, O, o0, o1);
+            break;
+        default:
+            rows_q8_scalar(out, x, W, b, O, o0, o1);
+            break;
+    }
+}
 
 namespace {
 
@@ -140,18 +311,32 @@ constexpr int64_t kGemmBlockFloats = int64_t(1) << 20;
 void packed_forward(float* out, const float* in, const LinearWeight<float>& W, const float* b,
                     int64_t N, int64_t I, int64_t O) {
     if (N <= kMaxRows) {
-        const bool avx2 = isa() == Isa::AVX2;
+        const Isa k = isa();
         const int64_t tasks = (O + kRowsPerTask - 1) / kRowsPerTask;
         // Bandwidth-bound like a matrix-vector product: threads from the BLAS threshold on, and
         // never a nested team (batched generation calls this from its own parallel loop).
         const bool par = N * O * I * 8 >= kBlasParallelWork && tasks > 1 && !omp_in_parallel();
+        if (W.format == WeightFormat::Q8_0) {
+            // The inputs quantized once, by the calling thread, into its own buffer (read by the
+            // team below; a nested caller has its own).
+            static thread_local Q8Rows xq;
+            q8_quantize_rows(in, N, I, xq);
+            const Q8Rows& x = xq;
+#pragma omp parallel for schedule(static) if (par)
+            for (int64_t t = 0; t < tasks; ++t) {
+                const int64_t o0 = t * kRowsPerTask, o1 = std::min(O, o0 + kRowsPerTask);
+                rows_q8(k, out, x, W, b, O, o0, o1);
+            }
+            return;
+        }
+        const bool avx2 = k != Isa::SCALAR;
 #pragma omp parallel for schedule(static) if (par)
         for (int64_t t = 0; t < tasks; ++t) {
             const int64_t o0 = t * kRowsPerTask, o1 = std::min(O, o0 + kRowsPerTask);
             if (avx2)
-                rows_avx2(out, in, W, b, N, I, O, o0, o1);
+                rows_bf16_avx2(out, in, W, b, N, I, O, o0, o1);
             else
-                rows_scalar(out, in, W, b, N, I, O, o0, o1);
+                rows_bf16_scalar(out, in, W, b, N, I, O, o0, o1);
         }
         return;
     }

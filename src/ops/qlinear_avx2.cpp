@@ -1,17 +1,29 @@
-// The AVX2 + FMA streaming kernels of ops/qlinear.h (bf16 and q8_0 weights, float32 inputs and
-// sums). Only the functions here carry the target attribute, so the file builds and the program
-// runs on any x86-64; qlinear::isa() calls them only on a CPU with AVX2 and FMA.
+// The AVX2 + FMA streaming kernels of ops/qlinear.h. Only the functions here carry the target
+// attribute, so the file builds and the program runs on any x86-64; qlinear::isa() calls them
+// only on a CPU with AVX2 and FMA.
 //
-// For one row of W and up to four input rows at a time: each block of 32 weights is widened to
-// four float32 vectors once (q8_0: int8 → int32 → float, times the block's scale, which is the
-// dequantized weight float(q)·scale exactly; bf16: the bits shifted into a float), then
-// multiplied into every input row with FMAs, K independent accumulators per row to hide the FMA
-// latency. The ragged end of a row (I % 32 inputs) is done in scalar code. A row of W is a few
-// KB, so it is read from memory once and from L1 for the following groups of input rows.
+// bf16 weights, float32 inputs and sums: for one row of W and up to four input rows at a time,
+// each block of 32 weights is widened to four float32 vectors once (the bits shifted into a
+// float), then multiplied into every input row with FMAs, K independent accumulators per row to
+// hide the FMA latency. The ragged end of a row (I % 32 inputs) is done in scalar code.
+//
+// q8_0 weights, q8_0 inputs (ops/qlinear.h Q8Rows): for one row of W and up to four input rows,
+// groups of 8 blocks (256 weights): per block the exact int32 sum Σ q_w·q_x, by the sign trick
+// (vpmaddubsw takes an unsigned and a signed operand: |q_x| times q_w with the sign of q_x, in
+// int16 pairs ≤ 2·127², then vpmaddwd by ones to int32), the 8 blocks' lanes added into one
+// vector of 8 block sums (vphaddd), then one FMA per group into the row's 8 float32 lanes
+// (lane j: the blocks ≡ j mod 8, the order of rows_q8_scalar). The last group of a row, when it
+// holds fewer than 256 weights, is copied into a zero-padded buffer (the inputs are zero past I).
+// A row of W is a few KB, so it is read from memory once and from L1 for the following input
+// rows.
 #include "ops/qlinear.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include <cstring>
+
+#include "core/error.h"
 
 namespace pldr::qlinear {
 
@@ -57,40 +69,6 @@ PLDR_AVX2 inline void row_blocks(const float* x, int64_t I, int64_t full, const 
     }
 }
 
-// Eight q8_0 values as floats (unscaled).
-PLDR_AVX2 inline __m256 q8_int8(const int8_t* q) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-}
-
-// q8_0 blocks: per block and input row, t = Σ float(q)·x over the 32 inputs (8 lanes), then
-// acc += t · scale: one multiply by the scale per block instead of one per weight (the products
-// differ from those with the rounded weights float(q)·scale by at most one rounding each).
-struct Q8Row {
-    const int8_t* q;
-    const float* scale;
-    template <int R>
-    PLDR_AVX2 void blocks(const float* x, int64_t I, int64_t full, float* sums) const {
-        __m256 acc[R];
-        for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-        for (int64_t blk = 0; blk < full; ++blk) {
-            const int8_t* qb = q + blk * kQ8Block;
-            const __m256 w0 = q8_int8(qb), w1 = q8_int8(qb + 8), w2 = q8_int8(qb + 16),
-                         w3 = q8_int8(qb + 24);
-            const __m256 s = _mm256_set1_ps(scale[blk]);
-            for (int r = 0; r < R; ++r) {
-                const float* xr = x + r * I + blk * kQ8Block;
-                __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xr));
-                t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), t);
-                t = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr + 16), t);
-                t = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr + 24), t);
-                acc[r] = _mm256_fmadd_ps(t, s, acc[r]);
-            }
-        }
-        for (int r = 0; r < R; ++r) sums[r] = hsum(acc[r]);
-    }
-    float value(int64_t i) const { return q8_value(q[i], scale[i / kQ8Block]); }
-};
 struct Bf16Row {
     const uint16_t* w;
     template <int R>
@@ -121,10 +99,7 @@ PLDR_AVX2 void row_dot(const Row& row, const float* x, int64_t I, float* sums) {
 template <int R>
 PLDR_AVX2 void one_row(const LinearWeight<float>& W, int64_t o, const float* x, int64_t I,
                        float* sums) {
-    if (W.format == WeightFormat::Q8_0)
-        row_dot<R>(Q8Row{W.q8 + o * I, W.q8_scale + o * q8_blocks(I)}, x, I, sums);
-    else
-        row_dot<R>(Bf16Row{W.bf16 + o * I}, x, I, sums);
+    row_dot<R>(Bf16Row{W.bf16 + o * I}, x, I, sums);
 }
 
 PLDR_AVX2 void rows_impl(float* out, const float* in, const LinearWeight<float>& W, const float* b,
@@ -153,15 +128,107 @@ PLDR_AVX2 void rows_impl(float* out, const float* in, const LinearWeight<float>&
     }
 }
 
+// ---- q8_0
+
+// The exact int32 sums of 8 blocks of one input row: w[k] the 32 weights of block k (zero past
+// the row), xq / xa the row's 256 signed / absolute input values. Lane k of the result: block k.
+PLDR_AVX2 inline __m256i q8_block_sums(const __m256i* w, const int8_t* xq, const uint8_t* xa) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p[8];
+    for (int k = 0; k < 8; ++k) {
+        const __m256i s =
+            _mm256_sign_epi8(w[k], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq) + k));
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa) + k);
+        p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(a, s), ones);  // 8 lanes of block k
+    }
+    // Per 128-bit half h: [Σ lanes 4h..4h+3 of p0, p1, p2, p3], then of p4..p7.
+    const __m256i h03 =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i h47 =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h03, h47, 0x20),
+                            _mm256_permute2x128_si256(h03, h47, 0x31));
+}
+
+// sums[r] for the input rows n0 .. n0 + R − 1 and weight row (qw, sw).
+template <int R>
+PLDR_AVX2 void q8_row(const int8_t* qw, const float* sw, const Q8Rows& x, int64_t n0, float* sums) {
+    const int64_t I = x.I, nb = q8_blocks(I), groups = x.blocks / kQ8Group;
+    const int64_t full = I / (kQ8Group * kQ8Block);  // groups of 256 weights within the row
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    alignas(32) int8_t tail[kQ8Group * kQ8Block];
+    for (int64_t g = 0; g < groups; ++g) {
+        const int64_t i0 = g * kQ8Group * kQ8Block;
+        const int8_t* wp = qw + i0;
+        __m256 swv;
+        if (g < full) {
+            swv = _mm256_loadu_ps(sw + g * kQ8Group);
+        } else {  // the last group: fewer than 256 weights (blocks past the row are zero)
+            std::memset(tail, 0, sizeof tail);
+            std::memcpy(tail, wp, size_t(I - i0));
+            wp = tail;
+            const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            const __m256i live =
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(int(nb - g * kQ8Group)), lane);
+            swv = _mm256_maskload_ps(sw + g * kQ8Group, live);
+        }
+        __m256i w[8];
+        for (int k = 0; k < 8; ++k)
+            w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp) + k);
+        for (int r = 0; r < R; ++r) {
+            const __m256i s = q8_block_sums(w, x.qrow(n0 + r) + i0, x.arow(n0 + r) + i0);
+            const __m256 d = _mm256_mul_ps(swv, _mm256_loadu_ps(x.srow(n0 + r) + g * kQ8Group));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) sums[r] = hsum(acc[r]);
+}
+
+PLDR_AVX2 void rows_q8_impl(float* out, const Q8Rows& x, const LinearWeight<float>& W,
+                            const float* b, int64_t O, int64_t o0, int64_t o1) {
+    const int64_t I = x.I, nb = q8_blocks(I);
+    float sums[4];
+    for (int64_t o = o0; o < o1; ++o) {
+        const int8_t* qw = W.q8 + o * I;
+        const float* sw = W.q8_scale + o * nb;
+        for (int64_t n0 = 0; n0 < x.N; n0 += 4) {
+            const int64_t R = x.N - n0 < 4 ? x.N - n0 : 4;
+            switch (R) {
+                case 1:
+                    q8_row<1>(qw, sw, x, n0, sums);
+                    break;
+                case 2:
+                    q8_row<2>(qw, sw, x, n0, sums);
+                    break;
+                case 3:
+                    q8_row<3>(qw, sw, x, n0, sums);
+                    break;
+                default:
+                    q8_row<4>(qw, sw, x, n0, sums);
+                    break;
+            }
+            for (int64_t r = 0; r < R; ++r) out[(n0 + r) * O + o] = b ? sums[r] + b[o] : sums[r];
+        }
+    }
+}
+
 #undef PLDR_AVX2
 
 }  // namespace
 
 // Without the target attribute (a declaration with another target would make a second version
-// of the function): it only passes the call on.
-void rows_avx2(float* out, const float* in, const LinearWeight<float>& W, const float* b, int64_t N,
-               int64_t I, int64_t O, int64_t o0, int64_t o1) {
+// of the function): they only pass the call on.
+void rows_bf16_avx2(float* out, const float* in, const LinearWeight<float>& W, const float* b,
+                    int64_t N, int64_t I, int64_t O, int64_t o0, int64_t o1) {
+    PLDR_CHECK(W.format == WeightFormat::BF16);
     rows_impl(out, in, W, b, N, I, O, o0, o1);
+}
+
+void rows_q8_avx2(float* out, const Q8Rows& x, const LinearWeight<float>& W, const float* b,
+                  int64_t O, int64_t o0, int64_t o1) {
+    PLDR_CHECK(W.format == WeightFormat::Q8_0);
+    rows_q8_impl(out, x, W, b, O, o0, o1);
 }
 
 }  // namespace pldr::qlinear
