@@ -47,10 +47,12 @@ struct LinearWeight {
 };
 
 // out[N,O] = in[N,I] · Wᵀ + b for W in any format. DENSE is exactly the linear_forward above.
-// Packed weights (T = float only) are dequantized on the fly: for N ≤ 16 rows (decode, batched
-// decode) one pass over W streams each weight block once for all rows (AVX2 kernel when the CPU
-// has AVX2 and FMA, portable scalar code otherwise); larger N (prefill) dequantizes blocks of
-// rows of W into a float32 scratch and runs the GEMM, except BF16 where the CPU multiplies bf16
+// Packed weights (T = float only): for N ≤ 16 rows (decode, batched decode) one pass over W
+// streams each weight block once for all rows (ops/qlinear.h: the best kernels the CPU has,
+// AVX-512 VNNI, AVX2 or portable scalar code); bf16 multiplies float32 inputs, q8_0 quantizes the
+// inputs per block of 32 too and sums exact int8 products (llama.cpp's Q8_0 semantics,
+// docs/formats.md). Larger N (prefill) dequantizes blocks of rows of W into a float32 scratch
+// and runs the GEMM on the float32 inputs, except BF16 where the CPU multiplies bf16
 // (core/gemm_bf16.h): then the inputs are rounded to bf16 and one bf16 product runs over W.
 template <typename T>
 void linear_forward(T* out, const T* in, const LinearWeight<T>& W, const T* b, int64_t N, int64_t I,
