@@ -1040,7 +1040,7 @@ std::vector<int64_t> text_ids(const std::string& model, const std::string& text_
 // q8_0 (every instruction set gives the same bits), windows of 128:
 //   KL mean 1.56e-5, max 1.73e-4 nats; top-1 agreement 0.9961 (2 of 512); NLL → 5.02793
 // windows of 16 (NLL of the float32 model 5.04869):
-//   KL mean 7.58e-5, max 9.62e-4 nats; top-1 agreement 0.9961 (2 of 512); NLL → 5.04676
+//   KL mean 7.56e-5, max 9.51e-4 nats; top-1 agreement 0.9961 (2 of 512); NLL → 5.04695
 // (with float32 inputs to the q8_0 decode kernels, before 2026-12: windows of 128 KL mean
 // 1.52e-5, max 1.03e-4; windows of 16 KL mean 2.88e-5, max 1.05e-3, top-1 0.9961.)
 // Bounds: about 3× the measured KL, top-1 at most 3× the measured disagreements (≥ 1 for bf16).
