@@ -18,7 +18,8 @@ TEST(DenseRows, EveryBatchSizeGivesTheBitsOfOneRowAndTheFloat64Sum) {
     int checked = 0;
     for (int64_t I : {5, 16, 37, 768, 771})
         for (int64_t O : {1, 3, 17, 64}) {
-            std::vector<float> W(size_t(O * I)), x(size_t(kDenseRows * I)), b(static_cast<size_t>(O));
+            std::vector<float> W(size_t(O * I)), x(size_t(kDenseRows * I)),
+                b(static_cast<size_t>(O));
             for (auto& v : W) v = float(rng.normal());
             for (auto& v : x) v = float(rng.normal());
             for (auto& v : b) v = float(rng.normal());

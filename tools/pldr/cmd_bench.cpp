@@ -282,10 +282,11 @@ int run_bench(const BenchArgs& a) {
     }
 
     json out;
-    out["limits"] = {
-        {"threads", lim.threads},           {"read_gbs", lim.read_gbs},
-        {"sgemm_gflops", lim.sgemm_gflops}, {"bf16_gflops", lim.bf16_gflops},
-        {"bf16_backend", lim.bf16_backend}};
+    out["limits"] = {{"threads", lim.threads},
+                     {"read_gbs", lim.read_gbs},
+                     {"sgemm_gflops", lim.sgemm_gflops},
+                     {"bf16_gflops", lim.bf16_gflops},
+                     {"bf16_backend", lim.bf16_backend}};
     if (likwid > 0) out["limits"]["likwid_load_avx_gbs"] = likwid;
     out["results"] = results;
     out["pldr_version"] = api::version();
