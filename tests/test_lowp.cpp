@@ -1041,7 +1041,7 @@ std::vector<int64_t> text_ids(const std::string& model, const std::string& text_
 //   KL mean 1.56e-5, max 1.73e-4 nats; top-1 agreement 0.9961 (2 of 512); NLL → 5.02793
 // windows of 16 (NLL of the float32 model 5.04869):
 //   KL mean 7.56e-5, max 9.51e-4 nats; top-1 agreement 0.9961 (2 of 512); NLL → 5.04695
-// (with float32 inputs to the q8_0 decode kernels, before 2026-12: windows of 128 KL mean
+// (the previous semantics, float32 inputs to the q8_0 decode kernels: windows of 128 KL mean
 // 1.52e-5, max 1.03e-4; windows of 16 KL mean 2.88e-5, max 1.05e-3, top-1 0.9961.)
 // Bounds: about 3× the measured KL, top-1 at most 3× the measured disagreements (≥ 1 for bf16).
 TEST(LowpAccuracy, DefaultModelOnHeldOutText) {
@@ -1074,7 +1074,7 @@ TEST(LowpAccuracy, DefaultModelOnHeldOutText) {
 //   bf16: KL mean 6.39e-7, max 2.61e-6 nats; top-1 agreement 1.0000
 // q8_0, windows of 128: KL mean 8.58e-7, max 2.43e-6 nats; top-1 agreement 1.0000
 //   windows of 16: KL mean 1.55e-6, max 1.71e-5 nats; top-1 agreement 1.0000
-// (with float32 inputs to the decode kernels: 8.53e-7 / 1.01e-6 and 8.62e-7 / 3.0e-6.)
+// (the previous semantics, float32 inputs: 8.53e-7 / 1.01e-6 and 8.62e-7 / 3.0e-6.)
 TEST(LowpAccuracy, GoldenFixtureOnText) {
     const bool b16 = bf16::available();
     const std::vector<int64_t> ids =
