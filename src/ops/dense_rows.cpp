@@ -22,6 +22,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "ops/simd_x86.h"
 #endif
 
 namespace pldr {
@@ -31,12 +33,7 @@ namespace {
 #if defined(__x86_64__) || defined(__i386__)
 #define PLDR_AVX2 __attribute__((target("avx2,fma")))
 
-PLDR_AVX2 inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+using simd::hsum8;
 
 // out[r·O] for r < R: the dot products of one row w[I] with R input rows x (stride I).
 template <int R>

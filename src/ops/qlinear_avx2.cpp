@@ -21,6 +21,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#include "ops/simd_x86.h"
+
 #include <cstring>
 
 #include "core/error.h"
@@ -31,12 +33,7 @@ namespace {
 
 #define PLDR_AVX2 __attribute__((target("avx2,fma")))
 
-PLDR_AVX2 inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+using simd::hsum8;
 
 // Eight bf16 weights.
 PLDR_AVX2 inline __m256 bf16_load8(const uint16_t* w) {
@@ -65,7 +62,7 @@ PLDR_AVX2 inline void row_blocks(const float* x, int64_t I, int64_t full, const 
     for (int r = 0; r < R; ++r) {
         __m256 a = acc[r][0];
         for (int k = 1; k < K; ++k) a = _mm256_add_ps(a, acc[r][k]);
-        sums[r] = hsum(a);
+        sums[r] = hsum8(a);
     }
 }
 
@@ -182,7 +179,7 @@ PLDR_AVX2 void q8_row(const int8_t* qw, const float* sw, const Q8Rows& x, int64_
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[r]);
         }
     }
-    for (int r = 0; r < R; ++r) sums[r] = hsum(acc[r]);
+    for (int r = 0; r < R; ++r) sums[r] = hsum8(acc[r]);
 }
 
 PLDR_AVX2 void rows_q8_impl(float* out, const Q8Rows& x, const LinearWeight<float>& W,

@@ -20,6 +20,8 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+
+#include "ops/simd_x86.h"
 #pragma GCC diagnostic pop
 
 #include "core/error.h"
@@ -30,12 +32,7 @@ namespace {
 
 #define PLDR_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
 
-PLDR_AVX512 inline float hsum(__m256 v) {  // the order of rows_q8_scalar
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+using simd::hsum8;
 
 // The exact int32 sums of 8 blocks of one input row: w[k] the weights of blocks 2k and 2k + 1
 // (zero past the row), xa the row's 256 values |q_x|, neg their sign bits. Lane k: block k.
@@ -95,7 +92,7 @@ PLDR_AVX512 void q8_row(const int8_t* qw, const float* sw, const Q8Rows& x, int6
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[r]);
         }
     }
-    for (int r = 0; r < R; ++r) sums[r] = hsum(acc[r]);
+    for (int r = 0; r < R; ++r) sums[r] = hsum8(acc[r]);
 }
 
 PLDR_AVX512 void rows_impl(float* out, const Q8Rows& x, const LinearWeight<float>& W,
