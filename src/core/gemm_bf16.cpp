@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
@@ -84,11 +85,12 @@ struct Prim {
     bool native = true;  // false: oneDNN has only its reference kernel for it (then widen)
 };
 std::mutex g_mu;
-std::map<Key, Prim> g_prims;
+// Shared pointers: a caller keeps its primitive while another thread may clear the cache.
+std::map<Key, std::shared_ptr<const Prim>> g_prims;
 constexpr size_t kMaxPrims = 512;
 
-const Prim& prim(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, int64_t lda,
-                 int64_t ldb, float beta, int64_t ldc) {
+std::shared_ptr<const Prim> prim(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                 int64_t lda, int64_t ldb, float beta, int64_t ldc) {
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
     const Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, omp_get_max_threads()};
@@ -114,7 +116,7 @@ const Prim& prim(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     } catch (const dnnl::error& e) {
         fail("oneDNN bf16 matmul ", M, "x", N, "x", K, ": ", e.what());
     }
-    return g_prims.emplace(key, std::move(p)).first->second;
+    return g_prims.emplace(key, std::make_shared<const Prim>(std::move(p))).first->second;
 }
 #endif
 
@@ -222,7 +224,8 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     }
 #ifdef PLDR_WITH_DNNL
     blas_call(M * N * K, [&] {
-        const Prim& p = prim(ta, tb, M, N, K, alpha, lda, ldb, beta, ldc);
+        const std::shared_ptr<const Prim> pp = prim(ta, tb, M, N, K, alpha, lda, ldb, beta, ldc);
+        const Prim& p = *pp;
         if (!p.native) {
             gemm_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
             return;
