@@ -6,8 +6,10 @@
 //   - tests/test_precision.cpp    PrecisionModel float32 against float64, tolerances from the
 //                                               measured conditioning;
 //   - tests/test_cache_cases.cpp  CacheModel     cached (kvg, kv) and uncached (none) sessions
-//                                               against full forwards.
-// A new registry entry, or a new line in kShapes, is checked by all three with no other change.
+//                                               against full forwards;
+//   - tests/test_loss_memory.cpp  MemoryPlan     the training forward's memory plan (what it
+//                                               recomputes) against keep-everything, bit for bit.
+// A new registry entry, or a new line in kShapes, is checked by all four with no other change.
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -1,15 +1,21 @@
-// The training loss's memory plan (train/loss.cpp, model/plga_attention.cpp): the head and the
-// cross-entropy run over chunks of rows, and the metric learner's internals are recomputed in the
-// backward instead of kept. Both must give the one-pass, keep-everything results: the loss, the
-// count and accuracy exactly, the loss and the gradients to rounding.
+// The training loss's memory plan (train/loss.cpp, KeepActs::TRAINING in model/forward.h): the
+// head and the cross-entropy run over chunks of rows; the metric learner's internals, E, Q·G, O,
+// Ep and the FFN gate are recomputed in the backward instead of kept, and a layer's input is the
+// previous layer's output moved, not copied. The chunked head must give the one-pass results (the
+// loss, count and accuracy exactly, the gradients to rounding); the recomputation must give the
+// keep-everything backward's gradients bit for bit, in float32 and float64, for every case of
+// tests/numeric_cases.h.
 #include <gtest/gtest.h>
 
 #include <cmath>
+
+#include <cstring>
 
 #include "core/rng.h"
 #include "model/backward.h"
 #include "model/init.h"
 #include "ops/cross_entropy.h"
+#include "numeric_cases.h"
 #include "train/loss.h"
 
 namespace {
@@ -116,5 +122,105 @@ INSTANTIATE_TEST_SUITE_P(Models, LossMemory, testing::Values(true, false),
                          [](const testing::TestParamInfo<bool>& i) {
                              return std::string(i.param ? "learned_G" : "fixed_G");
                          });
+
+// ---- KeepActs::TRAINING against KeepActs::ALL, over the numeric cases ----
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+template <typename T>
+void plan_gives_the_keep_everything_gradients(const numeric::Case& k) {
+    const uint64_t seed = numeric::seed_of(k);
+    const pldr::Model<double> md = numeric::make_model(k, seed);
+    pldr::Model<T> m(md.cfg);
+    m.set_reference_numerics(false);
+    std::copy(md.params.begin(), md.params.end(), m.params.begin());
+    m.G_fixed.assign(md.G_fixed.begin(), md.G_fixed.end());
+    const numeric::Shape& s = k.shape;
+    const std::vector<int64_t> tok = numeric::make_tokens(s, seed + 3);  // with pad keys
+    std::vector<int64_t> in;
+    for (int64_t b = 0; b < s.B; ++b)
+        in.insert(in.end(), tok.begin() + b * (s.S + 1), tok.begin() + b * (s.S + 1) + s.S);
+    const pldr::Config& c = m.cfg;
+    const int64_t L = c.num_layers, H = c.num_heads, D = c.head_dim, d = c.hidden_size;
+
+    pldr::Activations<T> all;
+    pldr::forward_layers(m, in.data(), s.B, s.S, all, pldr::KeepActs::ALL);
+    for (const pldr::KeepActs keep : {pldr::KeepActs::TRAINING, pldr::KeepActs::LAYER_INPUTS}) {
+        SCOPED_TRACE(keep == pldr::KeepActs::TRAINING ? "TRAINING" : "LAYER_INPUTS");
+        const bool full = keep == pldr::KeepActs::LAYER_INPUTS;
+        pldr::Activations<T> plan;
+        // `plan` held a keep-everything forward before: nothing of it may leak into the plan's.
+        pldr::forward_layers(m, in.data(), s.B, s.S, plan, pldr::KeepActs::ALL);
+        pldr::forward_layers(m, in.data(), s.B, s.S, plan, keep);
+        ASSERT_EQ(plan.kept, keep);
+        EXPECT_TRUE(same_bits(plan.final_hidden().data, all.final_hidden().data));
+        for (int64_t l = 0; l < L; ++l) {
+            const auto& pa = plan.layers[size_t(l)];
+            const auto& aa = all.layers[size_t(l)];
+            // What the plan does not keep.
+            EXPECT_EQ(pa.E.numel() + pa.Ep.numel() + pa.QG.numel() + pa.O.numel(), 0) << l;
+            EXPECT_EQ(pa.ffn.gated.numel(), 0) << l;
+            EXPECT_EQ(pa.A0.numel() + pa.A_ln.numel(), 0) << l;
+            EXPECT_TRUE(pa.res.empty()) << l;
+            if (l + 1 < L) {
+                EXPECT_EQ(pa.hidden.numel(), 0) << l;  // moved into the next layer's x_in
+            }
+            if (full) {  // only the input and the deductive outputs
+                EXPECT_EQ(pa.q.numel() + pa.k.numel() + pa.v.numel() + pa.A.numel() +
+                              pa.Z.numel() + pa.attn_out.numel() + pa.out1.numel() +
+                              pa.ffn.h1.numel() + pa.ffn.h2.numel() + pa.ffn_out.numel(),
+                          0)
+                    << l;
+            } else {
+                EXPECT_TRUE(same_bits(pa.ffn.h1.data, aa.ffn.h1.data)) << l;
+                EXPECT_TRUE(same_bits(pa.q.data, aa.q.data)) << l;
+            }
+            // What it keeps, with the same bits.
+            EXPECT_TRUE(same_bits(pa.x_in.data, aa.x_in.data)) << l;
+            EXPECT_TRUE(same_bits(pa.G.data, aa.G.data)) << l;
+            if (c.learned_g()) {
+                EXPECT_TRUE(same_bits(pa.A_LM.data, aa.A_LM.data)) << l;
+                EXPECT_TRUE(same_bits(pa.A_P.data, aa.A_P.data)) << l;
+            }
+        }
+    // The backward from one d(final hidden), with extra gradients on the deductive outputs (the
+    // DAG loss's path) for a learned G.
+    pldr::Rng r(seed + 17);
+    pldr::Tensor<T> dh({s.B, s.S, d});
+    for (auto& x : dh.data) x = T(r.normal());
+    std::vector<pldr::DeductiveGrads<T>> extra(static_cast<size_t>(L));
+    if (c.learned_g())
+        for (auto& e : extra)
+            for (pldr::Tensor<T>* t : {&e.dA_LM, &e.dA_P, &e.dG}) {
+                *t = pldr::Tensor<T>({s.B, H, D, D});
+                for (auto& x : t->data) x = T(0.1 * r.normal());
+            }
+    pldr::Tensor<T> dh2 = dh;
+    std::vector<T> g_all(size_t(m.num_params()), T(0)), g_plan(g_all.size(), T(0));
+    pldr::backward_below_head(m, all, dh, &extra, g_all.data());
+    pldr::backward_below_head(m, plan, dh2, &extra, g_plan.data());
+    double gmax = 0;
+    for (T g : g_all) gmax = std::max(gmax, double(std::abs(g)));
+    ASSERT_GT(gmax, 0);
+    for (const auto& e : m.layout.entries) {
+        const std::vector<T> a(g_all.begin() + e.offset, g_all.begin() + e.offset + e.numel);
+        const std::vector<T> b(g_plan.begin() + e.offset, g_plan.begin() + e.offset + e.numel);
+        EXPECT_TRUE(same_bits(a, b)) << e.name;
+    }
+    }
+}
+
+class MemoryPlan : public testing::TestWithParam<numeric::Case> {};
+
+TEST_P(MemoryPlan, RecomputedBackwardEqualsKeepEverythingBitForBit) {
+    plan_gives_the_keep_everything_gradients<double>(GetParam());
+    plan_gives_the_keep_everything_gradients<float>(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, MemoryPlan, testing::ValuesIn(numeric::cases()),
+                         numeric::CaseName());
 
 }  // namespace

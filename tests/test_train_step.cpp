@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/rng.h"
 #include "model/init.h"
@@ -113,6 +114,41 @@ TEST(TrainStep, AccumulationEqualsTheCombinedBatch) {
         md = std::max(md, std::abs(a.params[i] - b.params[i]));
     EXPECT_LT(md, 1e-12);
     EXPECT_NE(a.params, init);  // the steps did move the parameters
+}
+
+}  // namespace
+
+namespace {
+
+// TrainConfig::recompute changes what the forward keeps, not the maths: selective and full
+// recomputation take the same steps, bit for bit (float32, DAG on, padded tokens, accumulation).
+TEST(TrainStep, FullRecomputationTakesTheSameStepsBitForBit) {
+    for (bool learned : {true, false}) {
+        pldr::Model<float> a(tiny(learned));
+        pldr::init_weights(a, 7);
+        pldr::Model<float> b = a;
+        pldr::TrainConfig tc = train_cfg();
+        tc.dag = {0.01, 0.02, 0.03};
+        pldr::Trainer<float> ta(a, tc);
+        tc.recompute = pldr::Recompute::FULL;
+        pldr::Trainer<float> tb(b, tc);
+        for (int s = 0; s < 3; ++s) {
+            auto t1 = tokens(2, 9, 10 + uint64_t(s)), t2 = tokens(3, 9, 20 + uint64_t(s));
+            t1[4] = a.cfg.pad_token_id;
+            const std::vector<pldr::TokenBatch> micro = {{t1.data(), 2, 9}, {t2.data(), 3, 9}};
+            const pldr::StepResult ra = ta.step(micro), rb = tb.step(micro);
+            EXPECT_EQ(ra.loss.value, rb.loss.value) << s;
+            EXPECT_EQ(ra.grad_norm, rb.grad_norm) << s;
+        }
+        ASSERT_EQ(a.params.size(), b.params.size());
+        EXPECT_EQ(0, std::memcmp(a.params.data(), b.params.data(), a.params.size() * 4))
+            << (learned ? "learned G" : "fixed G");
+        const pldr::LossResult ea = ta.evaluate({tokens(2, 9, 99).data(), 2, 9});
+        EXPECT_GT(ea.value, 0);
+    }
+    EXPECT_EQ(pldr::parse_recompute("full"), pldr::Recompute::FULL);
+    EXPECT_EQ(pldr::parse_recompute("selective"), pldr::Recompute::SELECTIVE);
+    EXPECT_THROW(pldr::parse_recompute("some"), pldr::Error);
 }
 
 }  // namespace

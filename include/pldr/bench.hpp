@@ -52,6 +52,8 @@ struct BenchOptions {
     std::string weights;
     // train: "fp32", or "bf16" (mixed precision: bf16 products, float32 master weights).
     std::string precision = "fp32";
+    // train: "selective" or "full" (TrainOptions::recompute).
+    std::string recompute = "selective";
 };
 
 struct BenchStats {
@@ -65,6 +67,7 @@ struct BenchResult {
     // train: the precision asked for; "bf16" computes in float32 where bf16 is unavailable.
     std::string precision = "fp32";
     bool bf16_products = false;  // whether bf16 products ran (train bf16, prefill over bf16)
+    std::string recompute = "selective";  // train: what the backward recomputed
     BenchWorkload workload = BenchWorkload::DECODE;
     int threads = 0;
     int64_t num_params = 0;

@@ -542,7 +542,7 @@ Gradients Model::loss_and_grads(const std::vector<int64_t>& tokens, int64_t batc
             m, tokens.data(), batch, S1, {dag.A, dag.Ap, dag.G}, acts, grads->data());
         if (!std::isfinite(r.value)) {
             // Name the first activation that went bad, in forward order.
-            const std::string bad = ::pldr::first_non_finite(::pldr::forward_tensors(m, acts));
+            const std::string bad = ::pldr::non_finite_origin(m, tokens.data(), batch, S1);
             fail("the loss is not finite (", r.value, ")",
                  bad.empty() ? std::string() : "; non-finite values first appear in " + bad);
         }

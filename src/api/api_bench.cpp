@@ -83,6 +83,8 @@ BenchResult bench(const BenchOptions& o) {
     PLDR_REQUIRE(precision == Precision::FP32 || o.workload == BenchWorkload::TRAIN,
                  "precision bf16 applies to training (inference in bf16: weights bf16)");
     r.precision = precision_name(precision);
+    const Recompute recompute = parse_recompute(o.recompute);
+    r.recompute = recompute_name(recompute);
     r.bf16_products = bf16::available() && (precision == Precision::BF16 || r.weights == "bf16");
     const int64_t ctx = std::min(o.context, m->cfg.max_position);
     r.workload = o.workload;
@@ -113,7 +115,7 @@ BenchResult bench(const BenchOptions& o) {
             const int reps = o.reps ? o.reps : (small ? 20 : 3);
             double loss = 0;
             r.tok_s = stats(perf::run_train(*m, o.train_batch, std::min(o.train_seq, ctx), reps,
-                                            o.warmup, &loss, precision));
+                                            o.warmup, &loss, precision, recompute));
             r.flops_per_token =
                 perf::train_step_flops(m->cfg, o.train_batch, std::min(o.train_seq, ctx)) /
                 double(o.train_batch * std::min(o.train_seq, ctx));

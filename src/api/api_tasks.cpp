@@ -216,6 +216,7 @@ TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
     t.save_every = o.save_every;
     t.stop_at = o.stop_at;
     t.zero1 = o.zero1;
+    t.recompute = o.recompute;
     t.dist_timeout = o.dist_timeout;
     std::atomic<bool> own_stop{false};
     std::atomic<bool>& stop = cb.stop_flag ? *cb.stop_flag : own_stop;

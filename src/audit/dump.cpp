@@ -21,7 +21,10 @@ std::vector<NamedTensor<T>> forward_tensors(const Model<T>& m, const Activations
     const Config& c = m.cfg;
     const int64_t B = a.B, S = a.S, H = c.num_heads, D = c.head_dim;
     std::vector<NamedTensor<T>> out;
-    auto add = [&](const std::string& n, Tensor<T> t) { out.push_back({n, std::move(t)}); };
+    // A tensor the forward did not keep (KeepActs) is left out.
+    auto add = [&](const std::string& n, Tensor<T> t) {
+        if (t.numel()) out.push_back({n, std::move(t)});
+    };
     // The reference mask: max(padding, look-ahead), 1 = masked, [B,1,S,S].
     Tensor<T> mask({B, 1, S, S});
     for (int64_t b = 0; b < B; ++b)
@@ -49,12 +52,14 @@ std::vector<NamedTensor<T>> forward_tensors(const Model<T>& m, const Activations
         }
         add(p + "G_LM", la.G);
         add(p + "Ep", la.Ep);
-        Tensor<T> sm = la.Ep;
-        for (int64_t b = 0; b < B; ++b)
-            for (int64_t h = 0; h < H; ++h)
-                for (int64_t i = 0; i < S * S; ++i)
-                    sm[(b * H + h) * S * S + i] += mask[b * S * S + i] * T(-1e9);
-        add(p + "scores_masked", sm);
+        if (la.Ep.numel() == B * H * S * S) {
+            Tensor<T> sm = la.Ep;
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t h = 0; h < H; ++h)
+                    for (int64_t i = 0; i < S * S; ++i)
+                        sm[(b * H + h) * S * S + i] += mask[b * S * S + i] * T(-1e9);
+            add(p + "scores_masked", sm);
+        }
         add(p + "E", la.E);
         add(p + "attn_out", la.attn_out);
         add(p + "out1", la.out1);

@@ -129,7 +129,7 @@ void Session<T>::run(const int64_t* ids, int64_t S, bool first) {
         LayerActs<T>& la = a.layers[size_t(keep_acts_ ? l : l % 2)];
         la.x_in = *x;
         AttnInput<T> in;
-        in.keep_learner = keep_acts_;
+        in.keep = keep_acts_ ? KeepActs::ALL : KeepActs::INFERENCE;
         in.pos = a.pos.data();
         in.mask = first;  // the reference's decode steps pass mask = None
         in.key_ids = first ? ids : nullptr;
@@ -341,7 +341,7 @@ template <typename T>
 void Session<T>::run_uncached() {
     const Config& c = m_.cfg;
     const int64_t S = length(), d = c.hidden_size, V = c.vocab_size;
-    forward_layers(m_, ids_.data(), 1, S, acts_, keep_acts_);
+    forward_layers(m_, ids_.data(), 1, S, acts_, keep_acts_ ? KeepActs::ALL : KeepActs::INFERENCE);
     if (g_.empty()) {  // the first pass's operator, for g_cache()
         g_.assign(size_t(c.num_layers), {});
         const Shape sh{c.num_heads, c.head_dim, c.head_dim};

@@ -40,14 +40,32 @@ void embed_forward(const Model<T>& m, const int64_t* ids, int64_t N, Tensor<T>& 
                       d, m.cfg.layer_norm_eps);
 }
 
+namespace {
+
+// KeepActs::LAYER_INPUTS: of a layer's activations, keep the input, the deductive outputs and the
+// output (the next layer's input, moved on there; the last layer's feeds the head).
+template <typename T>
+void keep_layer_inputs(LayerActs<T>& la) {
+    LayerActs<T> kept;
+    kept.x_in = std::move(la.x_in);
+    kept.A_LM = std::move(la.A_LM);
+    kept.A_P = std::move(la.A_P);
+    kept.G = std::move(la.G);
+    kept.hidden = std::move(la.hidden);
+    la = std::move(kept);
+}
+
+}  // namespace
+
 template <typename T>
 void forward_layers(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activations<T>& a,
-                    bool keep_learner) {
+                    KeepActs keep) {
     check_inputs(m, ids, B, S);
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, N = B * S;
     a.B = B;
     a.S = S;
+    a.kept = keep;
     a.ids.assign(ids, ids + N);
     a.pos.resize(static_cast<size_t>(N));
     for (int64_t b = 0; b < B; ++b)
@@ -57,15 +75,21 @@ void forward_layers(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S,
     a.x0.shape = a.embed_ln.shape = {B, S, d};
 
     a.layers.resize(static_cast<size_t>(c.num_layers));
-    const Tensor<T>* x = &a.embed_ln;
+    Tensor<T>* x = &a.embed_ln;
     for (int64_t l = 0; l < c.num_layers; ++l) {
         LayerActs<T>& la = a.layers[size_t(l)];
-        la.x_in = *x;
+        // Training: the previous output moves in (its backward needs it only as this input).
+        const bool training = keep == KeepActs::TRAINING || keep == KeepActs::LAYER_INPUTS;
+        if (training)
+            la.x_in = std::move(*x);
+        else
+            la.x_in = *x;
         AttnInput<T> in;
         in.key_ids = ids;
         in.pos = a.pos.data();
-        in.keep_learner = keep_learner;
+        in.keep = training ? KeepActs::TRAINING : keep;
         decoder_layer_forward(m, l, B, S, in, la);
+        if (keep == KeepActs::LAYER_INPUTS) keep_layer_inputs(la);
         x = &la.hidden;
     }
 }
@@ -166,9 +190,9 @@ template void embed_forward<float>(const Model<float>&, const int64_t*, int64_t,
 template void embed_forward<double>(const Model<double>&, const int64_t*, int64_t, Tensor<double>&,
                                     Tensor<double>&, Tensor<double>&, Tensor<double>&);
 template void forward_layers<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
-                                    Activations<float>&, bool);
+                                    Activations<float>&, KeepActs);
 template void forward_layers<double>(const Model<double>&, const int64_t*, int64_t, int64_t,
-                                     Activations<double>&, bool);
+                                     Activations<double>&, KeepActs);
 template void forward<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
                              Activations<float>&);
 template void forward<double>(const Model<double>&, const int64_t*, int64_t, int64_t,

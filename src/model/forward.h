@@ -23,6 +23,24 @@ struct ResUnitActs {
     Tensor<T> sum, mean, rstd;    // pre-LN sum [B,H,D,D]; stats [B·H·D]
 };
 
+// What a forward keeps of each layer:
+//   ALL       every intermediate (dumps, audits, tests, the backward of any caller);
+//   INFERENCE the metric learner's output A but not its internals (A0, LN_A, the residual
+//             units), for sessions that keep no activations;
+//   TRAINING  the training step's memory plan: what the backward cannot recompute cheaply.
+//             Not kept: the learner's internals (the backward recomputes them from q, one
+//             residual unit at a time), Ep (an audit output), E, Q·G and O (recomputed head by
+//             head in the backward: a few % of a step's FLOPs for the largest activations),
+//             the FFN's gate silu(h1)⊙h2 (recomputed from h1, h2), and the copy of the layer
+//             input (x_in holds the previous layer's output, moved, not copied). Costs no
+//             FLOPs beyond a few % (the scores once more), and gives the same bits.
+//   LAYER_INPUTS  activation checkpointing for the least memory: each layer keeps its input
+//             x_in and the deductive outputs A_LM, A_P, G (the DAG loss reads them); the backward
+//             runs each layer's forward again (as TRAINING) just before its backward. The
+//             same bits again, for one more forward of the decoder layers (about a fifth more
+//             FLOPs per training step at the 110M shape).
+enum class KeepActs { ALL, INFERENCE, TRAINING, LAYER_INPUTS };
+
 template <typename T>
 struct LayerActs {
     Tensor<T> x_in;     // [B,S,d] layer input
@@ -45,6 +63,7 @@ struct LayerActs {
 template <typename T>
 struct Activations {
     int64_t B = 0, S = 0;
+    KeepActs kept = KeepActs::ALL;  // what forward_layers kept (see KeepActs)
     std::vector<int64_t> ids;  // [B,S]
     std::vector<int64_t> pos;  // [B,S] positions
     Tensor<T> x0;              // scaled embeddings [B,S,d]
@@ -55,10 +74,10 @@ struct Activations {
     const Tensor<T>& final_hidden() const {
         return layers.empty() ? embed_ln : layers.back().hidden;
     }
-    // d loss / d logits of one chunk of rows of the last training step: kept here so that its
-    // storage is reused across steps instead of mapped and faulted anew.
+    // The training loss's logits of one chunk of rows and their gradient (train/loss.cpp),
+    // released once the head is done.
     Tensor<T> dlogits;
-    Tensor<T> head_chunk;  // the training loss's logits of one chunk of rows (train/loss.cpp)
+    Tensor<T> head_chunk;
 };
 
 // Checks ids (0 ≤ id < vocab) and the length (S ≤ max_position_embeddings); throws pldr::Error.
@@ -76,12 +95,10 @@ template <typename T>
 void forward(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S, Activations<T>& acts);
 
 // forward() without the LM head (acts.logits untouched): for callers that need only some rows.
-// keep_learner = false (training) drops the metric learner's internals (A0, LN_A, the residual
-// units) after each layer; the backward recomputes them from q (a few % of a step's FLOPs for
-// the largest share of its activation memory).
+// `keep` says what each layer keeps (see KeepActs; TRAINING is the training step's plan).
 template <typename T>
 void forward_layers(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S,
-                    Activations<T>& acts, bool keep_learner = true);
+                    Activations<T>& acts, KeepActs keep = KeepActs::ALL);
 
 // The plain SDPA decoder (no G at all): a separate, minimal path whose only use is to prove
 // that the fixed-G model at G = I is SDPA. Returns logits [B,S,V].

@@ -37,11 +37,59 @@ inline void axpy(T alpha, const T* x, T* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// One head of the scores and the output, as every full forward computes them (the training
+// backward recomputes with this same code, so it gets the same bits): qg = q·G [S,D]; the scores
+// (q·G)·Kᵀ / √dk [S,Tk] into ep, or into e when ep is null; e = softmax(scores + mask·(−1e9))
+// with the causal mask (keys after Tp + i) and the padding mask (key_ids[j] == pad, key_ids
+// null: none); o = e·V [S,D] with row stride ldo. q has row stride ldq, k and v ldkv.
+template <typename T>
+void head_attention(const T* q, int64_t ldq, const T* G, const T* k, const T* v, int64_t ldkv,
+                    int64_t S, int64_t D, int64_t Tk, int64_t Tp, T scale, bool mask,
+                    const int64_t* key_ids, int64_t pad, T* qg, T* ep, T* e, T* o, int64_t ldo) {
+    gemm(false, false, S, D, D, T(1), q, ldq, G, D, T(0), qg, D);
+    T* sc = ep ? ep : e;
+    gemm(false, true, S, Tk, D, T(1), qg, D, k, ldkv, T(0), sc, Tk);
+    for (int64_t i = 0; i < S * Tk; ++i) sc[i] /= scale;
+    for (int64_t i = 0; i < S; ++i) {
+        for (int64_t j = 0; j < Tk; ++j) {
+            T x = sc[i * Tk + j];
+            if (mask && (j > Tp + i || (key_ids && key_ids[j] == pad))) x += T(-1e9);
+            e[i * Tk + j] = x;
+        }
+    }
+    softmax_forward(e, e, S, Tk);
+    gemm(false, false, S, D, Tk, T(1), e, Tk, v, ldkv, T(0), o, ldo);
+}
+
 // ---- the metric learner: A0 = Qᵀ·Q → LN_A → R residual units (spec §1.4 steps 4–6, §1.7) ----
 
+// The GLU chain of one residual unit from its input: y [B,H,D,D]. Each GLU's saved tensors go to
+// *keep (num_denseA entries), or, when keep is null, to one set reused along the chain.
+template <typename T>
+void res_unit_glus(const Config& c, const ResUnitView<T>& rw, int64_t B, const Tensor<T>& in,
+                   std::vector<GluActs<T>>* keep, Tensor<T>& y) {
+    const int64_t H = c.num_heads, D = c.head_dim, rows = B * H * D;
+    y.resize({B, H, D, D});
+    GluActs<T> one;
+    if (keep) keep->resize(static_cast<size_t>(c.num_denseA));
+    for (int64_t n = 0; n < c.num_denseA; ++n) {
+        GluActs<T>& g = keep ? (*keep)[size_t(n)] : one;
+        g.x = n == 0 ? in : y;
+        g.h1.resize_for_overwrite({rows, c.A_dff});
+        g.h2.resize_for_overwrite({rows, c.A_dff});
+        g.gated.resize_for_overwrite({rows, c.A_dff});
+        const GluView<T>& gw = rw.glu[size_t(n)];
+        glu_forward(y.ptr(), g.h1.ptr(), g.h2.ptr(), g.gated.ptr(), g.x.ptr(),
+                    GluParams<T>{gw.w1, gw.b1, gw.w2, gw.b2, gw.w3, gw.b3}, rows, D, c.A_dff, D);
+    }
+}
+
+// From the rotated queries q [B,S,d]; fills la.A0 … la.A. keep_glus = false: each residual unit
+// keeps its input, sum and LayerNorm statistics but not its GLUs' internals
+// (metric_learner_backward recomputes them one unit at a time).
 template <typename T>
 void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B, int64_t S,
-                            LayerActs<T>& la) {
+                            const T* q_all, LayerActs<T>& la, bool keep_glus = true) {
     // The learner's chain stays float32 under mixed precision (spec §5.2: its power law
     // amplifies rounding; it is a small share of the FLOPs).
     const Bf16Autocast fp32(Precision::FP32);
@@ -52,7 +100,7 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
 #pragma omp parallel for collapse(2) if (B * H * S * D * D > kParallelWork)
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
-            const T* q = la.q.ptr() + b * S * d + h * D;  // [S,D] with row stride d
+            const T* q = q_all + b * S * d + h * D;  // [S,D] with row stride d
             gemm(true, false, D, D, S, T(1), q, d, q, d, T(0), la.A0.ptr() + (b * H + h) * D * D,
                  D);
         }
@@ -67,21 +115,9 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
         ResUnitActs<T>& ru = la.res[size_t(r)];
         const ResUnitView<T>& rw = w.res[size_t(r)];
         ru.in = *cur;
-        ru.glu.resize(static_cast<size_t>(c.num_denseA));
-        const Tensor<T>* x = &ru.in;
-        Tensor<T> y({B, H, D, D});
-        for (int64_t n = 0; n < c.num_denseA; ++n) {
-            GluActs<T>& g = ru.glu[size_t(n)];
-            g.x = *x;
-            g.h1.resize_for_overwrite({rows, c.A_dff});
-            g.h2.resize_for_overwrite({rows, c.A_dff});
-            g.gated.resize_for_overwrite({rows, c.A_dff});
-            const GluView<T>& gw = rw.glu[size_t(n)];
-            glu_forward(y.ptr(), g.h1.ptr(), g.h2.ptr(), g.gated.ptr(), g.x.ptr(),
-                        GluParams<T>{gw.w1, gw.b1, gw.w2, gw.b2, gw.w3, gw.b3}, rows, D, c.A_dff,
-                        D);
-            x = &y;
-        }
+        ru.glu.clear();
+        Tensor<T> y;
+        res_unit_glus(c, rw, B, ru.in, keep_glus ? &ru.glu : nullptr, y);
         ru.sum.resize({B, H, D, D});
         for (int64_t i = 0; i < ru.sum.numel(); ++i) ru.sum[i] = y[i] + ru.in[i];
         ru.mean.resize({rows});
@@ -98,10 +134,12 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
     if (c.num_reslayerA == 0) la.A = la.A_ln;
 }
 
-// Given dA, accumulates the learner's parameter gradients and dq += d(A0 = Qᵀ·Q)/dq.
+// Given dA, accumulates the learner's parameter gradients and dq += d(A0 = Qᵀ·Q)/dq (q_all: the
+// forward's queries, la: its saved learner).
 template <typename T>
-void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const LayerActs<T>& la,
-                             int64_t B, int64_t S, Tensor<T>& dA, LayerView<T>& gw, Tensor<T>& dq) {
+void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* q_all,
+                             const LayerActs<T>& la, int64_t B, int64_t S, Tensor<T>& dA,
+                             LayerView<T>& gw, Tensor<T>& dq) {
     const Bf16Autocast fp32(Precision::FP32);  // as the forward
     const Config& c = m.cfg;
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, DD = D * D;
@@ -116,8 +154,14 @@ void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const Lay
                            ru.rstd.ptr(), rw.ln_g, rows, D);
         Tensor<T> dy = dsum;
         std::vector<T> sc(static_cast<size_t>(2 * rows * c.A_dff));
+        std::vector<GluActs<T>> recomputed;  // this unit's GLUs, where the forward kept none
+        if (ru.glu.empty() && c.num_denseA > 0) {
+            Tensor<T> y;
+            res_unit_glus(c, rw, B, ru.in, &recomputed, y);
+        }
+        const std::vector<GluActs<T>>& glus = ru.glu.empty() ? recomputed : ru.glu;
         for (int64_t n = c.num_denseA - 1; n >= 0; --n) {
-            const GluActs<T>& ga = ru.glu[size_t(n)];
+            const GluActs<T>& ga = glus[size_t(n)];
             const GluView<T>& gv = rw.glu[size_t(n)];
             GluView<T>& gg = rg.glu[size_t(n)];
             Tensor<T> dxn({B, H, D, D});
@@ -140,7 +184,7 @@ void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const Lay
             std::vector<T> sym(static_cast<size_t>(DD));
             for (int64_t i = 0; i < D; ++i)
                 for (int64_t j = 0; j < D; ++j) sym[i * D + j] = g0[i * D + j] + g0[j * D + i];
-            const T* q = la.q.ptr() + b * S * d + h * D;
+            const T* q = q_all + b * S * d + h * D;
             gemm(false, false, S, D, D, T(1), q, d, sym.data(), D, T(1),
                  dq.ptr() + b * S * d + h * D, d);
         }
@@ -312,8 +356,8 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
         if (in.A_frozen) {
             la.A = Tensor<T>({B, H, D, D}, std::vector<T>(in.A_frozen, in.A_frozen + B * H * DD));
         } else {
-            metric_learner_forward(m, w, B, S, la);
-            if (!in.keep_learner) {  // only A is needed after this layer (the backward recomputes)
+            metric_learner_forward(m, w, B, S, la.q.ptr(), la, in.keep == KeepActs::ALL);
+            if (in.keep != KeepActs::ALL) {  // only A is needed after this layer
                 la.A0 = Tensor<T>();
                 la.A_ln = Tensor<T>();
                 la.lnA_mean = Tensor<T>();
@@ -338,46 +382,41 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
         PLDR_CHECK(Tp == 0);
     }
 
-    // Scores Ep = (Q·G)·Kᵀ / sqrt(dk); E = softmax(Ep + mask·(−1e9)); O = E·V.
+    // Scores Ep = (Q·G)·Kᵀ / sqrt(dk); E = softmax(Ep + mask·(−1e9)); O = E·V. Training keeps
+    // no Ep (an audit output; the backward needs E only).
+    const bool keep_ep = in.keep != KeepActs::TRAINING;
     la.QG.resize_for_overwrite({B, H, S, D});
-    la.Ep.resize_for_overwrite({B, H, S, Tk});
+    if (keep_ep)
+        la.Ep.resize_for_overwrite({B, H, S, Tk});
+    else
+        la.Ep = Tensor<T>();
     la.E.resize_for_overwrite({B, H, S, Tk});
     la.O.resize_for_overwrite({B, S, d});
     const T scale = m.score_scale();
 #pragma omp parallel for collapse(2) if (B * H * S * Tk * D > kParallelWork)
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
-            const T* q = la.q.ptr() + b * S * d + h * D;
-            const T* kk = K + b * Tk * d + h * D;
-            const T* vv = Vv + b * Tk * d + h * D;
-            T* qg = la.QG.ptr() + (b * H + h) * S * D;
-            T* ep = la.Ep.ptr() + (b * H + h) * S * Tk;
-            T* e = la.E.ptr() + (b * H + h) * S * Tk;
-            gemm(false, false, S, D, D, T(1), q, d, la.G.ptr() + (b * H + h) * DD, D, T(0), qg, D);
-            gemm(false, true, S, Tk, D, T(1), qg, D, kk, d, T(0), ep, Tk);
-            for (int64_t i = 0; i < S * Tk; ++i) ep[i] /= scale;
-            for (int64_t i = 0; i < S; ++i) {
-                for (int64_t j = 0; j < Tk; ++j) {
-                    T x = ep[i * Tk + j];
-                    if (in.mask &&
-                        (j > Tp + i || (in.key_ids && in.key_ids[b * Tk + j] == c.pad_token_id)))
-                        x += T(-1e9);
-                    e[i * Tk + j] = x;
-                }
-            }
-            softmax_forward(e, e, S, Tk);
-            gemm(false, false, S, D, Tk, T(1), e, Tk, vv, d, T(0), la.O.ptr() + b * S * d + h * D,
-                 d);
+            const int64_t bh = b * H + h;
+            head_attention(la.q.ptr() + b * S * d + h * D, d, la.G.ptr() + bh * DD,
+                           K + b * Tk * d + h * D, Vv + b * Tk * d + h * D, d, S, D, Tk, Tp, scale,
+                           in.mask, in.key_ids ? in.key_ids + b * Tk : nullptr, c.pad_token_id,
+                           la.QG.ptr() + bh * S * D, keep_ep ? la.Ep.ptr() + bh * S * Tk : nullptr,
+                           la.E.ptr() + bh * S * Tk, la.O.ptr() + b * S * d + h * D, d);
         }
 }
 
 template <typename T>
 void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& la, int64_t B,
-                             int64_t S, const DeductiveGrads<T>* extra, const Tensor<T>& dO,
-                             LayerView<T>& gw, Tensor<T>& dq, Tensor<T>& dk, Tensor<T>& dv) {
+                             int64_t S, const int64_t* key_ids, const DeductiveGrads<T>* extra,
+                             const Tensor<T>& dO, LayerView<T>& gw, Tensor<T>& dq, Tensor<T>& dk,
+                             Tensor<T>& dv, Tensor<T>* O_out) {
     const Config& c = m.cfg;
     const LayerView<T>& w = m.w.layers[size_t(l)];
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, DD = D * D, Tk = S;
+    // A training forward kept neither E nor Q·G: recompute them per head (with O, if asked).
+    const bool recompute = la.E.numel() == 0;
+    PLDR_CHECK(!recompute || la.QG.numel() == 0);
+    if (recompute && O_out) O_out->resize_for_overwrite({B, S, d});
 
     // O = E·V; E = softmax(Ep + mask); Ep = (Q·G)·Kᵀ / scale, per (b,h).
     dq = Tensor<T>({B, S, d});
@@ -392,9 +431,21 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
             const T* q = la.q.ptr() + b * S * d + h * D;
             const T* k = la.k.ptr() + b * Tk * d + h * D;
             const T* v = la.v.ptr() + b * Tk * d + h * D;
-            const T* E = la.E.ptr() + bh * S * Tk;
-            const T* QG = la.QG.ptr() + bh * S * D;
             const T* G = la.G.ptr() + bh * DD;
+            const T* E = recompute ? nullptr : la.E.ptr() + bh * S * Tk;
+            const T* QG = recompute ? nullptr : la.QG.ptr() + bh * S * D;
+            std::vector<T> e_re, qg_re, o_re;
+            if (recompute) {
+                e_re.resize(static_cast<size_t>(S * Tk));
+                qg_re.resize(static_cast<size_t>(S * D));
+                if (!O_out) o_re.resize(static_cast<size_t>(S * D));
+                T* o = O_out ? O_out->ptr() + b * S * d + h * D : o_re.data();
+                head_attention<T>(q, d, G, k, v, d, S, D, Tk, 0, scale, true,
+                                  key_ids ? key_ids + b * Tk : nullptr, c.pad_token_id,
+                                  qg_re.data(), nullptr, e_re.data(), o, O_out ? d : D);
+                E = e_re.data();
+                QG = qg_re.data();
+            }
             const T* dOh = dO.ptr() + b * S * d + h * D;
             std::vector<T> dE(static_cast<size_t>(S * Tk)), dEp(static_cast<size_t>(S * Tk), T(0)),
                 dQG(static_cast<size_t>(S * D));
@@ -417,21 +468,22 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
         for (int64_t i = 0; i < dG.numel(); ++i) dG[i] += extra->dG[i];
     Tensor<T> dA = operator_backward(m, w, la, B, dG, extra, gw);
     if (la.A0.numel()) {
-        metric_learner_backward(m, w, la, B, S, dA, gw, dq);
-    } else {  // a training forward (keep_learner = false): recompute the learner from q
+        metric_learner_backward(m, w, la.q.ptr(), la, B, S, dA, gw, dq);
+    } else {  // a forward that kept only A (KeepActs): recompute the learner from q
+        // (each residual unit's GLUs once more, one unit at a time, inside the backward)
         LayerActs<T> ml;
-        ml.q = la.q;
-        metric_learner_forward(m, w, B, S, ml);
-        metric_learner_backward(m, w, ml, B, S, dA, gw, dq);
+        metric_learner_forward(m, w, B, S, la.q.ptr(), ml, /*keep_glus=*/false);
+        metric_learner_backward(m, w, la.q.ptr(), ml, B, S, dA, gw, dq);
     }
 }
 
 #define PLDR_INSTANTIATE(T)                                                                        \
     template void plga_attention_forward<T>(const Model<T>&, int64_t, int64_t, int64_t,            \
                                             const AttnInput<T>&, LayerActs<T>&);                   \
-    template void plga_attention_backward<T>(                                                      \
-        const Model<T>&, int64_t, const LayerActs<T>&, int64_t, int64_t, const DeductiveGrads<T>*, \
-        const Tensor<T>&, LayerView<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&);
+    template void plga_attention_backward<T>(const Model<T>&, int64_t, const LayerActs<T>&, int64_t, \
+                                             int64_t, const int64_t*, const DeductiveGrads<T>*,     \
+                                             const Tensor<T>&, LayerView<T>&, Tensor<T>&,           \
+                                             Tensor<T>&, Tensor<T>&, Tensor<T>*);
 PLDR_INSTANTIATE(float)
 PLDR_INSTANTIATE(double)
 #undef PLDR_INSTANTIATE

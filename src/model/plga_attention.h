@@ -46,9 +46,8 @@ struct AttnInput {
     const T* A_LM_frozen = nullptr;
     const T* A_P_frozen = nullptr;
     const T* G_frozen = nullptr;
-    // false: the metric learner's internals (A0, A_ln, the residual units) are not kept in
-    // LayerActs, only its output A; plga_attention_backward then recomputes them from q.
-    bool keep_learner = true;
+    // What the layer keeps in LayerActs (see KeepActs in model/forward.h).
+    KeepActs keep = KeepActs::ALL;
     // A batched decode step over B sequences of different past lengths (S = 1, mask None): B
     // entries, each with its own caches (see DecodeSeq). When set, the batch-1 cache and frozen
     // fields above must be unset. The layer's deductive outputs are then stored as follows:
@@ -58,17 +57,23 @@ struct AttnInput {
     const DecodeSeq<T>* seqs = nullptr;
 };
 
-// Reads la.q, la.k (rotated) and la.v [B,S,d]; fills A0 … G (learned G), QG, Ep, E and O.
+// Reads la.q, la.k (rotated) and la.v [B,S,d]; fills A0 … G (learned G), QG, Ep, E and O
+// (KeepActs::TRAINING: A … G, QG, E and O; the learner's internals and Ep are not kept).
 template <typename T>
 void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
                             const AttnInput<T>& in, LayerActs<T>& la);
 
 // Given dO [B,S,d] (and the optional extra gradients of the deductive outputs), overwrites dq,
 // dk, dv [B,S,d] (rotated q and k) and accumulates the metric learner's and the operator's
-// parameter gradients into gw. No KV-cache (training: keys = queries).
+// parameter gradients into gw. No KV-cache (training: keys = queries; key_ids [B,S] for the
+// padding mask, as the forward had them). Where the forward kept no E and QG (KeepActs::
+// TRAINING) they are recomputed head by head with the forward's code (the same bits), and the
+// recomputed O = E·V is written to O_out [B,S,d] when it is not null (the output projection's
+// weight gradient needs it).
 template <typename T>
 void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& la, int64_t B,
-                             int64_t S, const DeductiveGrads<T>* extra, const Tensor<T>& dO,
-                             LayerView<T>& gw, Tensor<T>& dq, Tensor<T>& dk, Tensor<T>& dv);
+                             int64_t S, const int64_t* key_ids, const DeductiveGrads<T>* extra,
+                             const Tensor<T>& dO, LayerView<T>& gw, Tensor<T>& dq, Tensor<T>& dk,
+                             Tensor<T>& dv, Tensor<T>* O_out = nullptr);
 
 }  // namespace pldr

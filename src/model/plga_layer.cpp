@@ -37,6 +37,12 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
 
     la.attn_out.resize_for_overwrite({B, S, d});
     linear_forward(la.attn_out.ptr(), la.O.ptr(), lw.wo, w.bo, N, d, d);
+    const bool training = in.keep == KeepActs::TRAINING;
+    if (training) {  // the memory plan (KeepActs): the backward recomputes these per head
+        la.QG = Tensor<T>();
+        la.E = Tensor<T>();
+        la.O = Tensor<T>();
+    }
 
     // Post-LN residual blocks.
     Tensor<T> r1({B, S, d});
@@ -54,6 +60,7 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     glu_forward(la.ffn_out.ptr(), la.ffn.h1.ptr(), la.ffn.h2.ptr(), la.ffn.gated.ptr(),
                 la.out1.ptr(), GluLinears<T>{lw.w1, w.ffn.b1, lw.w2, w.ffn.b2, lw.w3, w.ffn.b3}, N,
                 d, F, d);
+    if (training) la.ffn.gated = Tensor<T>();  // recomputed from h1, h2 by glu_backward
     Tensor<T> r2({B, S, d});
     for (int64_t i = 0; i < r2.numel(); ++i) r2[i] = la.ffn_out[i] + la.out1[i];
     la.hidden.resize_for_overwrite({B, S, d});
@@ -70,36 +77,73 @@ void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& 
     const Config& c = m.cfg;
     const LayerView<T>& w = m.w.layers[size_t(l)];
     LayerView<T>& gw = g.layers[size_t(l)];
-    const LayerActs<T>& la = a.layers[size_t(l)];
     const int64_t B = a.B, S = a.S, H = c.num_heads, D = c.head_dim, d = c.hidden_size;
     const int64_t N = B * S, F = c.intermediate_size;
+    LayerActs<T> again;  // KeepActs::LAYER_INPUTS: this layer's forward once more, from its input
+    if (a.kept == KeepActs::LAYER_INPUTS) {
+        again.x_in = a.layers[size_t(l)].x_in;
+        AttnInput<T> in;
+        in.key_ids = a.ids.data();
+        in.pos = a.pos.data();
+        in.keep = KeepActs::TRAINING;
+        decoder_layer_forward(m, l, B, S, in, again);
+    }
+    const LayerActs<T>& la = a.kept == KeepActs::LAYER_INPUTS ? again : a.layers[size_t(l)];
+    // Each temporary lives in the scope that needs it, and the recomputed activations go as soon
+    // as the backward has passed them: the step's peak memory is this function's.
+    auto release = [&](Tensor<T> LayerActs<T>::*t) {
+        if (a.kept == KeepActs::LAYER_INPUTS) again.*t = Tensor<T>();
+    };
 
-    // hidden = LN2(ffn_out + out1)
-    Tensor<T> r2({B, S, d}), dr2({B, S, d});
-    for (int64_t i = 0; i < r2.numel(); ++i) r2[i] = la.ffn_out[i] + la.out1[i];
-    layernorm_backward(dr2.ptr(), gw.ln2_g, gw.ln2_b, dhidden.ptr(), r2.ptr(), la.ln2_mean.ptr(),
-                       la.ln2_rstd.ptr(), w.ln2_g, N, d);
-    // ffn_out = GLU(out1); the residual passes dr2 to out1 too.
-    Tensor<T> dout1 = dr2;
-    std::vector<T> scratch(static_cast<size_t>(2 * N * F));
-    glu_backward(dout1.ptr(),
-                 GluGrads<T>{gw.ffn.w1, gw.ffn.b1, gw.ffn.w2, gw.ffn.b2, gw.ffn.w3, gw.ffn.b3},
-                 dr2.ptr(), la.out1.ptr(), la.ffn.h1.ptr(), la.ffn.h2.ptr(), la.ffn.gated.ptr(),
-                 GluParams<T>{w.ffn.w1, w.ffn.b1, w.ffn.w2, w.ffn.b2, w.ffn.w3, w.ffn.b3}, N, d, F,
-                 d, scratch.data());
-    // out1 = LN1(attn_out + x_in)
-    Tensor<T> r1({B, S, d}), dr1({B, S, d});
-    for (int64_t i = 0; i < r1.numel(); ++i) r1[i] = la.attn_out[i] + la.x_in[i];
-    layernorm_backward(dr1.ptr(), gw.ln1_g, gw.ln1_b, dout1.ptr(), r1.ptr(), la.ln1_mean.ptr(),
-                       la.ln1_rstd.ptr(), w.ln1_g, N, d);
-    dx_in = dr1;  // residual
-    // attn_out = O·Woᵀ + bo
+    Tensor<T> dr1({B, S, d});
+    {
+        // hidden = LN2(ffn_out + out1)
+        Tensor<T> dout1({B, S, d});  // d(out1): LN2's input gradient, then the FFN's too
+        {
+            Tensor<T> r2({B, S, d});
+            for (int64_t i = 0; i < r2.numel(); ++i) r2[i] = la.ffn_out[i] + la.out1[i];
+            layernorm_backward(dout1.ptr(), gw.ln2_g, gw.ln2_b, dhidden.ptr(), r2.ptr(),
+                               la.ln2_mean.ptr(), la.ln2_rstd.ptr(), w.ln2_g, N, d);
+        }
+        release(&LayerActs<T>::ffn_out);
+        // ffn_out = GLU(out1); the residual passes d(r2) to out1 too.
+        {
+            const Tensor<T> dr2 = dout1;
+            std::vector<T> scratch(static_cast<size_t>(2 * N * F));
+            glu_backward(
+                dout1.ptr(),
+                GluGrads<T>{gw.ffn.w1, gw.ffn.b1, gw.ffn.w2, gw.ffn.b2, gw.ffn.w3, gw.ffn.b3},
+                dr2.ptr(), la.out1.ptr(), la.ffn.h1.ptr(), la.ffn.h2.ptr(),
+                la.ffn.gated.numel() ? la.ffn.gated.ptr() : nullptr,
+                GluParams<T>{w.ffn.w1, w.ffn.b1, w.ffn.w2, w.ffn.b2, w.ffn.w3, w.ffn.b3}, N, d, F,
+                d, scratch.data());
+        }
+        if (a.kept == KeepActs::LAYER_INPUTS) again.ffn = GluActs<T>();
+        // out1 = LN1(attn_out + x_in)
+        Tensor<T> r1({B, S, d});
+        for (int64_t i = 0; i < r1.numel(); ++i) r1[i] = la.attn_out[i] + la.x_in[i];
+        layernorm_backward(dr1.ptr(), gw.ln1_g, gw.ln1_b, dout1.ptr(), r1.ptr(), la.ln1_mean.ptr(),
+                           la.ln1_rstd.ptr(), w.ln1_g, N, d);
+    }
+    release(&LayerActs<T>::out1);
+    release(&LayerActs<T>::attn_out);
+    // attn_out = O·Woᵀ + bo (a training forward kept no O: its weight gradient waits for the
+    // attention backward, which recomputes O head by head).
     Tensor<T> dO({B, S, d});
-    linear_backward(dO.ptr(), gw.wo, gw.bo, dr1.ptr(), la.O.ptr(), w.wo, N, d, d);
+    const bool has_O = la.O.numel() > 0;
+    linear_backward(dO.ptr(), has_O ? gw.wo : nullptr, gw.bo, dr1.ptr(), la.O.ptr(), w.wo, N, d,
+                    d);
 
     // PLGA attention: E·V, the softmax, the scores, the operator, the metric learner.
     Tensor<T> dq, dk, dv;
-    plga_attention_backward(m, l, la, B, S, extra, dO, gw, dq, dk, dv);
+    {
+        Tensor<T> O;
+        plga_attention_backward(m, l, la, B, S, a.ids.data(), extra, dO, gw, dq, dk, dv,
+                                has_O ? nullptr : &O);
+        if (!has_O) linear_backward<T>(nullptr, gw.wo, nullptr, dr1.ptr(), O.ptr(), w.wo, N, d, d);
+    }
+    dO = Tensor<T>();
+    dx_in = std::move(dr1);  // the residual; the projections' input gradients add to it
 
     // RoPE (transpose rotation), then the three projections.
     rope_backward(dq.ptr(), a.pos.data(), N, H, D, m.rope, c.reference_rope, m.round_f32());

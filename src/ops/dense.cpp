@@ -114,6 +114,21 @@ void layernorm_backward(T* dx, T* dg, T* db, const T* dout, const T* x, const T*
 constexpr int64_t kGluChunk = 4096;
 
 template <typename T>
+void glu_gate(T* gated, const T* h1, const T* h2, int64_t NF) {
+    if constexpr (std::is_same_v<T, float>) {  // vectorized exp (core/vmath.h)
+        const int64_t chunks = (NF + kGluChunk - 1) / kGluChunk;
+#pragma omp parallel for if (NF > 65536)
+        for (int64_t c = 0; c < chunks; ++c) {
+            const int64_t i = c * kGluChunk;
+            vmath::silu_mul(h1 + i, h2 + i, gated + i, std::min(kGluChunk, NF - i));
+        }
+    } else {
+#pragma omp parallel for if (NF > 65536)
+        for (int64_t i = 0; i < NF; ++i) gated[i] = silu(h1[i]) * h2[i];
+    }
+}
+
+template <typename T>
 void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluParams<T>& p, int64_t N,
                  int64_t I, int64_t F, int64_t O) {
     const GluLinears<T> w{LinearWeight<T>(p.w1), p.b1, LinearWeight<T>(p.w2), p.b2,
@@ -126,18 +141,7 @@ void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluLinears<T>
                  int64_t I, int64_t F, int64_t O) {
     linear_forward(h1, x, p.w1, p.b1, N, I, F);
     linear_forward(h2, x, p.w2, p.b2, N, I, F);
-    const int64_t NF = N * F;
-    if constexpr (std::is_same_v<T, float>) {  // vectorized exp (core/vmath.h)
-        const int64_t chunks = (NF + kGluChunk - 1) / kGluChunk;
-#pragma omp parallel for if (NF > 65536)
-        for (int64_t c = 0; c < chunks; ++c) {
-            const int64_t i = c * kGluChunk;
-            vmath::silu_mul(h1 + i, h2 + i, gated + i, std::min(kGluChunk, NF - i));
-        }
-    } else {
-#pragma omp parallel for if (NF > 65536)
-        for (int64_t i = 0; i < NF; ++i) gated[i] = silu(h1[i]) * h2[i];
-    }
+    glu_gate(gated, h1, h2, N * F);
     linear_forward(out, gated, p.w3, p.b3, N, F, O);
 }
 
@@ -148,6 +152,10 @@ void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const 
     const int64_t NF = N * F;
     T* dgated = scratch;  // [N,F], becomes dh1 in place
     T* dh2 = scratch + NF;
+    if (!gated) {  // not kept (training's memory plan): the forward's values, recomputed
+        glu_gate(dh2, h1, h2, NF);
+        gated = dh2;
+    }
     std::fill(dgated, dgated + NF, T(0));
     linear_backward(dgated, g.w3, g.b3, dout, gated, p.w3, N, F, O);
     if constexpr (std::is_same_v<T, float>) {
@@ -207,6 +215,7 @@ void softmax_backward(T* dx, const T* dy, const T* y, int64_t N, int64_t C) {
     template void linear_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);  \
     template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,   \
                                      int64_t);                                                     \
+    template void glu_gate<T>(T*, const T*, const T*, int64_t);                                    \
     template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
                                        double);                                                    \
     template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,        \

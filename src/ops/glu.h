@@ -33,7 +33,11 @@ struct GluLinears {
 template <typename T>
 void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluLinears<T>& p, int64_t N,
                  int64_t I, int64_t F, int64_t O);
-// scratch: 2·N·F workspace.
+// gated = silu(h1) ⊙ h2 over NF elements (the forward's gate, also for recomputing it).
+template <typename T>
+void glu_gate(T* gated, const T* h1, const T* h2, int64_t NF);
+// scratch: 2·N·F workspace. gated may be null: it is then recomputed from h1 and h2 (the same
+// bits as the forward's) in the scratch.
 template <typename T>
 void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const T* h1, const T* h2,
                   const T* gated, const GluParams<T>& p, int64_t N, int64_t I, int64_t F, int64_t O,

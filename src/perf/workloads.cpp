@@ -153,13 +153,14 @@ std::vector<double> run_decode(const Model<float>& m, CacheMode mode, int64_t ba
 }
 
 std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, int warmup,
-                              double* last_loss, Precision precision) {
+                              double* last_loss, Precision precision, Recompute recompute) {
     PLDR_REQUIRE(B >= 1 && S >= 2 && S <= m.cfg.max_position, "training batch ", B, " x ", S,
                  " does not fit the model (context ", m.cfg.max_position, ")");
     const int64_t S1 = S + 1;
     const auto tokens = random_ids(B * S1, m.cfg.vocab_size, 42);
     TrainConfig tc;  // the reference defaults: clip by value 1.0, AdamW, warm-up schedule
     tc.precision = precision;
+    tc.recompute = recompute;
     Trainer<float> trainer(m, tc);
     const TokenBatch batch{tokens.data(), B, S1};
     std::vector<double> tps;

@@ -13,6 +13,7 @@
 
 #include "core/gemm_bf16.h"
 #include "infer/session.h"
+#include "train/step.h"
 #include "model/model.h"
 
 namespace pldr::perf {
@@ -54,8 +55,9 @@ std::vector<double> run_prefill(const Model<float>& m, int64_t prompt, int64_t c
 std::vector<double> run_decode(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
                                int64_t n_new, int64_t context, int reps, int warmup = 1);
 // Trains `m` in place; *last_loss gets the last step's loss.
-// precision BF16: mixed precision (TrainConfig::precision).
+// precision BF16: mixed precision (TrainConfig::precision); recompute: TrainConfig::recompute.
 std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, int warmup,
-                              double* last_loss, Precision precision = Precision::FP32);
+                              double* last_loss, Precision precision = Precision::FP32,
+                              Recompute recompute = Recompute::SELECTIVE);
 
 }  // namespace pldr::perf

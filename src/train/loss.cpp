@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "audit/dump.h"
 #include "ops/cross_entropy.h"
 #include "ops/dag.h"
 #include "ops/linear.h"
@@ -69,22 +70,49 @@ int64_t& loss_head_chunk_rows() {
     return rows;
 }
 
-template <typename T>
-LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
-                          const DagCoeffs& dag, Activations<T>& acts, T* grads, double grad_scale,
-                          double ce_denominator) {
-    PLDR_REQUIRE(S1 >= 2, "a training sequence needs at least 2 tokens (got ", S1, ")");
-    PLDR_REQUIRE(dag.A >= 0 && dag.Ap >= 0 && dag.G >= 0, "DAG coefficients must be >= 0 (got ",
-                 dag.A, ",", dag.Ap, ",", dag.G, ")");
-    const int64_t S = S1 - 1, N = B * S, V = m.cfg.vocab_size;
-    std::vector<int64_t> in(static_cast<size_t>(N)), tgt(static_cast<size_t>(N));
+namespace {
+
+// A batch of B rows of S1 tokens as the model's inputs (all but the last token of each row) and
+// their targets (all but the first).
+void split_inputs(const int64_t* tokens, int64_t B, int64_t S1, std::vector<int64_t>& in,
+                  std::vector<int64_t>& tgt) {
+    const int64_t S = S1 - 1;
+    in.resize(static_cast<size_t>(B * S));
+    tgt.resize(static_cast<size_t>(B * S));
     for (int64_t b = 0; b < B; ++b)
         for (int64_t s = 0; s < S; ++s) {
             in[size_t(b * S + s)] = tokens[b * S1 + s];
             tgt[size_t(b * S + s)] = tokens[b * S1 + s + 1];
         }
+}
+
+}  // namespace
+
+template <typename T>
+std::string non_finite_origin(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1) {
+    if (S1 < 2) return "";
+    std::vector<int64_t> in, tgt;
+    split_inputs(tokens, B, S1, in, tgt);
+    Activations<T> a;
+    forward_layers(m, in.data(), B, S1 - 1, a, KeepActs::ALL);
+    return first_non_finite(forward_tensors(m, a));
+}
+
+template <typename T>
+LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
+                          const DagCoeffs& dag, Activations<T>& acts, T* grads, double grad_scale,
+                          double ce_denominator, KeepActs keep) {
+    PLDR_REQUIRE(S1 >= 2, "a training sequence needs at least 2 tokens (got ", S1, ")");
+    PLDR_REQUIRE(dag.A >= 0 && dag.Ap >= 0 && dag.G >= 0, "DAG coefficients must be >= 0 (got ",
+                 dag.A, ",", dag.Ap, ",", dag.G, ")");
+    const int64_t S = S1 - 1, N = B * S, V = m.cfg.vocab_size;
+    std::vector<int64_t> in, tgt;
+    split_inputs(tokens, B, S1, in, tgt);
     check_inputs(m, tgt.data(), B, S);
-    forward_layers(m, in.data(), B, S, acts, /*keep_learner=*/false);
+    PLDR_REQUIRE(keep == KeepActs::TRAINING || keep == KeepActs::LAYER_INPUTS,
+                 "loss_and_grads keeps the activations of a training plan (TRAINING or "
+                 "LAYER_INPUTS)");
+    forward_layers(m, in.data(), B, S, acts, keep);
     acts.logits = Tensor<T>();  // the head runs in chunks below: no [B,S,V] logits are kept
     LossResult r;
     for (int64_t n = 0; n < N; ++n) r.scored += tgt[size_t(n)] != m.cfg.pad_token_id;
@@ -126,6 +154,10 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
             r.correct += correct;
         }
     }
+    // The head's buffers go back to the allocator before the layers' backward, which reuses them
+    // (they stay in the process: the allocator is tuned to keep freed memory, core/alloc.h).
+    acts.head_chunk = Tensor<T>();
+    acts.dlogits = Tensor<T>();
     double total = 0;
     for (int64_t n = 0; n < N; ++n)
         if (tgt[size_t(n)] != m.cfg.pad_token_id) {
@@ -147,9 +179,14 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
 
 template LossResult loss_and_grads<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
                                           const DagCoeffs&, Activations<float>&, float*, double,
-                                          double);
+                                          double, KeepActs);
 template LossResult loss_and_grads<double>(const Model<double>&, const int64_t*, int64_t, int64_t,
                                            const DagCoeffs&, Activations<double>&, double*, double,
-                                           double);
+                                           double, KeepActs);
+
+template std::string non_finite_origin<float>(const Model<float>&, const int64_t*, int64_t,
+                                              int64_t);
+template std::string non_finite_origin<double>(const Model<double>&, const int64_t*, int64_t,
+                                               int64_t);
 
 }  // namespace pldr

@@ -1,6 +1,7 @@
 // The training objective (spec §5.1, §3.2): masked cross-entropy over tokens[:,1:] given
 // tokens[:,:-1], plus the optional DAG regularizer, with its gradient.
 #pragma once
+#include <string>
 #include <cstdint>
 
 #include "model/backward.h"
@@ -36,6 +37,14 @@ int64_t& loss_head_chunk_rows();
 template <typename T>
 LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
                           const DagCoeffs& dag, Activations<T>& acts, T* grads,
-                          double grad_scale = 1.0, double ce_denominator = 0);
+                          double grad_scale = 1.0, double ce_denominator = 0,
+                          KeepActs keep = KeepActs::TRAINING);
+
+// Where a non-finite loss of these tokens first appears: the name of the first activation (in
+// forward order, "fwd.layer1.E (nan at element 3)") that holds a NaN or +-inf, or "" if none
+// does. The training forward keeps only what its backward needs (KeepActs::TRAINING), so this
+// runs the forward again keeping everything; for error messages.
+template <typename T>
+std::string non_finite_origin(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1);
 
 }  // namespace pldr

@@ -5,12 +5,25 @@
 #include <cmath>
 #include <type_traits>
 
-#include "audit/dump.h"
 #include "core/gemm_bf16.h"
 #include "dist/dist.h"
 #include "train/clip.h"
 
 namespace pldr {
+
+const char* recompute_name(Recompute r) {
+    return r == Recompute::FULL ? "full" : "selective";
+}
+
+Recompute parse_recompute(const std::string& s) {
+    if (s == "selective") return Recompute::SELECTIVE;
+    if (s == "full") return Recompute::FULL;
+    throw Error(cat("recompute '", s, "' is not selective or full"));
+}
+
+KeepActs keep_of(Recompute r) {
+    return r == Recompute::FULL ? KeepActs::LAYER_INPUTS : KeepActs::TRAINING;
+}
 
 void TrainConfig::validate() const {
     adam.validate();
@@ -119,7 +132,8 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
         const TokenBatch& b = micro[j];
         const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
         const LossResult l = loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_,
-                                            grads_.data(), w_micro / P, N[j] / P);
+                                            grads_.data(), w_micro / P, N[j] / P,
+                                            keep_of(cfg_.recompute));
         st[CE] += w_micro * l.ce * double(l.scored) / N[j];
         st[ACC] += w_micro * double(l.correct) / N[j];
         st[DAGA] += w_micro * l.dagA / P;
@@ -206,8 +220,8 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
     const double w = 1.0 / double(micro.size());
     const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
     for (const TokenBatch& b : micro) {
-        LossResult l =
-            loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, grads_.data(), w);
+        LossResult l = loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_,
+                                      grads_.data(), w, 0, keep_of(cfg_.recompute));
         r.loss.value += w * l.value;
         r.loss.ce += w * l.ce;
         r.loss.accuracy += w * l.accuracy;
@@ -220,7 +234,9 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
     }
     const int64_t n = int64_t(grads_.size());
     if (!std::isfinite(r.loss.value)) {
-        const std::string bad = first_non_finite(forward_tensors(model_, acts_));
+        std::string bad;
+        for (const TokenBatch& b : micro)
+            if (bad.empty()) bad = non_finite_origin(model_, b.tokens, b.B, b.S1);
         fail("non-finite loss (", r.loss.value, ") at step ", opt_.step + 1,
              bad.empty() ? std::string() : "; non-finite values first appear in " + bad,
              ": step refused, parameters unchanged");
@@ -252,9 +268,10 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
 template <typename T>
 LossResult Trainer<T>::evaluate(const TokenBatch& b) {
     const Bf16Autocast cast(cfg_.precision);
-    LossResult l = loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, nullptr);
+    LossResult l = loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, nullptr, 1.0,
+                                     0, keep_of(cfg_.recompute));
     if (!std::isfinite(l.value)) {
-        const std::string bad = first_non_finite(forward_tensors(model_, acts_));
+        const std::string bad = non_finite_origin(model_, b.tokens, b.B, b.S1);
         fail("non-finite validation loss (", l.value, ")",
              bad.empty() ? std::string() : "; non-finite values first appear in " + bad);
     }

@@ -2,6 +2,7 @@
 // AdamW and the LR schedule (spec §5), with gradient accumulation over micro-batches.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/gemm_bf16.h"
@@ -12,6 +13,11 @@
 namespace pldr {
 
 enum class ClipMode { VALUE, NORM, NONE };
+
+enum class Recompute { SELECTIVE, FULL };
+const char* recompute_name(Recompute r);
+Recompute parse_recompute(const std::string& s);  // "selective" | "full"; throws pldr::Error
+KeepActs keep_of(Recompute r);
 
 struct TrainConfig {
     AdamWConfig adam;
@@ -25,6 +31,11 @@ struct TrainConfig {
     // and the optimizer state in float32. Float32 models only; where the CPU has no bf16
     // products (or PLDR_FORCE_FP32=1) the step runs in float32.
     Precision precision = Precision::FP32;
+    // What the forward keeps for the backward (model/forward.h, KeepActs): SELECTIVE recomputes
+    // the cheap, large activations (scores, softmax, the FFN gate, the learner's internals);
+    // FULL keeps only each layer's input and runs each layer's forward again in the backward
+    // (activation checkpointing: the least memory, about a fifth more FLOPs). The same bits.
+    Recompute recompute = Recompute::SELECTIVE;
     void validate() const;
 };
 

@@ -44,6 +44,7 @@ TrainConfig TrainOptions::train_config() const {
     c.clip_value = clip_value;
     c.clip_norm = clip_norm;
     c.precision = parse_precision(precision);
+    c.recompute = parse_recompute(recompute);
     return c;
 }
 
@@ -537,6 +538,7 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
               << (bf16::available() ? "matmuls on " + bf16::backend_name()
                                     : "computing in fp32: " + bf16::unavailable_reason())
               << ")";
+        if (o.recompute != "selective") s << "; recompute " << o.recompute;
         if (valid)
             s << "; validation: " << valid->num_chunks() << " chunks, unigram entropy "
               << out.valid_unigram_entropy << " nats/token";

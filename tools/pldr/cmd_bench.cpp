@@ -30,7 +30,7 @@ using nlohmann::json;
 
 struct BenchArgs {
     std::string dir, config, only = "prefill,decode,train", caches = "kvg,kv,none", one;
-    std::string output = "md", json_path, weights, precision = "fp32";
+    std::string output = "md", json_path, weights, precision = "fp32", recompute = "selective";
     int threads = 2, reps = 0, warmup = 1;
     int64_t batch = 8, prompt_prefill = 128, prompt_decode = 32, n_new = 64, context = 1024;
     int64_t train_batch = 8, train_seq = 256;
@@ -70,6 +70,7 @@ json to_json(const api::BenchResult& r, const api::BenchOptions& o) {
         j["batch"] = o.train_batch;
         j["seq"] = o.train_seq;
         j["loss"] = r.loss;
+        j["recompute"] = r.recompute;
     }
     j["threads"] = r.threads;
     j["params"] = r.num_params;
@@ -153,10 +154,11 @@ int run_bench(const BenchArgs& a) {
     require(a.batch >= 1 && a.batch <= 1024, "--batch ", a.batch, " is outside [1, 1024]");
     api::BenchOptions base = options_of(a);
 
-    // A job: "WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION" ("-" where unused or as loaded).
+    // A job: "WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION,RECOMPUTE" ("-" where unused or as loaded).
     auto options_of_job = [&](const std::string& job) {
         const auto parts = split(job);
-        require(parts.size() == 5, "bench: --one WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION");
+        require(parts.size() == 6,
+                "bench: --one WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION,RECOMPUTE");
         api::BenchOptions o = base;
         o.workload = api::bench_workload_from_name(parts[0]);
         o.prompt = o.workload == api::BenchWorkload::PREFILL ? a.prompt_prefill : a.prompt_decode;
@@ -166,6 +168,7 @@ int run_bench(const BenchArgs& a) {
         }
         o.weights = parts[3] == "-" ? "" : parts[3];
         o.precision = parts[4];
+        if (parts[5] != "-") o.recompute = parts[5];
         return o;
     };
     if (!a.one.empty()) {  // the child: one workload, one JSON line
@@ -177,7 +180,12 @@ int run_bench(const BenchArgs& a) {
 
     // The workload list, each run as a child (or in this process with --no-isolate): inference
     // for each weight format, training for each precision (on float32 weights).
-    std::vector<std::string> weights = split(a.weights), precisions = split(a.precision);
+    std::vector<std::string> weights = split(a.weights), precisions = split(a.precision),
+                             recomputes = split(a.recompute);
+    for (const auto& r : recomputes)
+        require(r == "selective" || r == "full", "--recompute: '", r,
+                "' is not selective or full");
+    require(!recomputes.empty(), "--recompute: give selective, full or both");
     for (const auto& w : weights)
         require(w == "f32" || w == "bf16" || w == "q8", "--weights: '", w,
                 "' is not f32, bf16 or q8");
@@ -190,12 +198,13 @@ int run_bench(const BenchArgs& a) {
         const api::BenchWorkload wl = api::bench_workload_from_name(w);
         if (wl == api::BenchWorkload::TRAIN) {
             for (const auto& p : precisions)
-                jobs.push_back("train,-,0," + std::string(a.weights.empty() ? "-" : "f32") + "," +
-                               p);
+                for (const auto& rc : recomputes)
+                    jobs.push_back("train,-,0," + std::string(a.weights.empty() ? "-" : "f32") +
+                                   "," + p + "," + rc);
             continue;
         }
         for (const auto& wt : weights) {
-            const std::string tail = "," + wt + ",fp32";
+            const std::string tail = "," + wt + ",fp32,-";
             if (wl == api::BenchWorkload::PREFILL) {
                 jobs.push_back("prefill,-,0" + tail);
                 continue;
@@ -266,6 +275,7 @@ int run_bench(const BenchArgs& a) {
         return x["workload"] == y["workload"] && x.value("cache", "") == y.value("cache", "") &&
                x.value("batch", int64_t(0)) == y.value("batch", int64_t(0));
     };
+    auto recompute_of = [](const json& x) { return x.value("recompute", "selective"); };
     for (auto& r : results) {
         const double t = r["tok_s"]["median"].get<double>();
         for (const auto& q : results) {
@@ -276,8 +286,13 @@ int run_bench(const BenchArgs& a) {
                 q["weights"] == r["weights"])
                 r["x_batch1"] = t / u;
             const bool low = r["weights"] != "f32" || r["precision"] != "fp32";
-            if (low && same_shape(r, q) && q["weights"] == "f32" && q["precision"] == "fp32")
+            if (low && same_shape(r, q) && q["weights"] == "f32" && q["precision"] == "fp32" &&
+                recompute_of(q) == recompute_of(r))
                 r["x_fp32"] = t / u;
+            // Full recomputation against the selective plan of the same precision.
+            if (recompute_of(r) == "full" && same_shape(r, q) && recompute_of(q) == "selective" &&
+                q["precision"] == r["precision"])
+                r["x_selective"] = t / u;
         }
     }
 
@@ -322,11 +337,14 @@ int run_bench(const BenchArgs& a) {
             fmt("%.2f", r["fraction"].get<double>()) + " of " + r["bound"].get<std::string>();
         if (r.contains("x_batch1")) frac += fmt(" (%.2f× batch 1)", r["x_batch1"].get<double>());
         if (r.contains("x_fp32")) frac += fmt(" (%.2f× f32)", r["x_fp32"].get<double>());
+        if (r.contains("x_selective"))
+            frac += fmt(" (%.2f× selective)", r["x_selective"].get<double>());
         std::string model = r["model"].get<std::string>();
         if (r.value("weights", "f32") != "f32")
             model += " (" + r["weights"].get<std::string>() + ")";
         if (r.value("precision", "fp32") != "fp32")
             model += " (" + r["precision"].get<std::string>() + " mixed)";
+        if (recompute_of(r) != "selective") model += " (recompute " + recompute_of(r) + ")";
         std::printf("| %s | %s | %s (%s–%s) | %s | %s | %.0f MB |\n", model.c_str(), w.c_str(),
                     fmt("%.1f", r["tok_s"]["median"].get<double>()).c_str(),
                     fmt("%.1f", r["tok_s"]["min"].get<double>()).c_str(),
@@ -353,6 +371,10 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--precision", a->precision,
                     "training precision: fp32, bf16 (mixed: bf16 products, fp32 master weights), "
                     "or fp32,bf16 (both, with the ratio)")
+        ->capture_default_str();
+    cmd->add_option("--recompute", a->recompute,
+                    "training: what the backward recomputes: selective, full (activation "
+                    "checkpointing: least memory), or selective,full (both, with the ratio)")
         ->capture_default_str();
     cmd->add_option("--only", a->only, "workloads: prefill,decode,train")->capture_default_str();
     cmd->add_option("--caches", a->caches, "decode cache modes at batch 1")->capture_default_str();
