@@ -4,6 +4,7 @@
 #include "error_util.h"
 #include "golden_util.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,7 +14,9 @@
 #include "core/fs.h"
 #include "io/config_json.h"
 #include "io/model_dir.h"
+#include "io/model_load.h"
 #include "io/param_names.h"
+#include "model/init.h"
 
 using namespace pldr;
 
@@ -314,5 +317,106 @@ TEST(ModelDirGolden, EveryGoldenDirectoryChecksOut) {
         EXPECT_EQ(n, count_params(mf.config())) << d;
         Tensor<double> e = mf.read<double>("decoder.embedding.weight");
         EXPECT_EQ(e.shape, (Shape{mf.config().vocab_size, mf.config().hidden_size})) << d;
+    }
+}
+
+// ---- Mapped parameters (load_model with map_file; model/param_buffer.h) ----
+
+namespace {
+
+template <typename T>
+pldr::Model<T> random_model(const Config& c, uint64_t seed) {
+    pldr::Model<T> m(c);
+    pldr::init_weights(m, seed);
+    return m;
+}
+
+}  // namespace
+
+TEST_F(ModelDirTest, SavedModelsAreMappedWithTheSameValuesAndCopyOnWrite) {
+    for (const GType g : {GType::LEARNED, GType::RANDOM}) {
+        const Config c = tiny_config(g);
+        const std::string dir = p(g == GType::LEARNED ? "learned" : "fixed");
+        pldr::Model<float> m = random_model<float>(c, 3);
+        if (g == GType::RANDOM)
+            for (size_t i = 0; i < m.G_fixed.size(); ++i) m.G_fixed[i] = 0.01f * float(i % 17);
+        pldr::save_model(m, dir, DType::F32);
+        pldr::Model<float> a = pldr::load_model<float>(dir, true, /*map_file=*/true);
+        pldr::Model<float> b = pldr::load_model<float>(dir, true, /*map_file=*/false);
+        EXPECT_TRUE(a.params.is_mapped());
+        EXPECT_FALSE(b.params.is_mapped());
+        ASSERT_EQ(a.params.size(), m.params.size());
+        EXPECT_EQ(0, std::memcmp(a.params.data(), m.params.data(), m.params.size() * 4));
+        EXPECT_EQ(a.params, b.params);
+        EXPECT_EQ(a.G_fixed, m.G_fixed);  // read beside the mapping
+        EXPECT_EQ(a.w.emb, a.params.data());  // the views point into the mapping
+        // A copy owns its values; writes to the mapping stay in this process.
+        pldr::Model<float> copy = a;
+        EXPECT_FALSE(copy.params.is_mapped());
+        EXPECT_EQ(copy.params, a.params);
+        a.params[0] += 1.0f;
+        a.w.head_w[3] = 42.0f;
+        pldr::Model<float> again = pldr::load_model<float>(dir, true, true);
+        EXPECT_EQ(again.params, m.params);  // the file is unchanged
+        // The file replaced (as pldr writes: by rename) while `again` is mapped: it keeps its
+        // values; a new load sees the new ones.
+        pldr::Model<float> other = random_model<float>(c, 4);
+        pldr::save_model(other, dir, DType::F32);
+        EXPECT_EQ(again.params, m.params);
+        EXPECT_EQ(pldr::load_model<float>(dir, true, true).params, other.params);
+    }
+}
+
+TEST_F(ModelDirTest, FilesNotInLayoutOrderOrDtypeAreReadNotMapped) {
+    const Config c = tiny_config();
+    pldr::Model<float> m = random_model<float>(c, 5);
+    // Name order (as other writers store tensors): read into owned memory, the same values.
+    const std::string named = p("named");
+    std::filesystem::create_directories(named);
+    save_config(c, named + "/config.json");
+    SafetensorsWriter w;
+    for (const pldr::ParamEntry& e : m.layout.entries)
+        w.add_as(e.name, DType::F32, e.shape, m.params.data() + e.offset);
+    w.write(named + "/model.safetensors");
+    const pldr::Model<float> a = pldr::load_model<float>(named, true, true);
+    EXPECT_FALSE(a.params.is_mapped());
+    EXPECT_EQ(a.params, m.params);
+    // A float64 model of a float32 file, and a float64 file read as float32: converted.
+    const std::string dir = p("f32");
+    pldr::save_model(m, dir, DType::F32);
+    const pldr::Model<double> d = pldr::load_model<double>(dir, true, true);
+    EXPECT_FALSE(d.params.is_mapped());
+    for (size_t i = 0; i < m.params.size(); ++i) ASSERT_EQ(d.params[i], double(m.params[i]));
+    const std::string dir64 = p("f64");
+    pldr::save_model(d, dir64, DType::F64);
+    EXPECT_TRUE((pldr::load_model<double>(dir64, true, true).params.is_mapped()));
+    const pldr::Model<float> f = pldr::load_model<float>(dir64, true, true);
+    EXPECT_FALSE(f.params.is_mapped());
+    EXPECT_EQ(f.params, m.params);
+    // Sharded: read.
+    write_sharded(p("sharded"), c);
+    EXPECT_FALSE((pldr::load_model<float>(p("sharded"), true, true).params.is_mapped()));
+}
+
+TEST(SafetensorsWriterOrder, NameOrderByDefaultInsertionOrderWhenAsked) {
+    for (const bool keep : {false, true}) {
+        SafetensorsWriter w;
+        if (keep) w.keep_insertion_order();
+        const float x[2] = {1, 2};
+        w.add_raw("b", DType::F32, {1}, x);
+        w.add_raw("a", DType::F32, {1}, x + 1);
+        w.add_raw("b", DType::F32, {1}, x + 1);  // replaced in place
+        const std::vector<pldr::TensorInfo> in = w.infos();
+        ASSERT_EQ(in.size(), 2u);
+        EXPECT_EQ(in[0].name, keep ? "b" : "a");
+        EXPECT_EQ(in[0].begin, 0u);
+        EXPECT_EQ(in[1].begin, 4u);
+        const std::string bytes = w.serialize();
+        const std::string h = bytes.substr(8, bytes.size() - 16);
+        EXPECT_EQ(h.find("\"b\"") < h.find("\"a\""), keep) << h;
+        float last[2];
+        std::memcpy(last, bytes.data() + bytes.size() - 8, 8);
+        EXPECT_EQ(last[0], 2.0f);  // a and the second b hold x[1] = 2
+        EXPECT_EQ(last[1], 2.0f);
     }
 }

@@ -85,6 +85,11 @@ struct LoadOptions {
     // quarter of the bytes per token); true dequantizes them into float32 parameters at load
     // (needed for gradients and training). Float64 models always dequantize.
     bool dequantize = false;
+    // Map the weights file as the parameters (copy-on-write) where it stores them as the model
+    // does (what pldr writes: float32 for a float32 model, in layout order): pages are read
+    // when first used, only those resident (an embedding row per token), shared with the page
+    // cache. Otherwise, or false, the weights are read into memory. Either way the same values.
+    bool map_file = true;
 };
 
 struct ModelInfo {
@@ -101,6 +106,7 @@ struct ModelInfo {
     std::string weights = "f32";
     bool packed = false;
     int64_t packed_bytes = 0;
+    bool mapped = false;  // the parameters are a mapping of the weights file (LoadOptions)
 };
 
 class Model;

@@ -53,6 +53,14 @@ BenchStats stats(const std::vector<double>& v) {
 
 }  // namespace
 
+void save_bench_model(const std::string& config, const std::string& dir, int64_t context) {
+    PLDR_REQUIRE(context >= 2 && context <= (int64_t(1) << 20), "context ", context,
+                 " is outside [2, 1048576]");
+    ::pldr::Model<float> m(perf::bench_config(config, context));
+    init_weights(m, 1234);  // bench()'s weights
+    save_model(m, dir, ::pldr::DType::F32);
+}
+
 BenchResult bench(const BenchOptions& o) {
     PLDR_REQUIRE(o.threads >= 1 && o.threads <= 1024, "threads ", o.threads,
                  " is outside [1, 1024]");
@@ -65,7 +73,7 @@ BenchResult bench(const BenchOptions& o) {
     std::unique_ptr<::pldr::Model<float>> m;
     BenchResult r;
     if (!o.model_dir.empty()) {
-        m = std::make_unique<::pldr::Model<float>>(load_model<float>(o.model_dir));
+        m = std::make_unique<::pldr::Model<float>>(load_model<float>(o.model_dir, true, true));
         r.model = o.model_dir;
     } else {
         m = std::make_unique<::pldr::Model<float>>(perf::bench_config(o.config, o.context));

@@ -107,6 +107,7 @@ ModelInfo info_of(const ::pldr::Model<T>& m, const std::string& dir) {
     i.weights = ::pldr::stored_weights(c);
     i.packed = m.packed != nullptr;
     i.packed_bytes = m.packed ? m.packed->bytes() : 0;
+    i.mapped = m.params.is_mapped();
     return i;
 }
 

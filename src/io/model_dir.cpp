@@ -156,6 +156,11 @@ template Tensor<float> ModelFiles::read<float>(const std::string&) const;
 template Tensor<double> ModelFiles::read<double>(const std::string&) const;
 template Tensor<int64_t> ModelFiles::read<int64_t>(const std::string&) const;
 
+size_t ModelFiles::file_offset(const std::string& name) const {
+    const Loc& l = loc(name);
+    return l.file->data_offset() + l.info->begin;
+}
+
 std::vector<std::string> ModelFiles::names() const {
     std::vector<std::string> out;
     out.reserve(index_.size());

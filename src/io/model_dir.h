@@ -46,6 +46,8 @@ class ModelFiles {
     // Converts the tensor straight into dst (its numel values) and drops its file pages.
     template <typename T>
     void read_into(const std::string& name, T* dst) const;
+    // Byte offset of the tensor's data in its file (file_of).
+    size_t file_offset(const std::string& name) const;
     // Every tensor name, sorted.
     std::vector<std::string> names() const;
 

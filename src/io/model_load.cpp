@@ -1,8 +1,14 @@
 // Model parameter loading (see model_load.h).
 #include "io/model_load.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <type_traits>
 
 #include "core/fs.h"
@@ -44,6 +50,17 @@ void fill_params(Model<T>& m, const SafetensorsFile& f, const std::string& prefi
 
 namespace {
 
+// A fixed-G model's G: slot 2 of decoder.past_G_values [L,3,1,H,D,D].
+template <typename T>
+void read_fixed_g(const ModelFiles& mf, Model<T>& m) {
+    if (m.cfg.learned_g()) return;
+    Tensor<T> all = mf.read<T>("decoder.past_G_values");
+    const int64_t per = m.cfg.num_heads * m.cfg.head_dim * m.cfg.head_dim;
+    for (int64_t l = 0; l < m.cfg.num_layers; ++l)
+        std::copy(all.data.begin() + (l * 3 + 2) * per, all.data.begin() + (l * 3 + 3) * per,
+                  m.G_fixed.begin() + l * per);
+}
+
 // A q8_0 weight: its values and scales (checked finite and ≥ 0), dequantized into w.
 PackedTensor read_q8(const ModelFiles& mf, const std::string& name, const Shape& shape) {
     const std::string qn = name + ".q8", sn = name + ".q8_scale";
@@ -77,12 +94,73 @@ PackedTensor read_bf16(const ModelFiles& mf, const std::string& name, const Shap
     return p;
 }
 
+// The parameters of m's layout as a private mapping of the weights file, when the file holds
+// them exactly as the buffer (see load_model); an empty buffer otherwise.
+template <typename T>
+ParamBuffer<T> map_params(const ModelFiles& mf, const Layout& layout, const Config& cfg) {
+    constexpr DType want = std::is_same_v<T, double> ? DType::F64 : DType::F32;
+    if (layout.entries.empty() || mf.sharded() || !cfg.quantization.empty()) return {};
+    const std::string& first = layout.entries.front().name;
+    const std::string path = mf.file_of(first);
+    const size_t base = mf.file_offset(first);
+    if (base % alignof(T) != 0) return {};
+    for (const ParamEntry& e : layout.entries) {
+        const TensorInfo& t = mf.info(e.name);
+        if (t.dtype != want || mf.file_of(e.name) != path ||
+            mf.file_offset(e.name) != base + size_t(e.offset) * sizeof(T) ||
+            int64_t(t.nbytes()) != e.numel * int64_t(sizeof(T)))
+            return {};
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return {};
+    struct stat st;
+    const size_t bytes = size_t(layout.total) * sizeof(T);
+    if (::fstat(fd, &st) != 0 || size_t(st.st_size) < base + bytes) {
+        ::close(fd);
+        return {};
+    }
+    const size_t len = size_t(st.st_size);
+    void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+        ::close(fd);
+        return {};
+    }
+    std::shared_ptr<void> keep(p, [len](void* q) { ::munmap(q, len); });
+    T* data = reinterpret_cast<T*>(static_cast<uint8_t*>(p) + base);
+    for (const ParamEntry& e : layout.entries) {
+        if (e.name != "decoder.embedding.weight" || cfg.tie_word_embeddings) continue;
+        // The embedding is read a row per token: no read-around of its neighbours, and none of
+        // its pages cached in large blocks (a file just written is; a fault maps a whole
+        // block), so that the rows no token uses stay out of memory. Both advisory.
+        const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+        const size_t b = base + size_t(e.offset) * sizeof(T);
+        const size_t lo = (b + page - 1) / page * page;
+        const size_t hi = (b + size_t(e.numel) * sizeof(T)) / page * page;
+        if (hi > lo) {
+            ::madvise(static_cast<uint8_t*>(p) + lo, hi - lo, MADV_RANDOM);
+            ::posix_fadvise(fd, off_t(lo), off_t(hi - lo), POSIX_FADV_DONTNEED);
+        }
+    }
+    ::close(fd);
+    return ParamBuffer<T>::mapped(std::move(keep), data, size_t(layout.total));
+}
+
 }  // namespace
 
 template <typename T>
-Model<T> load_model(const std::string& dir, bool pack) {
+Model<T> load_model(const std::string& dir, bool pack, bool map_file) {
     ModelFiles mf(dir);
     check_params_against_file(mf);
+    if (map_file) {
+        const Config& cfg = mf.config();
+        ParamBuffer<T> buf = map_params<T>(mf, make_layout(cfg), cfg);
+        if (!buf.empty()) {  // every parameter is in the mapping: only fixed G is left to read
+            Model<T> m;
+            m.init(cfg, std::move(buf));
+            read_fixed_g(mf, m);
+            return m;
+        }
+    }
     Model<T> m(mf.config());
     const bool q8 = m.cfg.quantization == "q8_0";
     auto packed = std::make_shared<PackedWeights>();
@@ -101,13 +179,7 @@ Model<T> load_model(const std::string& dir, bool pack) {
         PLDR_CHECK(mf.info(e.name).shape == e.shape);  // check_params_against_file said so
         mf.read_into<T>(e.name, dst);
     }
-    if (!m.cfg.learned_g()) {
-        Tensor<T> all = mf.read<T>("decoder.past_G_values");
-        const int64_t per = m.cfg.num_heads * m.cfg.head_dim * m.cfg.head_dim;
-        for (int64_t l = 0; l < m.cfg.num_layers; ++l)  // slot 2 of [L,3,1,H,D,D] is G
-            std::copy(all.data.begin() + (l * 3 + 2) * per, all.data.begin() + (l * 3 + 3) * per,
-                      m.G_fixed.begin() + l * per);
-    }
+    read_fixed_g(mf, m);
     if constexpr (std::is_same_v<T, float>) {
         if (!packed->tensors.empty()) {
             m.packed = std::move(packed);
@@ -124,6 +196,7 @@ void save_model(const Model<T>& m, const std::string& dir, DType dtype, bool kee
     const PackedWeights* pw = keep_packed ? m.packed.get() : nullptr;
     PLDR_CHECK(!pw || dtype == DType::F32);
     SafetensorsWriter w;
+    w.keep_insertion_order();  // the layout's order: load_model can map the parameters
     for (const ParamEntry& e : m.layout.entries) {
         const PackedTensor* p = pw ? pw->find(e.name) : nullptr;
         if (!p) {
@@ -186,8 +259,8 @@ ConvertStats convert_model_dir(const std::string& dir, const std::string& out, W
     return st;
 }
 
-template Model<float> load_model<float>(const std::string&, bool);
-template Model<double> load_model<double>(const std::string&, bool);
+template Model<float> load_model<float>(const std::string&, bool, bool);
+template Model<double> load_model<double>(const std::string&, bool, bool);
 template void save_model<float>(const Model<float>&, const std::string&, DType, bool);
 template void save_model<double>(const Model<double>&, const std::string&, DType, bool);
 template void fill_params<float>(Model<float>&, const SafetensorsFile&, const std::string&);

@@ -22,11 +22,20 @@ void fill_params(Model<T>& m, const SafetensorsFile& f, const std::string& prefi
 // packable weight stored as BF16 is bf16. With T = float and `pack` they stay packed (the
 // products stream them); otherwise, and always for T = double, they are dequantized into the
 // parameters (q8_0: float(q)·scale in float32 arithmetic, then widened).
+//
+// map_file: where the weights file holds the parameters exactly as the model's buffer (one
+// unsharded file, every parameter in T's dtype, in layout order, contiguous and aligned: what
+// save_model writes), the buffer is a copy-on-write mapping of the file instead of a copy
+// (model/param_buffer.h): only the pages a computation reads become resident, shared with the
+// page cache. Otherwise, or when mapping fails, the parameters are read into owned memory.
+// (A mapped file must not be truncated or rewritten in place while the model lives; pldr
+// replaces files by rename, which leaves the mapping intact.)
 template <typename T>
-Model<T> load_model(const std::string& dir, bool pack = true);
+Model<T> load_model(const std::string& dir, bool pack = true, bool map_file = false);
 
 // Writes a model directory (config.json + model.safetensors, atomically) with the weights
-// stored in `dtype` (F32 or F64); config.json's "dtype" records it. Fixed-G models also get
+// stored in `dtype` (F32 or F64), in layout order (so that load_model can map them);
+// config.json's "dtype" records it. Fixed-G models also get
 // decoder.past_G_values (slot 2 = G, slots 0 and 1 zero) and decoder.past_G_values_status.
 // With `keep_packed` (T = float) the packed weights are written packed (the rest F32): bf16 as
 // BF16 with "dtype": "bfloat16", q8_0 as NAME.q8 (I8) + NAME.q8_scale (F32) with

@@ -336,7 +336,23 @@ void SafetensorsWriter::add_raw(const std::string& name, DType dtype, const Shap
     PLDR_REQUIRE(n == 0 || data != nullptr, "safetensors writer: tensor '", name, "' has no data");
     e.bytes.resize(n);
     if (n) std::memcpy(e.bytes.data(), data, n);
+    if (!entries_.count(name)) added_.push_back(name);
     entries_[name] = std::move(e);
+}
+
+std::vector<std::pair<const std::string*, const SafetensorsWriter::Entry*>>
+SafetensorsWriter::in_file_order() const {
+    std::vector<std::pair<const std::string*, const Entry*>> out;
+    out.reserve(entries_.size());
+    if (insertion_order_) {
+        for (const std::string& n : added_) {
+            const auto it = entries_.find(n);
+            out.emplace_back(&it->first, &it->second);
+        }
+    } else {
+        for (const auto& [n, e] : entries_) out.emplace_back(&n, &e);
+    }
+    return out;
 }
 
 void SafetensorsWriter::add_bool(const std::string& name, const Shape& shape,
@@ -371,13 +387,13 @@ template void SafetensorsWriter::add_as<double>(const std::string&, DType, const
 std::vector<TensorInfo> SafetensorsWriter::infos() const {
     std::vector<TensorInfo> out;
     size_t off = 0;
-    for (const auto& [name, e] : entries_) {
+    for (const auto& [name, e] : in_file_order()) {
         TensorInfo t;
-        t.name = name;
-        t.dtype = e.dtype;
-        t.shape = e.shape;
+        t.name = *name;
+        t.dtype = e->dtype;
+        t.shape = e->shape;
         t.begin = off;
-        t.end = off + e.bytes.size();
+        t.end = off + e->bytes.size();
         off = t.end;
         out.push_back(std::move(t));
     }
@@ -395,11 +411,12 @@ std::string SafetensorsWriter::serialize(
         h["__metadata__"] = m;
     }
     size_t off = 0;
-    for (const auto& [name, e] : entries_) {
-        h[name] = {{"dtype", dtype_name(e.dtype)},
-                   {"shape", e.shape},
-                   {"data_offsets", {off, off + e.bytes.size()}}};
-        off += e.bytes.size();
+    const auto order = in_file_order();
+    for (const auto& [name, e] : order) {
+        h[*name] = {{"dtype", dtype_name(e->dtype)},
+                    {"shape", e->shape},
+                    {"data_offsets", {off, off + e->bytes.size()}}};
+        off += e->bytes.size();
     }
     std::string header = h.dump();
     while (header.size() % 8) header += ' ';
@@ -410,8 +427,8 @@ std::string SafetensorsWriter::serialize(
     for (int i = 0; i < 8; ++i) len[i] = char((n >> (8 * i)) & 0xff);  // little-endian
     out.append(len, 8);
     out += header;
-    for (const auto& [name, e] : entries_)
-        out.append(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size());
+    for (const auto& [name, e] : order)
+        out.append(reinterpret_cast<const char*>(e->bytes.data()), e->bytes.size());
     return out;
 }
 

@@ -59,6 +59,8 @@ class SafetensorsFile {
     const TensorInfo& at(const std::string& name) const;  // throws if missing
     bool has(const std::string& name) const { return find(name) != nullptr; }
     const uint8_t* raw(const TensorInfo& t) const { return data_ + t.begin; }
+    // Byte offset of the data section in the file (8 + the header length).
+    size_t data_offset() const { return size_t(data_ - static_cast<const uint8_t*>(map_)); }
 
     // Converts any numeric dtype to T = float, double or int64_t (float types widen/narrow;
     // ints and bools cast).
@@ -86,7 +88,9 @@ class SafetensorsFile {
 template <typename T>
 void convert_to(DType src, const uint8_t* p, int64_t n, T* out);
 
-// Collects tensors and writes them atomically (temp file + rename), sorted by name.
+// Collects tensors and writes them atomically (temp file + rename), sorted by name, or in the
+// order they were added (keep_insertion_order: a model's parameters in its layout order, which
+// lets a loader map the file as the model's parameter buffer, io/model_load.h).
 class SafetensorsWriter {
   public:
     void add_raw(const std::string& name, DType dtype, const Shape& shape, const void* data);
@@ -112,10 +116,11 @@ class SafetensorsWriter {
         add_raw(name, DType::I64, shape, data);
     }
     void set_metadata(const std::string& k, const std::string& v) { metadata_[k] = v; }
+    void keep_insertion_order() { insertion_order_ = true; }
     bool empty() const { return entries_.empty(); }
     size_t size() const { return entries_.size(); }
     bool has(const std::string& name) const { return entries_.count(name) != 0; }
-    // Name, dtype, shape and data offsets of every entry, in file (name) order.
+    // Name, dtype, shape and data offsets of every entry, in file order.
     std::vector<TensorInfo> infos() const;
     // The whole file as bytes; `extra_metadata` is merged into `__metadata__` (the writer's own
     // entries win on a clash).
@@ -130,7 +135,10 @@ class SafetensorsWriter {
         std::vector<uint8_t> bytes;
     };
     std::map<std::string, Entry> entries_;
+    std::vector<std::string> added_;  // names in the order of their first add
+    bool insertion_order_ = false;
     std::map<std::string, std::string> metadata_;
+    std::vector<std::pair<const std::string*, const Entry*>> in_file_order() const;
 };
 
 }  // namespace pldr

@@ -9,9 +9,15 @@ namespace pldr {
 
 template <typename T>
 void Model<T>::init(const Config& c) {
+    init(c, ParamBuffer<T>(static_cast<size_t>(make_layout(c).total)));
+}
+
+template <typename T>
+void Model<T>::init(const Config& c, ParamBuffer<T> storage) {
     cfg = c;
     layout = make_layout(c);
-    params.assign(static_cast<size_t>(layout.total), T(0));
+    PLDR_CHECK(int64_t(storage.size()) == layout.total);
+    params = std::move(storage);
     w = bind_view(layout, cfg, params.data());
     packed.reset();
     bind_linears();

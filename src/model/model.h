@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "model/packed.h"
+#include "model/param_buffer.h"
 #include "ops/rope.h"
 
 namespace pldr {
@@ -16,7 +17,7 @@ template <typename T>
 struct Model {
     Config cfg;
     Layout layout;
-    std::vector<T> params;   // layout.total elements
+    ParamBuffer<T> params;   // layout.total elements (owned, or a file mapping: param_buffer.h)
     ModelView<T> w;          // typed pointers into params
     std::vector<T> G_fixed;  // [L,H,dk,dk]: the constant G_LM of fixed-G models (empty if learned)
     RopeTable rope;          // built by init() and set_reference_numerics()
@@ -59,6 +60,8 @@ struct Model {
 
     // Allocates zeroed parameters for `c`; fixed-G models get G = I (custom_G_type identity).
     void init(const Config& c);
+    // The same over given parameters (layout.total values of make_layout(c), e.g. a mapping).
+    void init(const Config& c, ParamBuffer<T> storage);
     // Emulate the reference's float32 islands inside float64 (q, k rounded to float32 before
     // RoPE, torch's float32 cos/sin table, sqrt(float32(dk)) and sqrt(float32(d))). On by
     // default: it is what golden parity needs. Off gives a pure-float64 audit with the correctly

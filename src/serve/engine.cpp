@@ -101,7 +101,7 @@ const std::vector<int64_t>& Slot::tokens() const {
 Engine::Engine(const std::string& model_dir, int64_t ctx, EchoMode echo,
                const std::string& tokenizer)
     : p_(std::make_unique<Impl>()), echo_(echo) {
-    p_->m = load_model<Real>(model_dir);
+    p_->m = load_model<Real>(model_dir, true, /*map_file=*/true);
     p_->m.set_reference_numerics(true);
     const int64_t L = p_->m.cfg.max_position;
     PLDR_REQUIRE(ctx >= 0 && ctx <= L, "--ctx must be in [0, ", L,

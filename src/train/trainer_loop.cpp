@@ -227,9 +227,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // FNV-1a 64 of a buffer (the parameters' agreement check across ranks).
-template <typename T>
-uint64_t buffer_fnv(const std::vector<T>& v) {
-    return fnv1a64(v.data(), v.size() * sizeof(T));
+template <typename Buffer>
+uint64_t buffer_fnv(const Buffer& v) {
+    return fnv1a64(v.data(), v.size() * sizeof(v[0]));
 }
 
 template <typename T>

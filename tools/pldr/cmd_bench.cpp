@@ -31,6 +31,7 @@ using nlohmann::json;
 struct BenchArgs {
     std::string dir, config, only = "prefill,decode,train", caches = "kvg,kv,none", one;
     std::string output = "md", json_path, weights, precision = "fp32", recompute = "selective";
+    std::string save_model;
     int threads = 2, reps = 0, warmup = 1;
     int64_t batch = 8, prompt_prefill = 128, prompt_decode = 32, n_new = 64, context = 1024;
     int64_t train_batch = 8, train_seq = 256;
@@ -150,6 +151,13 @@ std::string fmt(const char* f, double v) {
 
 int run_bench(const BenchArgs& a) {
     require(a.dir.empty() != a.config.empty(), "bench: give a MODEL_DIR or --config S|M|110M");
+    if (!a.save_model.empty()) {
+        require(!a.config.empty(), "--save-model writes the random model of --config");
+        api::save_bench_model(a.config, a.save_model, a.context);
+        std::printf("wrote the %s benchmark model to %s\n", a.config.c_str(),
+                    a.save_model.c_str());
+        return 0;
+    }
     require(a.threads >= 1 && a.threads <= 1024, "--threads ", a.threads, " is outside [1, 1024]");
     require(a.batch >= 1 && a.batch <= 1024, "--batch ", a.batch, " is outside [1, 1024]");
     api::BenchOptions base = options_of(a);
@@ -376,6 +384,9 @@ void add_bench(CLI::App& app) {
                     "training: what the backward recomputes: selective, full (activation "
                     "checkpointing: least memory), or selective,full (both, with the ratio)")
         ->capture_default_str();
+    cmd->add_option("--save-model", a->save_model,
+                    "with --config: write its random model to DIR (a model directory) and exit; "
+                    "pldr bench DIR then measures it loaded from the file");
     cmd->add_option("--only", a->only, "workloads: prefill,decode,train")->capture_default_str();
     cmd->add_option("--caches", a->caches, "decode cache modes at batch 1")->capture_default_str();
     cmd->add_option("--batch", a->batch, "decode batch (kvg) besides batch 1; 1 = none")
