@@ -348,7 +348,7 @@ TEST_F(ModelDirTest, SavedModelsAreMappedWithTheSameValuesAndCopyOnWrite) {
         ASSERT_EQ(a.params.size(), m.params.size());
         EXPECT_EQ(0, std::memcmp(a.params.data(), m.params.data(), m.params.size() * 4));
         EXPECT_EQ(a.params, b.params);
-        EXPECT_EQ(a.G_fixed, m.G_fixed);  // read beside the mapping
+        EXPECT_EQ(a.G_fixed, m.G_fixed);      // read beside the mapping
         EXPECT_EQ(a.w.emb, a.params.data());  // the views point into the mapping
         // A copy owns its values; writes to the mapping stay in this process.
         pldr::Model<float> copy = a;

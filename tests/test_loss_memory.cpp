@@ -14,8 +14,8 @@
 #include "core/rng.h"
 #include "model/backward.h"
 #include "model/init.h"
-#include "ops/cross_entropy.h"
 #include "numeric_cases.h"
+#include "ops/cross_entropy.h"
 #include "train/loss.h"
 
 namespace {
@@ -169,9 +169,9 @@ void plan_gives_the_keep_everything_gradients(const numeric::Case& k) {
                 EXPECT_EQ(pa.hidden.numel(), 0) << l;  // moved into the next layer's x_in
             }
             if (full) {  // only the input and the deductive outputs
-                EXPECT_EQ(pa.q.numel() + pa.k.numel() + pa.v.numel() + pa.A.numel() +
-                              pa.Z.numel() + pa.attn_out.numel() + pa.out1.numel() +
-                              pa.ffn.h1.numel() + pa.ffn.h2.numel() + pa.ffn_out.numel(),
+                EXPECT_EQ(pa.q.numel() + pa.k.numel() + pa.v.numel() + pa.A.numel() + pa.Z.numel() +
+                              pa.attn_out.numel() + pa.out1.numel() + pa.ffn.h1.numel() +
+                              pa.ffn.h2.numel() + pa.ffn_out.numel(),
                           0)
                     << l;
             } else {
@@ -186,30 +186,30 @@ void plan_gives_the_keep_everything_gradients(const numeric::Case& k) {
                 EXPECT_TRUE(same_bits(pa.A_P.data, aa.A_P.data)) << l;
             }
         }
-    // The backward from one d(final hidden), with extra gradients on the deductive outputs (the
-    // DAG loss's path) for a learned G.
-    pldr::Rng r(seed + 17);
-    pldr::Tensor<T> dh({s.B, s.S, d});
-    for (auto& x : dh.data) x = T(r.normal());
-    std::vector<pldr::DeductiveGrads<T>> extra(static_cast<size_t>(L));
-    if (c.learned_g())
-        for (auto& e : extra)
-            for (pldr::Tensor<T>* t : {&e.dA_LM, &e.dA_P, &e.dG}) {
-                *t = pldr::Tensor<T>({s.B, H, D, D});
-                for (auto& x : t->data) x = T(0.1 * r.normal());
-            }
-    pldr::Tensor<T> dh2 = dh;
-    std::vector<T> g_all(size_t(m.num_params()), T(0)), g_plan(g_all.size(), T(0));
-    pldr::backward_below_head(m, all, dh, &extra, g_all.data());
-    pldr::backward_below_head(m, plan, dh2, &extra, g_plan.data());
-    double gmax = 0;
-    for (T g : g_all) gmax = std::max(gmax, double(std::abs(g)));
-    ASSERT_GT(gmax, 0);
-    for (const auto& e : m.layout.entries) {
-        const std::vector<T> a(g_all.begin() + e.offset, g_all.begin() + e.offset + e.numel);
-        const std::vector<T> b(g_plan.begin() + e.offset, g_plan.begin() + e.offset + e.numel);
-        EXPECT_TRUE(same_bits(a, b)) << e.name;
-    }
+        // The backward from one d(final hidden), with extra gradients on the deductive outputs (the
+        // DAG loss's path) for a learned G.
+        pldr::Rng r(seed + 17);
+        pldr::Tensor<T> dh({s.B, s.S, d});
+        for (auto& x : dh.data) x = T(r.normal());
+        std::vector<pldr::DeductiveGrads<T>> extra(static_cast<size_t>(L));
+        if (c.learned_g())
+            for (auto& e : extra)
+                for (pldr::Tensor<T>* t : {&e.dA_LM, &e.dA_P, &e.dG}) {
+                    *t = pldr::Tensor<T>({s.B, H, D, D});
+                    for (auto& x : t->data) x = T(0.1 * r.normal());
+                }
+        pldr::Tensor<T> dh2 = dh;
+        std::vector<T> g_all(size_t(m.num_params()), T(0)), g_plan(g_all.size(), T(0));
+        pldr::backward_below_head(m, all, dh, &extra, g_all.data());
+        pldr::backward_below_head(m, plan, dh2, &extra, g_plan.data());
+        double gmax = 0;
+        for (T g : g_all) gmax = std::max(gmax, double(std::abs(g)));
+        ASSERT_GT(gmax, 0);
+        for (const auto& e : m.layout.entries) {
+            const std::vector<T> a(g_all.begin() + e.offset, g_all.begin() + e.offset + e.numel);
+            const std::vector<T> b(g_plan.begin() + e.offset, g_plan.begin() + e.offset + e.numel);
+            EXPECT_TRUE(same_bits(a, b)) << e.name;
+        }
     }
 }
 

@@ -247,7 +247,8 @@ const Model::Impl& impl_of(const Model& m) {
 Model Model::load(const std::string& dir, const LoadOptions& opt) {
     auto impl = std::make_shared<Impl>();
     if (opt.dtype == DType::F32) {
-        impl->m32 = std::make_unique<::pldr::Model<float>>(load_model<float>(dir, !opt.dequantize, opt.map_file));
+        impl->m32 = std::make_unique<::pldr::Model<float>>(
+            load_model<float>(dir, !opt.dequantize, opt.map_file));
         impl->m32->set_reference_numerics(opt.reference_numerics);
         impl->info = info_of(*impl->m32, dir);
     } else {

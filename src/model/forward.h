@@ -64,9 +64,9 @@ template <typename T>
 struct Activations {
     int64_t B = 0, S = 0;
     KeepActs kept = KeepActs::ALL;  // what forward_layers kept (see KeepActs)
-    std::vector<int64_t> ids;  // [B,S]
-    std::vector<int64_t> pos;  // [B,S] positions
-    Tensor<T> x0;              // scaled embeddings [B,S,d]
+    std::vector<int64_t> ids;       // [B,S]
+    std::vector<int64_t> pos;       // [B,S] positions
+    Tensor<T> x0;                   // scaled embeddings [B,S,d]
     Tensor<T> embed_ln, ln_mean, ln_rstd;
     std::vector<LayerActs<T>> layers;
     Tensor<T> logits;  // [B,S,V] from forward(); the training loss leaves it empty

@@ -477,13 +477,13 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
     }
 }
 
-#define PLDR_INSTANTIATE(T)                                                                        \
-    template void plga_attention_forward<T>(const Model<T>&, int64_t, int64_t, int64_t,            \
-                                            const AttnInput<T>&, LayerActs<T>&);                   \
-    template void plga_attention_backward<T>(const Model<T>&, int64_t, const LayerActs<T>&, int64_t, \
-                                             int64_t, const int64_t*, const DeductiveGrads<T>*,     \
-                                             const Tensor<T>&, LayerView<T>&, Tensor<T>&,           \
-                                             Tensor<T>&, Tensor<T>&, Tensor<T>*);
+#define PLDR_INSTANTIATE(T)                                                                \
+    template void plga_attention_forward<T>(const Model<T>&, int64_t, int64_t, int64_t,    \
+                                            const AttnInput<T>&, LayerActs<T>&);           \
+    template void plga_attention_backward<T>(                                              \
+        const Model<T>&, int64_t, const LayerActs<T>&, int64_t, int64_t, const int64_t*,   \
+        const DeductiveGrads<T>*, const Tensor<T>&, LayerView<T>&, Tensor<T>&, Tensor<T>&, \
+        Tensor<T>&, Tensor<T>*);
 PLDR_INSTANTIATE(float)
 PLDR_INSTANTIATE(double)
 #undef PLDR_INSTANTIATE

@@ -131,8 +131,7 @@ void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& 
     // attention backward, which recomputes O head by head).
     Tensor<T> dO({B, S, d});
     const bool has_O = la.O.numel() > 0;
-    linear_backward(dO.ptr(), has_O ? gw.wo : nullptr, gw.bo, dr1.ptr(), la.O.ptr(), w.wo, N, d,
-                    d);
+    linear_backward(dO.ptr(), has_O ? gw.wo : nullptr, gw.bo, dr1.ptr(), la.O.ptr(), w.wo, N, d, d);
 
     // PLGA attention: E·V, the softmax, the scores, the operator, the metric learner.
     Tensor<T> dq, dk, dv;

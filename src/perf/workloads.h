@@ -13,8 +13,8 @@
 
 #include "core/gemm_bf16.h"
 #include "infer/session.h"
-#include "train/step.h"
 #include "model/model.h"
+#include "train/step.h"
 
 namespace pldr::perf {
 

@@ -1,8 +1,8 @@
 // The training objective (spec §5.1, §3.2): masked cross-entropy over tokens[:,1:] given
 // tokens[:,:-1], plus the optional DAG regularizer, with its gradient.
 #pragma once
-#include <string>
 #include <cstdint>
+#include <string>
 
 #include "model/backward.h"
 

@@ -131,9 +131,9 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
     for (size_t j = 0; j < k; ++j) {
         const TokenBatch& b = micro[j];
         const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
-        const LossResult l = loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_,
-                                            grads_.data(), w_micro / P, N[j] / P,
-                                            keep_of(cfg_.recompute));
+        const LossResult l =
+            loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, grads_.data(), w_micro / P,
+                           N[j] / P, keep_of(cfg_.recompute));
         st[CE] += w_micro * l.ce * double(l.scored) / N[j];
         st[ACC] += w_micro * double(l.correct) / N[j];
         st[DAGA] += w_micro * l.dagA / P;
@@ -220,8 +220,8 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
     const double w = 1.0 / double(micro.size());
     const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
     for (const TokenBatch& b : micro) {
-        LossResult l = loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_,
-                                      grads_.data(), w, 0, keep_of(cfg_.recompute));
+        LossResult l = loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, grads_.data(),
+                                      w, 0, keep_of(cfg_.recompute));
         r.loss.value += w * l.value;
         r.loss.ce += w * l.ce;
         r.loss.accuracy += w * l.accuracy;
@@ -268,8 +268,8 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
 template <typename T>
 LossResult Trainer<T>::evaluate(const TokenBatch& b) {
     const Bf16Autocast cast(cfg_.precision);
-    LossResult l = loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, nullptr, 1.0,
-                                     0, keep_of(cfg_.recompute));
+    LossResult l = loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, nullptr, 1.0, 0,
+                                     keep_of(cfg_.recompute));
     if (!std::isfinite(l.value)) {
         const std::string bad = non_finite_origin(model_, b.tokens, b.B, b.S1);
         fail("non-finite validation loss (", l.value, ")",

@@ -53,7 +53,7 @@ struct TrainOptions {
     int64_t save_every = 500;  // checkpoint period in steps (0 = only at the end / on stop)
 
     // Data parallel (under mpirun; docs/distributed.md). No effect in a single process.
-    bool zero1 = false;       // shard the AdamW moments across ranks (ZeRO stage 1)
+    bool zero1 = false;  // shard the AdamW moments across ranks (ZeRO stage 1)
     // What the forward keeps for the backward (TrainConfig::recompute): "selective" or "full"
     // (activation checkpointing). Same bits either way, so it may change on resume.
     std::string recompute = "selective";

@@ -154,8 +154,7 @@ int run_bench(const BenchArgs& a) {
     if (!a.save_model.empty()) {
         require(!a.config.empty(), "--save-model writes the random model of --config");
         api::save_bench_model(a.config, a.save_model, a.context);
-        std::printf("wrote the %s benchmark model to %s\n", a.config.c_str(),
-                    a.save_model.c_str());
+        std::printf("wrote the %s benchmark model to %s\n", a.config.c_str(), a.save_model.c_str());
         return 0;
     }
     require(a.threads >= 1 && a.threads <= 1024, "--threads ", a.threads, " is outside [1, 1024]");
@@ -165,8 +164,7 @@ int run_bench(const BenchArgs& a) {
     // A job: "WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION,RECOMPUTE" ("-" where unused or as loaded).
     auto options_of_job = [&](const std::string& job) {
         const auto parts = split(job);
-        require(parts.size() == 6,
-                "bench: --one WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION,RECOMPUTE");
+        require(parts.size() == 6, "bench: --one WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION,RECOMPUTE");
         api::BenchOptions o = base;
         o.workload = api::bench_workload_from_name(parts[0]);
         o.prompt = o.workload == api::BenchWorkload::PREFILL ? a.prompt_prefill : a.prompt_decode;
@@ -191,8 +189,7 @@ int run_bench(const BenchArgs& a) {
     std::vector<std::string> weights = split(a.weights), precisions = split(a.precision),
                              recomputes = split(a.recompute);
     for (const auto& r : recomputes)
-        require(r == "selective" || r == "full", "--recompute: '", r,
-                "' is not selective or full");
+        require(r == "selective" || r == "full", "--recompute: '", r, "' is not selective or full");
     require(!recomputes.empty(), "--recompute: give selective, full or both");
     for (const auto& w : weights)
         require(w == "f32" || w == "bf16" || w == "q8", "--weights: '", w,
