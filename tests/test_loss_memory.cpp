@@ -104,7 +104,8 @@ TEST_P(LossMemory, ChunkedHeadAndRecomputedLearnerEqualOnePass) {
         EXPECT_EQ(r.correct, r0.correct) << rows;
         EXPECT_EQ(a.logits.numel(), 0) << rows;  // no [B,S,V] logits kept
         if (GetParam()) {
-            EXPECT_EQ(a.layers[0].A0.numel(), 0) << rows;  // the learner's internals not kept
+            EXPECT_EQ(a.layers[0].A_ln.numel(), 0) << rows;  // the learner's internals not kept
+            EXPECT_EQ(a.layers[0].res.at(0).sum.numel(), 0) << rows;
         }
         double worst = 0;
         for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - ref[i]));
@@ -163,8 +164,20 @@ void plan_gives_the_keep_everything_gradients(const numeric::Case& k) {
             // What the plan does not keep.
             EXPECT_EQ(pa.E.numel() + pa.Ep.numel() + pa.QG.numel() + pa.O.numel(), 0) << l;
             EXPECT_EQ(pa.ffn.gated.numel(), 0) << l;
-            EXPECT_EQ(pa.A0.numel() + pa.A_ln.numel(), 0) << l;
-            EXPECT_TRUE(pa.res.empty()) << l;
+            EXPECT_EQ(pa.A_ln.numel(), 0) << l;
+            // The learner: TRAINING keeps A0 (with LN_A's statistics) and each residual unit's
+            // input, not its sum and statistics; LAYER_INPUTS none of it.
+            if (full || !c.learned_g()) {
+                EXPECT_EQ(pa.A0.numel(), 0) << l;
+                EXPECT_TRUE(pa.res.empty()) << l;
+            } else {
+                EXPECT_TRUE(same_bits(pa.A0.data, aa.A0.data)) << l;
+                ASSERT_EQ(pa.res.size(), aa.res.size()) << l;
+                for (size_t r = 0; r < pa.res.size(); ++r) {
+                    EXPECT_TRUE(same_bits(pa.res[r].in.data, aa.res[r].in.data)) << l;
+                    EXPECT_EQ(pa.res[r].sum.numel() + pa.res[r].mean.numel(), 0) << l;
+                }
+            }
             if (l + 1 < L) {
                 EXPECT_EQ(pa.hidden.numel(), 0) << l;  // moved into the next layer's x_in
             }

@@ -15,12 +15,13 @@ struct GluActs {
     Tensor<T> x, h1, h2, gated;  // x: input [N,I]; h1, h2, gated: [N,F]
 };
 
-// One residual unit of the metric learner: A_in → N GLUs → + A_in → LayerNorm.
+// One residual unit of the metric learner: A_in → N GLUs → + A_in → LayerNorm. Its GLUs'
+// internals ([B·H·D, A_dff] each, the bulk of the learner's activations whatever the length)
+// are not kept: the backward recomputes them from `in`, one unit at a time.
 template <typename T>
 struct ResUnitActs {
-    Tensor<T> in;                 // [B,H,D,D]
-    std::vector<GluActs<T>> glu;  // N entries
-    Tensor<T> sum, mean, rstd;    // pre-LN sum [B,H,D,D]; stats [B·H·D]
+    Tensor<T> in;               // [B,H,D,D]
+    Tensor<T> sum, mean, rstd;  // pre-LN sum [B,H,D,D]; stats [B·H·D]
 };
 
 // What a forward keeps of each layer:
@@ -28,12 +29,12 @@ struct ResUnitActs {
 //   INFERENCE the metric learner's output A but not its internals (A0, LN_A, the residual
 //             units), for sessions that keep no activations;
 //   TRAINING  the training step's memory plan: what the backward cannot recompute cheaply.
-//             Not kept: the learner's internals (the backward recomputes them from q, one
-//             residual unit at a time), Ep (an audit output), E, Q·G and O (recomputed head by
-//             head in the backward: a few % of a step's FLOPs for the largest activations),
-//             the FFN's gate silu(h1)⊙h2 (recomputed from h1, h2), and the copy of the layer
-//             input (x_in holds the previous layer's output, moved, not copied). Costs no
-//             FLOPs beyond a few % (the scores once more), and gives the same bits.
+//             Of the learner: A0 with LN_A's statistics and each residual unit's input (the
+//             backward recomputes a unit's GLUs, sum and statistics from it). Not kept: Ep
+//             (an audit output), E, Q·G and O (recomputed head by head in the backward: a few
+//             % of a step's FLOPs for the largest activations), the FFN's gate silu(h1)⊙h2
+//             (recomputed from h1, h2), and the copy of the layer input (x_in holds the
+//             previous layer's output, moved, not copied). The same bits.
 //   LAYER_INPUTS  activation checkpointing for the least memory: each layer keeps its input
 //             x_in and the deductive outputs A_LM, A_P, G (the DAG loss reads them); the backward
 //             runs each layer's forward again (as TRAINING) just before its backward. The

@@ -84,12 +84,11 @@ void res_unit_glus(const Config& c, const ResUnitView<T>& rw, int64_t B, const T
     }
 }
 
-// From the rotated queries q [B,S,d]; fills la.A0 … la.A. keep_glus = false: each residual unit
-// keeps its input, sum and LayerNorm statistics but not its GLUs' internals
-// (metric_learner_backward recomputes them one unit at a time).
+// From the rotated queries q [B,S,d]; fills la.A0 … la.A. Each residual unit keeps its input,
+// sum and LayerNorm statistics, not its GLUs' internals (metric_learner_backward recomputes them).
 template <typename T>
 void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B, int64_t S,
-                            const T* q_all, LayerActs<T>& la, bool keep_glus = true) {
+                            const T* q_all, LayerActs<T>& la) {
     // The learner's chain stays float32 under mixed precision (spec §5.2: its power law
     // amplifies rounding; it is a small share of the FLOPs).
     const Bf16Autocast fp32(Precision::FP32);
@@ -115,9 +114,8 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
         ResUnitActs<T>& ru = la.res[size_t(r)];
         const ResUnitView<T>& rw = w.res[size_t(r)];
         ru.in = *cur;
-        ru.glu.clear();
         Tensor<T> y;
-        res_unit_glus(c, rw, B, ru.in, keep_glus ? &ru.glu : nullptr, y);
+        res_unit_glus<T>(c, rw, B, ru.in, nullptr, y);
         ru.sum.resize({B, H, D, D});
         for (int64_t i = 0; i < ru.sum.numel(); ++i) ru.sum[i] = y[i] + ru.in[i];
         ru.mean.resize({rows});
@@ -149,17 +147,27 @@ void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* 
         const ResUnitActs<T>& ru = la.res[size_t(r)];
         const ResUnitView<T>& rw = w.res[size_t(r)];
         ResUnitView<T>& rg = gw.res[size_t(r)];
+        std::vector<GluActs<T>> glus;  // this unit's GLUs once more, from its input
+        Tensor<T> y;
+        res_unit_glus(c, rw, B, ru.in, &glus, y);
+        // A training forward kept only the unit's input: its sum and LayerNorm statistics
+        // again (the forward's code on the same values: the same bits).
+        Tensor<T> sum_again, mean_again, rstd_again;
+        const bool again = ru.sum.numel() == 0;
+        if (again) {
+            sum_again.resize_for_overwrite({B, H, D, D});
+            for (int64_t i = 0; i < sum_again.numel(); ++i) sum_again[i] = y[i] + ru.in[i];
+            mean_again.resize({rows});
+            rstd_again.resize({rows});
+            layernorm_forward(y.ptr(), mean_again.ptr(), rstd_again.ptr(), sum_again.ptr(), rw.ln_g,
+                              rw.ln_b, rows, D, c.layer_norm_eps);
+        }
         Tensor<T> dsum({B, H, D, D});
-        layernorm_backward(dsum.ptr(), rg.ln_g, rg.ln_b, dA.ptr(), ru.sum.ptr(), ru.mean.ptr(),
-                           ru.rstd.ptr(), rw.ln_g, rows, D);
+        layernorm_backward(dsum.ptr(), rg.ln_g, rg.ln_b, dA.ptr(),
+                           (again ? sum_again : ru.sum).ptr(), (again ? mean_again : ru.mean).ptr(),
+                           (again ? rstd_again : ru.rstd).ptr(), rw.ln_g, rows, D);
         Tensor<T> dy = dsum;
         std::vector<T> sc(static_cast<size_t>(2 * rows * c.A_dff));
-        std::vector<GluActs<T>> recomputed;  // this unit's GLUs, where the forward kept none
-        if (ru.glu.empty() && c.num_denseA > 0) {
-            Tensor<T> y;
-            res_unit_glus(c, rw, B, ru.in, &recomputed, y);
-        }
-        const std::vector<GluActs<T>>& glus = ru.glu.empty() ? recomputed : ru.glu;
         for (int64_t n = c.num_denseA - 1; n >= 0; --n) {
             const GluActs<T>& ga = glus[size_t(n)];
             const GluView<T>& gv = rw.glu[size_t(n)];
@@ -356,13 +364,22 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
         if (in.A_frozen) {
             la.A = Tensor<T>({B, H, D, D}, std::vector<T>(in.A_frozen, in.A_frozen + B * H * DD));
         } else {
-            metric_learner_forward(m, w, B, S, la.q.ptr(), la, in.keep == KeepActs::ALL);
-            if (in.keep != KeepActs::ALL) {  // only A is needed after this layer
+            metric_learner_forward(m, w, B, S, la.q.ptr(), la);
+            if (in.keep == KeepActs::INFERENCE) {  // only A is needed after this layer
                 la.A0 = Tensor<T>();
                 la.A_ln = Tensor<T>();
                 la.lnA_mean = Tensor<T>();
                 la.lnA_rstd = Tensor<T>();
                 la.res.clear();
+            } else if (in.keep == KeepActs::TRAINING) {
+                // The backward's checkpoints: A0 with LN_A's statistics and each residual
+                // unit's input (the unit's GLUs, sum and statistics are recomputed from it).
+                la.A_ln = Tensor<T>();
+                for (ResUnitActs<T>& ru : la.res) {
+                    ru.sum = Tensor<T>();
+                    ru.mean = Tensor<T>();
+                    ru.rstd = Tensor<T>();
+                }
             }
         }
         operator_forward(m, w, B, la);
@@ -472,7 +489,7 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
     } else {  // a forward that kept only A (KeepActs): recompute the learner from q
         // (each residual unit's GLUs once more, one unit at a time, inside the backward)
         LayerActs<T> ml;
-        metric_learner_forward(m, w, B, S, la.q.ptr(), ml, /*keep_glus=*/false);
+        metric_learner_forward(m, w, B, S, la.q.ptr(), ml);
         metric_learner_backward(m, w, la.q.ptr(), ml, B, S, dA, gw, dq);
     }
 }
