@@ -114,8 +114,9 @@ struct PendingError {
 };
 
 api::Model load(const std::string& path, const std::string& dtype, const std::string& numerics,
-                const std::string& tokenizer) {
+                const std::string& tokenizer, bool mmap) {
     api::LoadOptions o;
+    o.map_file = mmap;
     o.dtype = api::dtype_from_name(dtype);
     if (numerics != "reference" && numerics != "exact")
         throw pldr::Error("numerics must be reference or exact (got '" + numerics + "')");
@@ -156,8 +157,9 @@ PYBIND11_MODULE(pldr, mod) {
 
     py::class_<api::Model>(mod, "Model", "A PLDR-LLM model directory, loaded")
         .def(py::init(&load), py::arg("path"), py::arg("dtype") = "f32",
-             py::arg("numerics") = "reference", py::arg("tokenizer") = "",
-             "Loads a model directory; dtype f32 or f64 (the compute precision)")
+             py::arg("numerics") = "reference", py::arg("tokenizer") = "", py::arg("mmap") = true,
+             "Loads a model directory; dtype f32 or f64 (the compute precision); mmap: map a "
+             "weights file pldr wrote instead of reading it (only the pages used are resident)")
         .def_property_readonly("info",
                                [](const api::Model& m) {
                                    const auto& i = m.info();
@@ -174,6 +176,7 @@ PYBIND11_MODULE(pldr, mod) {
                                    d["pad_id"] = i.pad_id;
                                    d["learned_g"] = i.learned_g;
                                    d["num_params"] = i.num_params;
+                                   d["mapped"] = i.mapped;
                                    return d;
                                })
         .def_property_readonly("tokenizer", &api::Model::tokenizer,

@@ -121,14 +121,17 @@ TEST(TrainStep, AccumulationEqualsTheCombinedBatch) {
 namespace {
 
 // TrainConfig::recompute changes what the forward keeps, not the maths: selective and full
-// recomputation take the same steps, bit for bit (float32, DAG on, padded tokens, accumulation).
+// recomputation take the same steps, bit for bit (float32 and bf16 mixed precision, DAG on,
+// padded tokens, accumulation).
 TEST(TrainStep, FullRecomputationTakesTheSameStepsBitForBit) {
-    for (bool learned : {true, false}) {
+    for (int k = 0; k < 3; ++k) {
+        const bool learned = k != 1;
         pldr::Model<float> a(tiny(learned));
         pldr::init_weights(a, 7);
         pldr::Model<float> b = a;
         pldr::TrainConfig tc = train_cfg();
         tc.dag = {0.01, 0.02, 0.03};
+        if (k == 2) tc.precision = pldr::Precision::BF16;  // fp32 where bf16 is unavailable
         pldr::Trainer<float> ta(a, tc);
         tc.recompute = pldr::Recompute::FULL;
         pldr::Trainer<float> tb(b, tc);
@@ -141,8 +144,7 @@ TEST(TrainStep, FullRecomputationTakesTheSameStepsBitForBit) {
             EXPECT_EQ(ra.grad_norm, rb.grad_norm) << s;
         }
         ASSERT_EQ(a.params.size(), b.params.size());
-        EXPECT_EQ(0, std::memcmp(a.params.data(), b.params.data(), a.params.size() * 4))
-            << (learned ? "learned G" : "fixed G");
+        EXPECT_EQ(0, std::memcmp(a.params.data(), b.params.data(), a.params.size() * 4)) << k;
         const pldr::LossResult ea = ta.evaluate({tokens(2, 9, 99).data(), 2, 9});
         EXPECT_GT(ea.value, 0);
     }
