@@ -52,7 +52,7 @@ struct BenchOptions {
     std::string weights;
     // train: "fp32", or "bf16" (mixed precision: bf16 products, float32 master weights).
     std::string precision = "fp32";
-    // train: "selective" or "full" (TrainOptions::recompute).
+    // train: "none", "selective" or "full" (TrainOptions::recompute).
     std::string recompute = "selective";
 };
 

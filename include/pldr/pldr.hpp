@@ -607,11 +607,12 @@ struct TrainOptions {
     // Data parallel under mpirun (docs/distributed.md); no effect in one process.
     bool zero1 = false;       // ZeRO-1: the AdamW moments sharded across ranks
     double dist_timeout = 0;  // seconds a collective may wait (0: PLDR_DIST_TIMEOUT or 300)
-    // What the forward keeps for the backward: "selective" (the large activations that are cheap
-    // to recompute are recomputed: scores, softmax, the FFN gate, the metric learner's
-    // internals) or "full" (activation checkpointing: only each layer's input is kept and each
-    // layer runs forward again in the backward; the least memory for about a fifth more
-    // FLOPs). The same bits either way (so it may change on resume).
+    // What the forward keeps for the backward: "none" (every activation: the most memory),
+    // "selective" (the large activations that are cheap to recompute are recomputed: scores,
+    // softmax, the FFN gate, the metric learner's internals) or "full" (activation
+    // checkpointing: only each layer's input is kept and each layer runs forward again in the
+    // backward; the least memory for about a fifth more FLOPs). The same bits in every case
+    // (so it may change on resume).
     std::string recompute = "selective";
 };
 

@@ -109,9 +109,8 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     std::vector<int64_t> in, tgt;
     split_inputs(tokens, B, S1, in, tgt);
     check_inputs(m, tgt.data(), B, S);
-    PLDR_REQUIRE(keep == KeepActs::TRAINING || keep == KeepActs::LAYER_INPUTS,
-                 "loss_and_grads keeps the activations of a training plan (TRAINING or "
-                 "LAYER_INPUTS)");
+    PLDR_REQUIRE(keep != KeepActs::INFERENCE,
+                 "loss_and_grads: KeepActs::INFERENCE keeps too little for a backward");
     forward_layers(m, in.data(), B, S, acts, keep);
     acts.logits = Tensor<T>();  // the head runs in chunks below: no [B,S,V] logits are kept
     LossResult r;

@@ -38,7 +38,7 @@ template <typename T>
 LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
                           const DagCoeffs& dag, Activations<T>& acts, T* grads,
                           double grad_scale = 1.0, double ce_denominator = 0,
-                          KeepActs keep = KeepActs::TRAINING);
+                          KeepActs keep = KeepActs::TRAINING);  // ALL, TRAINING or LAYER_INPUTS
 
 // Where a non-finite loss of these tokens first appears: the name of the first activation (in
 // forward order, "fwd.layer1.E (nan at element 3)") that holds a NaN or +-inf, or "" if none

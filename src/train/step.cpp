@@ -12,17 +12,20 @@
 namespace pldr {
 
 const char* recompute_name(Recompute r) {
-    return r == Recompute::FULL ? "full" : "selective";
+    return r == Recompute::FULL ? "full" : r == Recompute::NONE ? "none" : "selective";
 }
 
 Recompute parse_recompute(const std::string& s) {
+    if (s == "none") return Recompute::NONE;
     if (s == "selective") return Recompute::SELECTIVE;
     if (s == "full") return Recompute::FULL;
-    throw Error(cat("recompute '", s, "' is not selective or full"));
+    throw Error(cat("recompute '", s, "' is not none, selective or full"));
 }
 
 KeepActs keep_of(Recompute r) {
-    return r == Recompute::FULL ? KeepActs::LAYER_INPUTS : KeepActs::TRAINING;
+    return r == Recompute::FULL   ? KeepActs::LAYER_INPUTS
+           : r == Recompute::NONE ? KeepActs::ALL
+                                  : KeepActs::TRAINING;
 }
 
 void TrainConfig::validate() const {

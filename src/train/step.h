@@ -14,9 +14,9 @@ namespace pldr {
 
 enum class ClipMode { VALUE, NORM, NONE };
 
-enum class Recompute { SELECTIVE, FULL };
+enum class Recompute { NONE, SELECTIVE, FULL };
 const char* recompute_name(Recompute r);
-Recompute parse_recompute(const std::string& s);  // "selective" | "full"; throws pldr::Error
+Recompute parse_recompute(const std::string& s);  // "none" | "selective" | "full"; throws
 KeepActs keep_of(Recompute r);
 
 struct TrainConfig {
@@ -31,10 +31,12 @@ struct TrainConfig {
     // and the optimizer state in float32. Float32 models only; where the CPU has no bf16
     // products (or PLDR_FORCE_FP32=1) the step runs in float32.
     Precision precision = Precision::FP32;
-    // What the forward keeps for the backward (model/forward.h, KeepActs): SELECTIVE recomputes
-    // the cheap, large activations (scores, softmax, the FFN gate, the learner's internals);
-    // FULL keeps only each layer's input and runs each layer's forward again in the backward
-    // (activation checkpointing: the least memory, about a fifth more FLOPs). The same bits.
+    // What the forward keeps for the backward (model/forward.h, KeepActs): NONE keeps every
+    // activation (the most memory, measured no faster than SELECTIVE: a baseline);
+    // SELECTIVE recomputes the cheap, large activations (scores, softmax, the FFN
+    // gate, the learner's internals); FULL keeps only each layer's input and runs each layer's
+    // forward again in the backward (activation checkpointing: the least memory, about a fifth
+    // more FLOPs). The same bits in every case.
     Recompute recompute = Recompute::SELECTIVE;
     void validate() const;
 };

@@ -54,8 +54,8 @@ struct TrainOptions {
 
     // Data parallel (under mpirun; docs/distributed.md). No effect in a single process.
     bool zero1 = false;  // shard the AdamW moments across ranks (ZeRO stage 1)
-    // What the forward keeps for the backward (TrainConfig::recompute): "selective" or "full"
-    // (activation checkpointing). Same bits either way, so it may change on resume.
+    // What the forward keeps for the backward (TrainConfig::recompute): "none", "selective" or
+    // "full" (activation checkpointing). The same bits in every case, so it may change on resume.
     std::string recompute = "selective";
     double dist_timeout = 0;  // seconds a collective may wait (0: PLDR_DIST_TIMEOUT or 300)
 

@@ -189,8 +189,9 @@ int run_bench(const BenchArgs& a) {
     std::vector<std::string> weights = split(a.weights), precisions = split(a.precision),
                              recomputes = split(a.recompute);
     for (const auto& r : recomputes)
-        require(r == "selective" || r == "full", "--recompute: '", r, "' is not selective or full");
-    require(!recomputes.empty(), "--recompute: give selective, full or both");
+        require(r == "none" || r == "selective" || r == "full", "--recompute: '", r,
+                "' is not none, selective or full");
+    require(!recomputes.empty(), "--recompute: give none, selective, full or a list");
     for (const auto& w : weights)
         require(w == "f32" || w == "bf16" || w == "q8", "--weights: '", w,
                 "' is not f32, bf16 or q8");
@@ -294,9 +295,9 @@ int run_bench(const BenchArgs& a) {
             if (low && same_shape(r, q) && q["weights"] == "f32" && q["precision"] == "fp32" &&
                 recompute_of(q) == recompute_of(r))
                 r["x_fp32"] = t / u;
-            // Full recomputation against the selective plan of the same precision.
-            if (recompute_of(r) == "full" && same_shape(r, q) && recompute_of(q) == "selective" &&
-                q["precision"] == r["precision"])
+            // No or full recomputation against the selective plan of the same precision.
+            if (recompute_of(r) != "selective" && same_shape(r, q) &&
+                recompute_of(q) == "selective" && q["precision"] == r["precision"])
                 r["x_selective"] = t / u;
         }
     }
@@ -378,8 +379,9 @@ void add_bench(CLI::App& app) {
                     "or fp32,bf16 (both, with the ratio)")
         ->capture_default_str();
     cmd->add_option("--recompute", a->recompute,
-                    "training: what the backward recomputes: selective, full (activation "
-                    "checkpointing: least memory), or selective,full (both, with the ratio)")
+                    "training: what the backward recomputes: none, selective, full (activation "
+                    "checkpointing: least memory), or a list (none,selective,full: each, with "
+                    "the ratio to selective)")
         ->capture_default_str();
     cmd->add_option("--save-model", a->save_model,
                     "with --config: write its random model to DIR (a model directory) and exit; "

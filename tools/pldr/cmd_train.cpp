@@ -212,9 +212,10 @@ void add_train(CLI::App& app) {
     cmd->add_option("--log-every", a->log_every, "log-line period when stdout is not a terminal")
         ->capture_default_str();
     cmd->add_option("--recompute", o.recompute,
-                    "activations the backward recomputes: selective (cheap ones) or full "
-                    "(checkpoint each layer: least memory, ~1/5 more FLOPs); same result")
-        ->check(CLI::IsMember({"selective", "full"}))
+                    "activations the backward recomputes: none (keep all: most memory), "
+                    "selective (cheap ones) or full (checkpoint each layer: least memory, ~1/5 "
+                    "more FLOPs); same result")
+        ->check(CLI::IsMember({"none", "selective", "full"}))
         ->capture_default_str();
     cmd->add_flag("--zero1", o.zero1,
                   "under mpirun: shard the AdamW moments across ranks (ZeRO-1, same result)");
