@@ -88,7 +88,8 @@ BenchResult bench(const BenchOptions& opt);
 
 // Writes the random model of a benchmark shape ("S", "M" or "110M", the weights bench() uses)
 // as a float32 model directory (config.json + model.safetensors), so that a run over it measures
-// loading from a file as a user's model is loaded (mapped: LoadOptions::map_file).
+// loading from a file as a user's model is loaded (mapped: LoadOptions::map_file). Refuses a
+// directory that already holds a model.
 void save_bench_model(const std::string& config, const std::string& dir, int64_t context = 1024);
 
 }  // namespace pldr::api
