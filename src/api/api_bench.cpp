@@ -1,10 +1,10 @@
 // Benchmarks in the public API (include/pldr/bench.hpp) over src/perf.
 #include <algorithm>
-#include <filesystem>
 #include <memory>
 
 #include "api/api_impl.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/gemm_bf16.h"
 #include "io/model_load.h"
 #include "model/init.h"
@@ -57,12 +57,8 @@ BenchStats stats(const std::vector<double>& v) {
 void save_bench_model(const std::string& config, const std::string& dir, int64_t context) {
     PLDR_REQUIRE(context >= 2 && context <= (int64_t(1) << 20), "context ", context,
                  " is outside [2, 1048576]");
-    for (const char* f : {"config.json", "model.safetensors", "model.safetensors.index.json"}) {
-        std::error_code ec;
-        PLDR_REQUIRE(!std::filesystem::exists(std::filesystem::path(dir) / f, ec), dir,
-                     " already holds a model (", f,
-                     "); the benchmark model goes to a new or empty directory");
-    }
+    PLDR_REQUIRE(!is_model_dir(dir), dir,
+                 " already holds a model; the benchmark model goes to a new or empty directory");
     ::pldr::Model<float> m(perf::bench_config(config, context));
     init_weights(m, 1234);  // bench()'s weights
     save_model(m, dir, ::pldr::DType::F32);
