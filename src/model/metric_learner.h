@@ -1,0 +1,25 @@
+// The metric learner of PLGA (spec §1.4 steps 4–6, §1.7; docs/plga.md §2): from the rotated
+// queries, A0 = Qᵀ·Q per (b,h) → LayerNorm (LN_A) → R residual units, each N GLUs + its input →
+// LayerNorm; the output is the metric A [B,H,D,D] that the operator G_LM is built from
+// (model/plga_attention.h). The chain runs in float32 under mixed precision (spec §5.2).
+#pragma once
+#include "model/forward.h"
+
+namespace pldr {
+
+// From the rotated queries q_all [B,S,d]; fills la.A0, la.A_ln with LN_A's statistics, la.res
+// (each residual unit's input, sum and LayerNorm statistics, not its GLUs' internals) and la.A.
+template <typename T>
+void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B, int64_t S,
+                            const T* q_all, LayerActs<T>& la);
+
+// Given dA (consumed), accumulates the learner's parameter gradients into gw and
+// dq += d(A0 = Qᵀ·Q)/dq. q_all: the forward's queries; la: what its forward kept — A0 with LN_A's
+// statistics and each unit's input at least (the units' GLUs are recomputed one unit at a time,
+// and a unit's sum and statistics too where they were not kept).
+template <typename T>
+void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* q_all,
+                             const LayerActs<T>& la, int64_t B, int64_t S, Tensor<T>& dA,
+                             LayerView<T>& gw, Tensor<T>& dq);
+
+}  // namespace pldr
