@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "api/api_impl.h"
+#include "core/blas.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/gemm_bf16.h"
@@ -21,6 +22,7 @@ BenchLimits measure_bench_limits(int threads) {
     out.threads = threads;
     out.read_gbs = L.read_gbs;
     out.sgemm_gflops = L.sgemm_gflops;
+    out.sgemm_kernels = blas_kernels();
     out.bf16_gflops = L.bf16_gflops;
     out.bf16_backend = bf16::backend_name();
     return out;

@@ -4,8 +4,13 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <string>
 
 namespace pldr {
+
+// The BLAS kernels in use, e.g. "OpenBLAS Haswell" (OpenBLAS picks them by CPU model, or as
+// OPENBLAS_CORETYPE says): the SGEMM peak that benchmarks quote depends on them.
+std::string blas_kernels();
 
 // Products below this many multiply-adds run on one thread: OpenBLAS would otherwise wake its
 // OpenMP team for a few microseconds of work, and on a busy machine a descheduled thread turns

@@ -26,9 +26,9 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     la.q.resize_for_overwrite({B, S, d});
     la.k.resize_for_overwrite({B, S, d});
     la.v.resize_for_overwrite({B, S, d});
-    linear_forward(la.q.ptr(), la.x_in.ptr(), lw.wq, w.bq, N, d, d);
-    linear_forward(la.k.ptr(), la.x_in.ptr(), lw.wk, w.bk, N, d, d);
-    linear_forward(la.v.ptr(), la.x_in.ptr(), lw.wv, w.bv, N, d, d);
+    const LinearOut<T> qkv[] = {
+        {la.q.ptr(), lw.wq, w.bq, d}, {la.k.ptr(), lw.wk, w.bk, d}, {la.v.ptr(), lw.wv, w.bv, d}};
+    linear_forward_same_input(la.x_in.ptr(), N, d, qkv, 3);
     rope_forward(la.q.ptr(), in.pos, N, H, D, m.rope, c.reference_rope, m.round_f32());
     rope_forward(la.k.ptr(), in.pos, N, H, D, m.rope, c.reference_rope, m.round_f32());
 

@@ -139,8 +139,8 @@ void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluParams<T>&
 template <typename T>
 void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluLinears<T>& p, int64_t N,
                  int64_t I, int64_t F, int64_t O) {
-    linear_forward(h1, x, p.w1, p.b1, N, I, F);
-    linear_forward(h2, x, p.w2, p.b2, N, I, F);
+    const LinearOut<T> h[] = {{h1, p.w1, p.b1, F}, {h2, p.w2, p.b2, F}};
+    linear_forward_same_input(x, N, I, h, 2);
     glu_gate(gated, h1, h2, N * F);
     linear_forward(out, gated, p.w3, p.b3, N, F, O);
 }

@@ -17,7 +17,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/blas.h"
+#include "core/error.h"
 #include "ops/linear.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -89,6 +89,20 @@ PLDR_AVX2 void rows_avx2(float* out, const float* in, const float* W, const floa
 // two halves are added and reduced by the same hsum8: the same bits as the AVX2 kernel.
 #define PLDR_AVX512 __attribute__((target("avx512f,avx2,fma")))
 
+// The halves of a 16-lane vector, in registers (a store and two 8-lane loads of it, as before,
+// stalled on store forwarding for every output). GCC 12's intrinsics leave a don't-care operand
+// undefined, which -Wuninitialized reports: hence the pragmas.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+PLDR_AVX512 inline __m256 lower256(__m512 v) {
+    return _mm512_castps512_ps256(v);
+}
+PLDR_AVX512 inline __m256 upper256(__m512 v) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+#pragma GCC diagnostic pop
+
 template <int P, int R>
 PLDR_AVX512 inline void dot_tile16(const float* w, const float* x, int64_t I, const float* bias,
                                    float* out, int64_t O) {
@@ -110,9 +124,7 @@ PLDR_AVX512 inline void dot_tile16(const float* w, const float* x, int64_t I, co
     }
     for (int p = 0; p < P; ++p)
         for (int r = 0; r < R; ++r) {
-            alignas(64) float lanes[16];
-            _mm512_store_ps(lanes, acc[p][r]);
-            const __m256 lo = _mm256_load_ps(lanes), hi = _mm256_load_ps(lanes + 8);
+            const __m256 lo = lower256(acc[p][r]), hi = upper256(acc[p][r]);
             float s = hsum8(_mm256_add_ps(lo, hi));
             for (int64_t i = full; i < I; ++i) s += w[p * I + i] * x[r * I + i];
             out[r * O + p] = s + (bias ? bias[p] : 0.0f);
@@ -171,27 +183,44 @@ constexpr int64_t kRowsPerTask = 16;  // a multiple of the AVX-512 kernel's 4 ro
 
 }  // namespace
 
-bool dense_rows_forward(float* out, const float* in, const float* W, const float* b, int64_t N,
-                        int64_t I, int64_t O) {
+bool dense_rows_forward(const DenseRowsJob* jobs, int n_jobs, const float* in, int64_t N,
+                        int64_t I) {
 #if defined(__x86_64__) || defined(__i386__)
     const int level = kernel_level();
-    if (N < 1 || N > kDenseRows || level == 0) return false;
-    const int64_t tasks = (O + kRowsPerTask - 1) / kRowsPerTask;
-    // Bandwidth-bound: threads from the BLAS threshold on, and never a nested team.
-    const bool par = O * I * 8 >= kBlasParallelWork && tasks > 1 && !omp_in_parallel();
+    if (N < 1 || N > kDenseRows || level == 0 || n_jobs < 1) return false;
+    // The jobs' row tasks in one index space: job j owns tasks [first[j], first[j + 1]).
+    constexpr int kMaxJobs = 4;
+    PLDR_CHECK(n_jobs <= kMaxJobs);
+    int64_t first[kMaxJobs + 1] = {0}, weights = 0;
+    for (int j = 0; j < n_jobs; ++j) {
+        first[j + 1] = first[j] + (jobs[j].O + kRowsPerTask - 1) / kRowsPerTask;
+        weights += jobs[j].O * I;
+    }
+    const int64_t tasks = first[n_jobs];
+    // Bandwidth-bound: threads from kDenseRowsParallelWeights on, and never a nested team.
+    const bool par = weights >= kDenseRowsParallelWeights && tasks > 1 && !omp_in_parallel();
 #pragma omp parallel for schedule(static) if (par)
     for (int64_t t = 0; t < tasks; ++t) {
-        const int64_t o0 = t * kRowsPerTask, o1 = std::min(O, o0 + kRowsPerTask);
+        int j = 0;
+        while (t >= first[j + 1]) ++j;
+        const DenseRowsJob& job = jobs[j];
+        const int64_t o0 = (t - first[j]) * kRowsPerTask, o1 = std::min(job.O, o0 + kRowsPerTask);
         if (level == 2 && N >= 4)  // below 4 rows one stream of W at a time reads faster
-            rows_avx512(out, in, W, b, N, I, O, o0, o1);
+            rows_avx512(job.out, in, job.W, job.b, N, I, job.O, o0, o1);
         else
-            rows_avx2(out, in, W, b, N, I, O, o0, o1);
+            rows_avx2(job.out, in, job.W, job.b, N, I, job.O, o0, o1);
     }
     return true;
 #else
-    (void)out, (void)in, (void)W, (void)b, (void)N, (void)I, (void)O;
+    (void)jobs, (void)n_jobs, (void)in, (void)N, (void)I;
     return false;
 #endif
+}
+
+bool dense_rows_forward(float* out, const float* in, const float* W, const float* b, int64_t N,
+                        int64_t I, int64_t O) {
+    const DenseRowsJob job{out, W, b, O};
+    return dense_rows_forward(&job, 1, in, N, I);
 }
 
 }  // namespace pldr

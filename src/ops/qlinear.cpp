@@ -389,6 +389,27 @@ void linear_forward(T* out, const T* in, const LinearWeight<T>& W, const T* b, i
     }
 }
 
+template <typename T>
+void linear_forward_same_input(const T* in, int64_t N, int64_t I, const LinearOut<T>* outs,
+                               int n_outs) {
+    if constexpr (std::is_same_v<T, float>) {
+        bool dense = n_outs <= 4 && !bf16::autocast_active();
+        DenseRowsJob jobs[4];
+        for (int j = 0; dense && j < n_outs; ++j) {
+            dense = outs[j].W.format == WeightFormat::DENSE;
+            if (dense) jobs[j] = DenseRowsJob{outs[j].out, outs[j].W.dense, outs[j].b, outs[j].O};
+        }
+        if (dense && dense_rows_forward(jobs, n_outs, in, N, I)) return;
+    }
+    for (int j = 0; j < n_outs; ++j)
+        linear_forward(outs[j].out, in, outs[j].W, outs[j].b, N, I, outs[j].O);
+}
+
+template void linear_forward_same_input<float>(const float*, int64_t, int64_t,
+                                               const LinearOut<float>*, int);
+template void linear_forward_same_input<double>(const double*, int64_t, int64_t,
+                                                const LinearOut<double>*, int);
+
 template void linear_forward<float>(float*, const float*, const LinearWeight<float>&, const float*,
                                     int64_t, int64_t, int64_t);
 template void linear_forward<double>(double*, const double*, const LinearWeight<double>&,

@@ -303,11 +303,9 @@ int run_bench(const BenchArgs& a) {
     }
 
     json out;
-    out["limits"] = {{"threads", lim.threads},
-                     {"read_gbs", lim.read_gbs},
-                     {"sgemm_gflops", lim.sgemm_gflops},
-                     {"bf16_gflops", lim.bf16_gflops},
-                     {"bf16_backend", lim.bf16_backend}};
+    out["limits"] = {{"threads", lim.threads},           {"read_gbs", lim.read_gbs},
+                     {"sgemm_gflops", lim.sgemm_gflops}, {"sgemm_kernels", lim.sgemm_kernels},
+                     {"bf16_gflops", lim.bf16_gflops},   {"bf16_backend", lim.bf16_backend}};
     if (likwid > 0) out["limits"]["likwid_load_avx_gbs"] = likwid;
     out["results"] = results;
     out["pldr_version"] = api::version();
@@ -320,7 +318,7 @@ int run_bench(const BenchArgs& a) {
     if (likwid > 0)
         std::printf(" (likwid-bench load_avx %.1f GB/s, ratio %.2f)", likwid,
                     lim.read_gbs / likwid);
-    std::printf(", SGEMM %.0f GFLOP/s", lim.sgemm_gflops);
+    std::printf(", SGEMM %.0f GFLOP/s (%s)", lim.sgemm_gflops, lim.sgemm_kernels.c_str());
     if (lim.bf16_gflops > 0)
         std::printf(", bf16 GEMM %.0f GFLOP/s (%s)", lim.bf16_gflops, lim.bf16_backend.c_str());
     else
