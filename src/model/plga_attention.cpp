@@ -40,10 +40,35 @@ inline void axpy(T alpha, const T* x, T* y, int64_t n) {
 // (q·G)·Kᵀ / √dk [S,Tk] into ep, or into e when ep is null; e = softmax(scores + mask·(−1e9))
 // with the causal mask (keys after Tp + i) and the padding mask (key_ids[j] == pad, key_ids
 // null: none); o = e·V [S,D] with row stride ldo. q has row stride ldq, k and v ldkv.
+// One query row (a decode step, S = 1) is plain loops: a GEMM library's call and packing cost
+// more than products of one row (measured: 3 sgemm calls per head were a tenth of an M-config
+// decode step). The batched decode step (decode_step_forward) runs this same code per sequence.
+template <typename T>
+void query_row_attention(const T* q, const T* G, const T* k, const T* v, int64_t ldkv, int64_t D,
+                         int64_t Tk, int64_t Tp, T scale, bool mask, const int64_t* key_ids,
+                         int64_t pad, T* qg, T* ep, T* e, T* o) {
+    std::fill(qg, qg + D, T(0));
+    for (int64_t i = 0; i < D; ++i) axpy(q[i], G + i * D, qg, D);  // qg = q·G
+    T* sc = ep ? ep : e;
+    for (int64_t j = 0; j < Tk; ++j) sc[j] = dot_lanes(qg, k + j * ldkv, D);  // (q·G)·Kᵀ
+    for (int64_t j = 0; j < Tk; ++j) {
+        T x = sc[j] /= scale;
+        if (mask && (j > Tp || (key_ids && key_ids[j] == pad))) x += T(-1e9);
+        e[j] = x;
+    }
+    softmax_forward(e, e, 1, Tk);
+    std::fill(o, o + D, T(0));
+    for (int64_t j = 0; j < Tk; ++j) axpy(e[j], v + j * ldkv, o, D);  // O = E·V
+}
+
 template <typename T>
 void head_attention(const T* q, int64_t ldq, const T* G, const T* k, const T* v, int64_t ldkv,
                     int64_t S, int64_t D, int64_t Tk, int64_t Tp, T scale, bool mask,
                     const int64_t* key_ids, int64_t pad, T* qg, T* ep, T* e, T* o, int64_t ldo) {
+    if (S == 1) {
+        query_row_attention(q, G, k, v, ldkv, D, Tk, Tp, scale, mask, key_ids, pad, qg, ep, e, o);
+        return;
+    }
     gemm(false, false, S, D, D, T(1), q, ldq, G, D, T(0), qg, D);
     T* sc = ep ? ep : e;
     gemm(false, true, S, Tk, D, T(1), qg, D, k, ldkv, T(0), sc, Tk);
@@ -174,20 +199,11 @@ void decode_step_forward(const Model<T>& m, int64_t l, int64_t B, const AttnInpu
             T* qg = la.QG.ptr() + (b * H + h) * D;
             T* ep = la.Ep.ptr() + (b * H + h) * T_max;
             T* e = la.E.ptr() + (b * H + h) * T_max;
-            // One query row: plain loops (a GEMM library's packing costs more than these
-            // products of one row).
-            const T* g = Gp[b] + h * DD;
-            std::fill(qg, qg + D, T(0));
-            for (int64_t i = 0; i < D; ++i) axpy(q[i], g + i * D, qg, D);  // qg = q·G
-            for (int64_t j = 0; j < Tk; ++j)
-                ep[j] = dot_lanes(qg, sq.K_cache + j * d + h * D, D);  // (q·G)·Kᵀ
-            for (int64_t j = 0; j < Tk; ++j) e[j] = ep[j] /= scale;
-            softmax_forward(e, e, 1, Tk);
+            query_row_attention(q, Gp[b] + h * DD, sq.K_cache + h * D, sq.V_cache + h * D, d, D, Tk,
+                                Tk - 1, scale, false, nullptr, 0, qg, ep, e,
+                                la.O.ptr() + b * d + h * D);
             std::fill(ep + Tk, ep + T_max, T(0));
             std::fill(e + Tk, e + T_max, T(0));
-            T* o = la.O.ptr() + b * d + h * D;  // O = E·V
-            std::fill(o, o + D, T(0));
-            for (int64_t j = 0; j < Tk; ++j) axpy(e[j], sq.V_cache + j * d + h * D, o, D);
         }
 }
 
