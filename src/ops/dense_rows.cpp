@@ -197,8 +197,8 @@ int kernel_level() {
 
 #endif
 
-// Output rows per task: a few KB of W, so a thread's tasks form one stream.
-constexpr int64_t kRowsPerTask = 24;  // a multiple of the AVX-512 kernel's 3 and 4 rows
+// Output rows per task, about: a few KB of W, so a thread's tasks form one stream.
+constexpr int64_t kRowsPerTask = 24;
 
 }  // namespace
 
@@ -207,23 +207,33 @@ bool dense_rows_forward(const DenseRowsJob* jobs, int n_jobs, const float* in, i
 #if defined(__x86_64__) || defined(__i386__)
     const int level = kernel_level();
     if (N < 1 || N > kDenseRows || level == 0 || n_jobs < 1) return false;
-    // The jobs' row tasks in one index space: job j owns tasks [first[j], first[j + 1]).
     constexpr int kMaxJobs = 4;
     PLDR_CHECK(n_jobs <= kMaxJobs);
-    int64_t first[kMaxJobs + 1] = {0}, weights = 0;
+    int64_t weights = 0, rows = 0;
     for (int j = 0; j < n_jobs; ++j) {
-        first[j + 1] = first[j] + (jobs[j].O + kRowsPerTask - 1) / kRowsPerTask;
         weights += jobs[j].O * I;
+        rows += jobs[j].O;
     }
-    const int64_t tasks = first[n_jobs];
     // Bandwidth-bound: threads from kDenseRowsParallelWeights on, and never a nested team.
-    const bool par = weights >= kDenseRowsParallelWeights && tasks > 1 && !omp_in_parallel();
+    const bool par = weights >= kDenseRowsParallelWeights && rows > 1 && !omp_in_parallel();
+    const int64_t nt = par ? omp_get_max_threads() : 1;
+    // The jobs' row tasks in one index space: job j owns tasks [first[j], first[j + 1]), a
+    // multiple of the thread count of equal row ranges (± 1 row), so that the static schedule
+    // gives every thread the same number of rows (a 256-row job in tasks of 24 left one thread
+    // a task more than the other). The tiles may split anywhere: an output's arithmetic does not
+    // depend on the tile it is in.
+    int64_t first[kMaxJobs + 1] = {0};
+    for (int j = 0; j < n_jobs; ++j)
+        first[j + 1] = first[j] + nt * std::max<int64_t>(1, (jobs[j].O + kRowsPerTask * nt - 1) /
+                                                                (kRowsPerTask * nt));
+    const int64_t tasks = first[n_jobs];
 #pragma omp parallel for schedule(static) if (par)
     for (int64_t t = 0; t < tasks; ++t) {
         int j = 0;
         while (t >= first[j + 1]) ++j;
         const DenseRowsJob& job = jobs[j];
-        const int64_t o0 = (t - first[j]) * kRowsPerTask, o1 = std::min(job.O, o0 + kRowsPerTask);
+        const int64_t n = first[j + 1] - first[j], k = t - first[j];
+        const int64_t o0 = job.O * k / n, o1 = job.O * (k + 1) / n;
         if (level == 2 && N >= 4)  // below 4 rows one stream of W at a time reads faster
             rows_avx512(job.out, in, job.W, job.b, N, I, job.O, o0, o1);
         else
