@@ -13,9 +13,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "ops/linear.h"
@@ -147,37 +149,20 @@ PLDR_AVX512 void tile16_rows(const float* W, const float* x, int64_t I, const fl
     for (; o < o1; ++o) dot_tile16<1, R>(W + o * I, x, I, b ? b + o : nullptr, y + o, O);
 }
 
+// tile16_rows for R = 1…8 input rows, with P = 4 rows of W at R ≤ 4 and P = 3 above.
+using TileRowsFn = void (*)(const float*, const float*, int64_t, const float*, float*, int64_t,
+                            int64_t, int64_t);
+template <size_t... k>
+constexpr std::array<TileRowsFn, sizeof...(k)> tile_rows_table(std::index_sequence<k...>) {
+    return {&tile16_rows<(k + 1 > 4 ? 3 : 4), int(k + 1)>...};
+}
+constexpr auto kTileRows = tile_rows_table(std::make_index_sequence<8>());
+
 PLDR_AVX512 void rows_avx512(float* out, const float* in, const float* W, const float* b, int64_t N,
                              int64_t I, int64_t O, int64_t o0, int64_t o1) {
-    for (int64_t n = 0; n < N; n += 8) {
-        const float* x = in + n * I;
-        float* y = out + n * O;
-        switch (std::min<int64_t>(8, N - n)) {
-            case 8:
-                tile16_rows<3, 8>(W, x, I, b, y, O, o0, o1);
-                break;
-            case 7:
-                tile16_rows<3, 7>(W, x, I, b, y, O, o0, o1);
-                break;
-            case 6:
-                tile16_rows<3, 6>(W, x, I, b, y, O, o0, o1);
-                break;
-            case 5:
-                tile16_rows<3, 5>(W, x, I, b, y, O, o0, o1);
-                break;
-            case 4:
-                tile16_rows<4, 4>(W, x, I, b, y, O, o0, o1);
-                break;
-            case 3:
-                tile16_rows<4, 3>(W, x, I, b, y, O, o0, o1);
-                break;
-            case 2:
-                tile16_rows<4, 2>(W, x, I, b, y, O, o0, o1);
-                break;
-            default:
-                tile16_rows<4, 1>(W, x, I, b, y, O, o0, o1);
-        }
-    }
+    for (int64_t n = 0; n < N; n += 8)
+        kTileRows[size_t(std::min<int64_t>(8, N - n) - 1)](W, in + n * I, I, b, out + n * O, O, o0,
+                                                           o1);
 }
 
 // 0: the BLAS path; 1: AVX2 + FMA; 2: AVX-512. PLDR_KERNELS=scalar asks for the portable code
