@@ -131,13 +131,18 @@ bool recover_checkpoint(const std::string& dir) {
 
 namespace {
 
+// A metadata field of the training state; a missing one is bad input (pldr::Error), never a
+// std::out_of_range.
+const std::string& state_field(const SafetensorsFile& f, const char* k, const std::string& dir) {
+    const auto& md = f.metadata();
+    auto it = md.find(k);
+    PLDR_REQUIRE(it != md.end(), dir, ": training state lacks '", k, "'");
+    return it->second;
+}
+
 CheckpointInfo info_from(const SafetensorsFile& f, const std::string& dir) {
     const auto& md = f.metadata();
-    auto get = [&](const char* k) -> const std::string& {
-        auto it = md.find(k);
-        PLDR_REQUIRE(it != md.end(), dir, ": training state lacks '", k, "'");
-        return it->second;
-    };
+    auto get = [&](const char* k) -> const std::string& { return state_field(f, k, dir); };
     PLDR_REQUIRE(md.count("format") && md.at("format") == kTrainStateFormat, dir,
                  ": train_state.safetensors is not a pldr training state");
     const int64_t version = parse_i64(get("version"), dir + ": version");
@@ -193,7 +198,7 @@ CheckpointInfo load_checkpoint(const std::string& dir, Model<T>* m, AdamWState<T
                  info.dtype, ", not ", dtype_flag<T>());
     const std::string mp = (fs::path(dir) / "model.safetensors").string();
     PLDR_REQUIRE(fs::exists(mp), dir, ": checkpoint has no model.safetensors");
-    PLDR_REQUIRE(hex64(file_fnv(mp)) == f.metadata().at("model_fnv1a64"), dir,
+    PLDR_REQUIRE(hex64(file_fnv(mp)) == state_field(f, "model_fnv1a64", dir), dir,
                  ": model.safetensors does not belong to the training state (it was changed or "
                  "replaced after the checkpoint was written)");
     {
@@ -207,7 +212,7 @@ CheckpointInfo load_checkpoint(const std::string& dir, Model<T>* m, AdamWState<T
     }
     *m = load_model<T>(dir);
     const std::string cfg_text = read_file((fs::path(dir) / "config.json").string());
-    PLDR_REQUIRE(f.metadata().count("config") && f.metadata().at("config") == cfg_text, dir,
+    PLDR_REQUIRE(state_field(f, "config", dir) == cfg_text, dir,
                  ": config.json does not match the training state's config");
     AdamWState<T> o(m->layout.total);
     for (const ParamEntry& e : m->layout.entries)
