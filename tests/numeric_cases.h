@@ -152,6 +152,16 @@ inline pldr::Model<double> make_model(const Case& k, uint64_t seed, bool regular
     return m;
 }
 
+// The case's model in T with the parameters `params` (the model's own, or perturbed ones).
+template <typename T>
+pldr::Model<T> cast_model(const pldr::Model<double>& m, const std::vector<double>& params) {
+    pldr::Model<T> out(m.cfg);
+    out.set_reference_numerics(false);
+    std::copy(params.begin(), params.end(), out.params.begin());
+    out.G_fixed.assign(m.G_fixed.begin(), m.G_fixed.end());
+    return out;
+}
+
 // tokens [B, S+1]: random ids in [1, V) with pad (0) at position 2 of row 0 (an input key and a
 // target at once) and as the last target of the last row. Position 0 is never pad.
 inline std::vector<int64_t> make_tokens(const Shape& s, uint64_t seed) {

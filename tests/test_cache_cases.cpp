@@ -191,6 +191,41 @@ TEST_P(CacheModel, BatchedStepEqualsSingleDecodes) {
     }
 }
 
+// A forward that keeps only what inference needs (KeepActs::INFERENCE: the metric learner runs in
+// its reused per-thread workspace, metric_learner_output) gives the bits of the one that keeps
+// everything: each layer's A and output, in float64 and float32, for the case's batch, then
+// batch 1 and the batch again (a smaller and a larger use of the same workspace).
+template <typename T>
+void expect_lean_forward_equal(const pldr::Model<double>& m64, const numeric::Case& k,
+                               uint64_t seed) {
+    const pldr::Model<T> m =
+        numeric::cast_model<T>(m64, std::vector<double>(m64.params.begin(), m64.params.end()));
+    const std::vector<int64_t> tok = numeric::make_tokens(k.shape, seed + 5);
+    for (const int64_t B : {k.shape.B, int64_t(1), k.shape.B}) {
+        const int64_t S = k.shape.S;
+        pldr::Activations<T> full, lean;
+        pldr::forward_layers(m, tok.data(), B, S, full, pldr::KeepActs::ALL);
+        pldr::forward_layers(m, tok.data(), B, S, lean, pldr::KeepActs::INFERENCE);
+        for (int64_t l = 0; l < m.cfg.num_layers; ++l) {
+            const auto &f = full.layers[size_t(l)], &g = lean.layers[size_t(l)];
+            if (m.cfg.learned_g()) {
+                ASSERT_EQ(g.A.shape, f.A.shape) << "layer " << l << " B " << B;
+                EXPECT_EQ(g.A.data, f.A.data) << "layer " << l << " B " << B;
+                EXPECT_TRUE(g.res.empty() && g.A0.numel() == 0);  // nothing else was kept
+            }
+            EXPECT_EQ(g.hidden.data, f.hidden.data) << "layer " << l << " B " << B;
+        }
+    }
+}
+
+TEST_P(CacheModel, LeanForwardKeepsTheBitsOfTheFullOne) {
+    const numeric::Case& k = GetParam();
+    const uint64_t seed = numeric::seed_of(k);
+    const pldr::Model<double> m = numeric::make_model(k, seed);
+    expect_lean_forward_equal<double>(m, k, seed);
+    expect_lean_forward_equal<float>(m, k, seed);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, CacheModel, testing::ValuesIn(inference_cases()),
                          numeric::CaseName());
 

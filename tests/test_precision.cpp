@@ -258,21 +258,12 @@ TEST(PrecisionOps, PlgaOperatorEveryVariant) {
 
 // ---- the whole model, every case --------------------------------------------------------------
 
-template <typename T>
-pldr::Model<T> cast_model(const pldr::Model<double>& m, const std::vector<double>& params) {
-    pldr::Model<T> out(m.cfg);
-    out.set_reference_numerics(false);
-    std::copy(params.begin(), params.end(), out.params.begin());
-    out.G_fixed.assign(m.G_fixed.begin(), m.G_fixed.end());
-    return out;
-}
-
 // Logits, loss and the gradient of every parameter tensor, in T, from the parameters `params`
 // (the model's own, or perturbed ones). Output 0: logits; 1: loss; 2…: one per layout entry.
 template <typename T>
 std::vector<Vec> model_outputs(const pldr::Model<double>& m, const std::vector<double>& params,
                                const std::vector<int64_t>& tok, const numeric::Case& k) {
-    const pldr::Model<T> mt = cast_model<T>(m, params);
+    const pldr::Model<T> mt = numeric::cast_model<T>(m, params);
     const numeric::Shape& s = k.shape;
     const pldr::DagCoeffs dag = k.dag ? pldr::DagCoeffs{0.1, 0.2, 0.3} : pldr::DagCoeffs{};
     pldr::Activations<T> acts;

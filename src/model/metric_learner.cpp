@@ -81,6 +81,66 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
     if (c.num_reslayerA == 0) la.A = la.A_ln;
 }
 
+namespace {
+
+// The inference chain's buffers, one set per thread, reused from call to call (they grow to the
+// largest B seen and stay): no allocation and no first-touch page faults once warm.
+template <typename T>
+struct LearnerWorkspace {
+    std::vector<T> cur, y0, y1, h1, h2, gated, mean, rstd;
+};
+
+template <typename T>
+T* sized(std::vector<T>& v, int64_t n) {
+    if (int64_t(v.size()) < n) v.resize(static_cast<size_t>(n));
+    return v.data();
+}
+
+}  // namespace
+
+template <typename T>
+void metric_learner_output(const Model<T>& m, const LayerView<T>& w, int64_t B, int64_t S,
+                           const T* q_all, Tensor<T>& A) {
+    const Bf16Autocast fp32(Precision::FP32);  // as metric_learner_forward
+    const Config& c = m.cfg;
+    const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size;
+    const int64_t rows = B * H * D, n = rows * D, nf = rows * c.A_dff;
+    thread_local LearnerWorkspace<T> ws;
+    T* cur = sized(ws.cur, n);
+    T* ys[2] = {sized(ws.y0, n), sized(ws.y1, n)};
+    T* h1 = sized(ws.h1, nf);
+    T* h2 = sized(ws.h2, nf);
+    T* gated = sized(ws.gated, nf);
+    T* mean = sized(ws.mean, rows);
+    T* rstd = sized(ws.rstd, rows);
+    A.resize_for_overwrite({B, H, D, D});
+    // The operations of metric_learner_forward in its order, on other buffers: the same bits.
+    T* a0 = ys[0];
+#pragma omp parallel for collapse(2) if (B * H * S * D * D > kParallelWork)
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            gemm(true, false, D, D, S, T(1), q_all + b * S * d + h * D, d,
+                 q_all + b * S * d + h * D, d, T(0), a0 + (b * H + h) * D * D, D);
+    layernorm_forward(c.num_reslayerA == 0 ? A.ptr() : cur, mean, rstd, a0, w.lnA_g, w.lnA_b, rows,
+                      D, c.layer_norm_eps);
+    for (int64_t r = 0; r < c.num_reslayerA; ++r) {
+        const ResUnitView<T>& rw = w.res[size_t(r)];
+        const T* x = cur;
+        T* y = ys[0];
+        if (c.num_denseA == 0) std::fill(y, y + n, T(0));
+        for (int64_t k = 0; k < c.num_denseA; ++k) {
+            y = ys[k % 2];
+            const GluView<T>& gw = rw.glu[size_t(k)];
+            glu_forward(y, h1, h2, gated, x, GluParams<T>{gw.w1, gw.b1, gw.w2, gw.b2, gw.w3, gw.b3},
+                        rows, D, c.A_dff, D);
+            x = y;
+        }
+        for (int64_t i = 0; i < n; ++i) y[i] = y[i] + cur[i];  // the unit's sum, in place
+        layernorm_forward(r + 1 == c.num_reslayerA ? A.ptr() : cur, mean, rstd, y, rw.ln_g, rw.ln_b,
+                          rows, D, c.layer_norm_eps);
+    }
+}
+
 template <typename T>
 void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* q_all,
                              const LayerActs<T>& la, int64_t B, int64_t S, Tensor<T>& dA,
@@ -145,11 +205,13 @@ void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* 
         }
 }
 
-#define PLDR_INSTANTIATE(T)                                                                     \
-    template void metric_learner_forward<T>(const Model<T>&, const LayerView<T>&, int64_t,      \
-                                            int64_t, const T*, LayerActs<T>&);                  \
-    template void metric_learner_backward<T>(const Model<T>&, const LayerView<T>&, const T*,    \
-                                             const LayerActs<T>&, int64_t, int64_t, Tensor<T>&, \
+#define PLDR_INSTANTIATE(T)                                                                        \
+    template void metric_learner_forward<T>(const Model<T>&, const LayerView<T>&, int64_t,         \
+                                            int64_t, const T*, LayerActs<T>&);                     \
+    template void metric_learner_output<T>(const Model<T>&, const LayerView<T>&, int64_t, int64_t, \
+                                           const T*, Tensor<T>&);                                  \
+    template void metric_learner_backward<T>(const Model<T>&, const LayerView<T>&, const T*,       \
+                                             const LayerActs<T>&, int64_t, int64_t, Tensor<T>&,    \
                                              LayerView<T>&, Tensor<T>&);
 PLDR_INSTANTIATE(float)
 PLDR_INSTANTIATE(double)

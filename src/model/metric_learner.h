@@ -13,6 +13,13 @@ template <typename T>
 void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B, int64_t S,
                             const T* q_all, LayerActs<T>& la);
 
+// The learner's output A alone (la.A of metric_learner_forward, the same bits), for a forward
+// that keeps nothing else (KeepActs::INFERENCE): the chain runs in a per-thread workspace that is
+// reused from call to call, without the copies that keeping each unit's input needs.
+template <typename T>
+void metric_learner_output(const Model<T>& m, const LayerView<T>& w, int64_t B, int64_t S,
+                           const T* q_all, Tensor<T>& A);
+
 // Given dA (consumed), accumulates the learner's parameter gradients into gw and
 // dq += d(A0 = Qᵀ·Q)/dq. q_all: the forward's queries; la: what its forward kept — A0 with LN_A's
 // statistics and each unit's input at least (the units' GLUs are recomputed one unit at a time,

@@ -241,14 +241,17 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
         if (in.A_frozen) {
             la.A = Tensor<T>({B, H, D, D}, std::vector<T>(in.A_frozen, in.A_frozen + B * H * DD));
         } else {
-            metric_learner_forward(m, w, B, S, la.q.ptr(), la);
             if (in.keep == KeepActs::INFERENCE) {  // only A is needed after this layer
                 la.A0 = Tensor<T>();
                 la.A_ln = Tensor<T>();
                 la.lnA_mean = Tensor<T>();
                 la.lnA_rstd = Tensor<T>();
                 la.res.clear();
-            } else if (in.keep == KeepActs::TRAINING) {
+                metric_learner_output(m, w, B, S, la.q.ptr(), la.A);
+            } else {
+                metric_learner_forward(m, w, B, S, la.q.ptr(), la);
+            }
+            if (in.keep == KeepActs::TRAINING) {
                 // The backward's checkpoints: A0 with LN_A's statistics and each residual
                 // unit's input (the unit's GLUs, sum and statistics are recomputed from it).
                 la.A_ln = Tensor<T>();

@@ -18,7 +18,7 @@ namespace pldr {
 template <typename T>
 void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int64_t I, int64_t O) {
     if (b) {
-        for (int64_t n = 0; n < N; ++n) std::copy(b, b + O, out + n * O);
+        fill_rows(out, b, N, O);
     }
     if constexpr (std::is_same_v<T, float>) {
         if (bf16::autocast_active()) {  // mixed precision (core/gemm_bf16.h): W rounded once

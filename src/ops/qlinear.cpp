@@ -341,7 +341,7 @@ void packed_forward(float* out, const float* in, const LinearWeight<float>& W, c
         return;
     }
     if (b) {
-        for (int64_t n = 0; n < N; ++n) std::copy(b, b + O, out + n * O);
+        fill_rows(out, b, N, O);
     }
     // Prefill over bf16 weights on a CPU with bf16 products (core/gemm_bf16.h): the inputs
     // rounded to bf16, one product over the packed weights as stored, float32 accumulation.
