@@ -19,6 +19,7 @@
 
 #include "core/rng.h"
 #include "model/init.h"
+#include "model/metric_learner.h"
 #include "model/model.h"
 #include "ops/plga_variants.h"
 
@@ -151,6 +152,19 @@ inline pldr::Model<double> make_model(const Case& k, uint64_t seed, bool regular
         for (auto& g : m.G_fixed) g = 0.5 * r.normal() + (r.uniform() < 0.2 ? 1.0 : 0.0);
     return m;
 }
+
+// For its lifetime, the metric learner splits its rows into n blocks (model/metric_learner.h),
+// each through the whole chain, as it does on n threads: the suite runs on one thread, where
+// the learner would never split them otherwise.
+struct LearnerRowBlocks {
+    explicit LearnerRowBlocks(int64_t n) : prev(pldr::metric_learner_row_blocks()) {
+        pldr::metric_learner_row_blocks() = n;
+    }
+    ~LearnerRowBlocks() { pldr::metric_learner_row_blocks() = prev; }
+    LearnerRowBlocks(const LearnerRowBlocks&) = delete;
+    LearnerRowBlocks& operator=(const LearnerRowBlocks&) = delete;
+    int64_t prev;
+};
 
 // The case's model in T with the parameters `params` (the model's own, or perturbed ones).
 template <typename T>

@@ -10,10 +10,12 @@
 // The prompt has no pad token (decode steps attend to every cached key, mask None, as the
 // reference's), so a full causal forward and a decode step see the same keys.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "infer/session.h"
@@ -194,26 +196,51 @@ TEST_P(CacheModel, BatchedStepEqualsSingleDecodes) {
 // A forward that keeps only what inference needs (KeepActs::INFERENCE: the metric learner runs in
 // its reused per-thread workspace, metric_learner_output) gives the bits of the one that keeps
 // everything: each layer's A and output, in float64 and float32, for the case's batch, then
-// batch 1 and the batch again (a smaller and a larger use of the same workspace).
+// batch 1 and the batch again (a smaller and a larger use of the same workspace). Both with the
+// learner's rows whole and split into blocks (model/metric_learner.h: one per thread): 3 blocks
+// on this thread, and 2 on two threads. Split and whole agree to rounding.
 template <typename T>
 void expect_lean_forward_equal(const pldr::Model<double>& m64, const numeric::Case& k,
                                uint64_t seed) {
     const pldr::Model<T> m =
         numeric::cast_model<T>(m64, std::vector<double>(m64.params.begin(), m64.params.end()));
     const std::vector<int64_t> tok = numeric::make_tokens(k.shape, seed + 5);
+    const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-12;
     for (const int64_t B : {k.shape.B, int64_t(1), k.shape.B}) {
         const int64_t S = k.shape.S;
-        pldr::Activations<T> full, lean;
-        pldr::forward_layers(m, tok.data(), B, S, full, pldr::KeepActs::ALL);
-        pldr::forward_layers(m, tok.data(), B, S, lean, pldr::KeepActs::INFERENCE);
-        for (int64_t l = 0; l < m.cfg.num_layers; ++l) {
-            const auto &f = full.layers[size_t(l)], &g = lean.layers[size_t(l)];
-            if (m.cfg.learned_g()) {
-                ASSERT_EQ(g.A.shape, f.A.shape) << "layer " << l << " B " << B;
-                EXPECT_EQ(g.A.data, f.A.data) << "layer " << l << " B " << B;
-                EXPECT_TRUE(g.res.empty() && g.A0.numel() == 0);  // nothing else was kept
+        pldr::Activations<T> whole;
+        pldr::forward_layers(m, tok.data(), B, S, whole, pldr::KeepActs::ALL);
+        for (const int threads : {1, 2}) {
+            const int before = omp_get_max_threads();
+            omp_set_num_threads(threads);
+            const numeric::LearnerRowBlocks split(threads == 1 ? 3 : 2);
+            pldr::Activations<T> full, lean;
+            pldr::forward_layers(m, tok.data(), B, S, full, pldr::KeepActs::ALL);
+            pldr::forward_layers(m, tok.data(), B, S, lean, pldr::KeepActs::INFERENCE);
+            omp_set_num_threads(before);
+            for (int64_t l = 0; l < m.cfg.num_layers; ++l) {
+                SCOPED_TRACE(testing::Message()
+                             << "layer " << l << " B " << B << " threads " << threads);
+                const auto &f = full.layers[size_t(l)], &g = lean.layers[size_t(l)];
+                const auto& w = whole.layers[size_t(l)];
+                if (m.cfg.learned_g()) {
+                    ASSERT_EQ(g.A.shape, f.A.shape);
+                    EXPECT_EQ(g.A.data, f.A.data);
+                    EXPECT_TRUE(g.res.empty() && g.A0.numel() == 0);  // nothing else was kept
+                    EXPECT_LE(max_rel_diff(std::vector<double>(f.A.data.begin(), f.A.data.end()),
+                                           std::vector<double>(w.A.data.begin(), w.A.data.end())),
+                              tol);
+                    for (size_t r = 0; r < w.res.size(); ++r) {  // each unit's kept rows
+                        auto as64 = [](const pldr::Tensor<T>& t) {
+                            return std::vector<double>(t.data.begin(), t.data.end());
+                        };
+                        EXPECT_LE(max_rel_diff(as64(f.res[r].in), as64(w.res[r].in)), tol) << r;
+                        EXPECT_LE(max_rel_diff(as64(f.res[r].sum), as64(w.res[r].sum)), tol) << r;
+                        EXPECT_LE(max_rel_diff(as64(f.res[r].rstd), as64(w.res[r].rstd)), tol) << r;
+                    }
+                }
+                EXPECT_EQ(g.hidden.data, f.hidden.data);
             }
-            EXPECT_EQ(g.hidden.data, f.hidden.data) << "layer " << l << " B " << B;
         }
     }
 }

@@ -576,9 +576,12 @@ ModelReport check_model(const numeric::Case& k, pldr::Model<double> m, uint64_t 
 // Every case of the list (tests/numeric_cases.h): variants × shapes × learned/fixed G × DAG.
 class FdModel : public testing::TestWithParam<numeric::Case> {};
 
+// The metric learner's rows in 3 blocks (as on 3 threads): the backward recomputes each unit's
+// GLUs block by block, into the rows of the kept tensors.
 TEST_P(FdModel, Gradients) {
     const numeric::Case& k = GetParam();
     const uint64_t seed = numeric::seed_of(k);
+    const numeric::LearnerRowBlocks split(3);
     check_model(k, numeric::make_model(k, seed), seed);
 }
 

@@ -229,8 +229,12 @@ void plan_gives_the_keep_everything_gradients(const numeric::Case& k) {
 class MemoryPlan : public testing::TestWithParam<numeric::Case> {};
 
 TEST_P(MemoryPlan, RecomputedBackwardEqualsKeepEverythingBitForBit) {
-    plan_gives_the_keep_everything_gradients<double>(GetParam());
-    plan_gives_the_keep_everything_gradients<float>(GetParam());
+    for (const int64_t blocks : {0, 3}) {  // the learner's rows whole, and in 3 blocks
+        SCOPED_TRACE(blocks);
+        const numeric::LearnerRowBlocks split(blocks);
+        plan_gives_the_keep_everything_gradients<double>(GetParam());
+        plan_gives_the_keep_everything_gradients<float>(GetParam());
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MemoryPlan, testing::ValuesIn(numeric::cases()),

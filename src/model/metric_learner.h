@@ -20,6 +20,11 @@ template <typename T>
 void metric_learner_output(const Model<T>& m, const LayerView<T>& w, int64_t B, int64_t S,
                            const T* q_all, Tensor<T>& A);
 
+// The learner's rows run in one block per thread, each block through the whole chain
+// (metric_learner.cpp). Tests set a number of blocks here to run that split on any number of
+// threads; 0 (the default): as many blocks as threads, for products big enough to share.
+int64_t& metric_learner_row_blocks();
+
 // Given dA (consumed), accumulates the learner's parameter gradients into gw and
 // dq += d(A0 = Qᵀ·Q)/dq. q_all: the forward's queries; la: what its forward kept — A0 with LN_A's
 // statistics and each unit's input at least (the units' GLUs are recomputed one unit at a time,
