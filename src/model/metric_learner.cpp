@@ -2,6 +2,7 @@
 #include "model/metric_learner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/blas.h"
 #include "core/gemm_bf16.h"
@@ -21,28 +22,39 @@ namespace {
 // backward's recomputation) splits the rows the same way, so they all get the same bits.
 constexpr int64_t kLearnerParallelWork = kParallelWork;
 
-template <typename F>
-void for_row_blocks(const Config& c, int64_t rows, F&& f) {
+// How the rows split: `blocks` blocks of `size` rows (the last one shorter), on `threads`.
+struct RowSplit {
+    int64_t blocks, size;
+    int threads;
+};
+
+RowSplit row_split(const Config& c, int64_t rows) {
     const int64_t work = rows * c.head_dim * c.A_dff * 3 * c.num_denseA * c.num_reslayerA;
     const int nt = work >= kLearnerParallelWork && !omp_in_parallel() ? omp_get_max_threads() : 1;
     const int64_t forced = metric_learner_row_blocks();
-    const int64_t blocks = std::min(rows, forced > 0 ? forced : int64_t(nt));
-    if (blocks <= 1) {
-        f(int64_t(0), rows);
+    const int64_t blocks = std::max<int64_t>(1, std::min(rows, forced > 0 ? forced : nt));
+    return {blocks, (rows + blocks - 1) / blocks, nt};
+}
+
+// f(block, lo, hi) for each block of rows, the blocks spread over the threads.
+template <typename F>
+void for_row_blocks(const RowSplit& sp, int64_t rows, F&& f) {
+    if (sp.blocks == 1) {
+        f(int64_t(0), int64_t(0), rows);
         return;
     }
-    const int64_t size = (rows + blocks - 1) / blocks;
-#pragma omp parallel for schedule(static, 1) num_threads(nt) if (nt > 1)
-    for (int64_t i = 0; i < blocks; ++i) {
-        const int64_t lo = std::min(rows, i * size), hi = std::min(rows, lo + size);
-        if (lo < hi) f(lo, hi);
+#pragma omp parallel for schedule(static, 1) num_threads(sp.threads) if (sp.threads > 1)
+    for (int64_t i = 0; i < sp.blocks; ++i) {
+        const int64_t lo = std::min(rows, i * sp.size), hi = std::min(rows, lo + sp.size);
+        if (lo < hi) f(i, lo, hi);
     }
 }
 
 // Per-thread buffers of the chain, reused from call to call (they grow to the largest block).
 template <typename T>
 struct LearnerWorkspace {
-    std::vector<T> cur, y, t0, t1, h1, h2, gated, mean, rstd;
+    std::vector<T> cur, y, t0, t1, h1, h2, gated, mean, rstd;  // forward
+    std::vector<T> dy, dx, sc;                                 // backward
 };
 
 template <typename T>
@@ -105,7 +117,7 @@ void res_unit_glus(const Config& c, const ResUnitView<T>& rw, int64_t B, const T
             g.gated.resize_for_overwrite({rows, c.A_dff});
         }
     }
-    for_row_blocks(c, rows, [&](int64_t lo, int64_t hi) {
+    for_row_blocks(row_split(c, rows), rows, [&](int64_t, int64_t lo, int64_t hi) {
         glu_chain_rows(c, rw, in.ptr() + lo * D, lo, hi - lo, keep, y.ptr() + lo * D);
     });
 }
@@ -159,6 +171,50 @@ void learner_a0(const Config& c, int64_t B, int64_t S, const T* q_all, T* A0) {
         }
 }
 
+// One block's share of a residual unit's parameter gradients, in a zeroed buffer of its own
+// (the blocks' shares are added to the model's gradients in block order afterwards).
+template <typename T>
+struct UnitGrads {
+    std::vector<T> buf;
+    ResUnitView<T> v;
+    explicit UnitGrads(const Config& c) {
+        const int64_t D = c.head_dim, F = c.A_dff;
+        buf.assign(static_cast<size_t>(2 * D + c.num_denseA * (3 * F * D + 2 * F + D)), T(0));
+        T* p = buf.data();
+        auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
+        v.ln_g = take(D);
+        v.ln_b = take(D);
+        v.glu.resize(static_cast<size_t>(c.num_denseA));
+        for (GluView<T>& g : v.glu) {
+            g.w1 = take(F * D);
+            g.b1 = take(F);
+            g.w2 = take(F * D);
+            g.b2 = take(F);
+            g.w3 = take(D * F);
+            g.b3 = take(D);
+        }
+    }
+    // dst += this share.
+    void add_to(const Config& c, ResUnitView<T>& dst) const {
+        const int64_t D = c.head_dim, F = c.A_dff;
+        auto add = [](T* d, const T* s, int64_t n) {
+            for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+        };
+        add(dst.ln_g, v.ln_g, D);
+        add(dst.ln_b, v.ln_b, D);
+        for (size_t k = 0; k < v.glu.size(); ++k) {
+            const GluView<T>& s = v.glu[k];
+            GluView<T>& d = dst.glu[k];
+            add(d.w1, s.w1, F * D);
+            add(d.b1, s.b1, F);
+            add(d.w2, s.w2, F * D);
+            add(d.b2, s.b2, F);
+            add(d.w3, s.w3, D * F);
+            add(d.b3, s.b3, D);
+        }
+    }
+};
+
 }  // namespace
 
 int64_t& metric_learner_row_blocks() {
@@ -188,7 +244,7 @@ void metric_learner_forward(const Model<T>& m, const LayerView<T>& w, int64_t B,
     }
     la.A.resize_for_overwrite({B, H, D, D});
     const LearnerKeep<T> keep{la.A_ln.ptr(), la.lnA_mean.ptr(), la.lnA_rstd.ptr(), &la.res};
-    for_row_blocks(c, rows, [&](int64_t lo, int64_t hi) {
+    for_row_blocks(row_split(c, rows), rows, [&](int64_t, int64_t lo, int64_t hi) {
         learner_rows(c, w, la.A0.ptr(), lo, hi, &keep, la.A.ptr());
     });
 }
@@ -203,7 +259,7 @@ void metric_learner_output(const Model<T>& m, const LayerView<T>& w, int64_t B, 
     T* A0 = sized(a0, rows * D);
     learner_a0(c, B, S, q_all, A0);
     A.resize_for_overwrite({B, H, D, D});
-    for_row_blocks(c, rows, [&](int64_t lo, int64_t hi) {
+    for_row_blocks(row_split(c, rows), rows, [&](int64_t, int64_t lo, int64_t hi) {
         learner_rows<T>(c, w, A0, lo, hi, nullptr, A.ptr());
     });
 }
@@ -217,6 +273,8 @@ void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* 
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, DD = D * D;
     // Res units in reverse, then LN_A, then A0 = qᵀq.
     const int64_t rows = B * H * D;
+    const RowSplit sp = row_split(c, rows);
+    const int64_t F = c.A_dff;
     for (int64_t r = c.num_reslayerA - 1; r >= 0; --r) {
         const ResUnitActs<T>& ru = la.res[size_t(r)];
         const ResUnitView<T>& rw = w.res[size_t(r)];
@@ -230,30 +288,47 @@ void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* 
         const bool again = ru.sum.numel() == 0;
         if (again) {
             sum_again.resize_for_overwrite({B, H, D, D});
-            for (int64_t i = 0; i < sum_again.numel(); ++i) sum_again[i] = y[i] + ru.in[i];
-            mean_again.resize({rows});
-            rstd_again.resize({rows});
-            layernorm_forward(y.ptr(), mean_again.ptr(), rstd_again.ptr(), sum_again.ptr(), rw.ln_g,
-                              rw.ln_b, rows, D, c.layer_norm_eps);
+            mean_again.resize_for_overwrite({rows});
+            rstd_again.resize_for_overwrite({rows});
         }
-        Tensor<T> dsum({B, H, D, D});
-        layernorm_backward(dsum.ptr(), rg.ln_g, rg.ln_b, dA.ptr(),
-                           (again ? sum_again : ru.sum).ptr(), (again ? mean_again : ru.mean).ptr(),
-                           (again ? rstd_again : ru.rstd).ptr(), rw.ln_g, rows, D);
-        Tensor<T> dy = dsum;
-        std::vector<T> sc(static_cast<size_t>(2 * rows * c.A_dff));
-        for (int64_t n = c.num_denseA - 1; n >= 0; --n) {
-            const GluActs<T>& ga = glus[size_t(n)];
-            const GluView<T>& gv = rw.glu[size_t(n)];
-            GluView<T>& gg = rg.glu[size_t(n)];
-            Tensor<T> dxn({B, H, D, D});
-            glu_backward(dxn.ptr(), GluGrads<T>{gg.w1, gg.b1, gg.w2, gg.b2, gg.w3, gg.b3}, dy.ptr(),
-                         ga.x.ptr(), ga.h1.ptr(), ga.h2.ptr(), ga.gated.ptr(),
-                         GluParams<T>{gv.w1, gv.b1, gv.w2, gv.b2, gv.w3, gv.b3}, rows, D, c.A_dff,
-                         D, sc.data());
-            dy = std::move(dxn);
-        }
-        for (int64_t i = 0; i < dA.numel(); ++i) dA[i] = dsum[i] + dy[i];  // d(unit input)
+        const T* sum = (again ? sum_again : ru.sum).ptr();
+        const T* mean = (again ? mean_again : ru.mean).ptr();
+        const T* rstd = (again ? rstd_again : ru.rstd).ptr();
+        // Each block of rows back through the unit; its parameter gradients go to its own
+        // share (with one block: straight to gw).
+        std::vector<UnitGrads<T>> shares;
+        for (int64_t i = 0; sp.blocks > 1 && i < sp.blocks; ++i) shares.emplace_back(c);
+        for_row_blocks(sp, rows, [&](int64_t blk, int64_t lo, int64_t hi) {
+            const int64_t n = hi - lo, o = lo * D;
+            ResUnitView<T>& g = sp.blocks > 1 ? shares[size_t(blk)].v : rg;
+            if (again) {
+                for (int64_t i = 0; i < n * D; ++i) sum_again[o + i] = y[o + i] + ru.in[o + i];
+                layernorm_forward(y.ptr() + o, mean_again.ptr() + lo, rstd_again.ptr() + lo,
+                                  sum_again.ptr() + o, rw.ln_g, rw.ln_b, n, D, c.layer_norm_eps);
+            }
+            LearnerWorkspace<T>& ws = workspace<T>();
+            T* dsum = sized(ws.y, n * D);
+            std::fill(dsum, dsum + n * D, T(0));
+            layernorm_backward(dsum, g.ln_g, g.ln_b, dA.ptr() + o, sum + o, mean + lo, rstd + lo,
+                               rw.ln_g, n, D);
+            T* dy = sized(ws.dy, n * D);
+            T* dx = sized(ws.dx, n * D);
+            std::copy(dsum, dsum + n * D, dy);
+            T* sc = sized(ws.sc, 2 * n * F);
+            for (int64_t k = c.num_denseA - 1; k >= 0; --k) {
+                const GluActs<T>& ga = glus[size_t(k)];
+                const GluView<T>& gv = rw.glu[size_t(k)];
+                GluView<T>& gg = g.glu[size_t(k)];
+                std::fill(dx, dx + n * D, T(0));
+                glu_backward(
+                    dx, GluGrads<T>{gg.w1, gg.b1, gg.w2, gg.b2, gg.w3, gg.b3}, dy, ga.x.ptr() + o,
+                    ga.h1.ptr() + lo * F, ga.h2.ptr() + lo * F, ga.gated.ptr() + lo * F,
+                    GluParams<T>{gv.w1, gv.b1, gv.w2, gv.b2, gv.w3, gv.b3}, n, D, F, D, sc);
+                std::swap(dy, dx);
+            }
+            for (int64_t i = 0; i < n * D; ++i) dA[o + i] = dsum[i] + dy[i];  // d(unit input)
+        });
+        for (const UnitGrads<T>& share : shares) share.add_to(c, rg);
     }
     Tensor<T> dA0({B, H, D, D});
     layernorm_backward(dA0.ptr(), gw.lnA_g, gw.lnA_b, dA.ptr(), la.A0.ptr(), la.lnA_mean.ptr(),
