@@ -175,6 +175,11 @@ pldr::Model<T> cast_model(const pldr::Model<double>& m, const std::vector<double
     out.G_fixed.assign(m.G_fixed.begin(), m.G_fixed.end());
     return out;
 }
+// The same with the model's own parameters.
+template <typename T>
+pldr::Model<T> cast_model(const pldr::Model<double>& m) {
+    return cast_model<T>(m, std::vector<double>(m.params.begin(), m.params.end()));
+}
 
 // tokens [B, S+1]: random ids in [1, V) with pad (0) at position 2 of row 0 (an input key and a
 // target at once) and as the last target of the last row. Position 0 is never pad.

@@ -202,8 +202,7 @@ TEST_P(CacheModel, BatchedStepEqualsSingleDecodes) {
 template <typename T>
 void expect_lean_forward_equal(const pldr::Model<double>& m64, const numeric::Case& k,
                                uint64_t seed) {
-    const pldr::Model<T> m =
-        numeric::cast_model<T>(m64, std::vector<double>(m64.params.begin(), m64.params.end()));
+    const pldr::Model<T> m = numeric::cast_model<T>(m64);
     const std::vector<int64_t> tok = numeric::make_tokens(k.shape, seed + 5);
     const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-12;
     for (const int64_t B : {k.shape.B, int64_t(1), k.shape.B}) {

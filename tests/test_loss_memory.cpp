@@ -135,10 +135,7 @@ template <typename T>
 void plan_gives_the_keep_everything_gradients(const numeric::Case& k) {
     const uint64_t seed = numeric::seed_of(k);
     const pldr::Model<double> md = numeric::make_model(k, seed);
-    pldr::Model<T> m(md.cfg);
-    m.set_reference_numerics(false);
-    std::copy(md.params.begin(), md.params.end(), m.params.begin());
-    m.G_fixed.assign(md.G_fixed.begin(), md.G_fixed.end());
+    const pldr::Model<T> m = numeric::cast_model<T>(md);
     const numeric::Shape& s = k.shape;
     const std::vector<int64_t> tok = numeric::make_tokens(s, seed + 3);  // with pad keys
     std::vector<int64_t> in;
