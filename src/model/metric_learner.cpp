@@ -53,8 +53,8 @@ void for_row_blocks(const RowSplit& sp, int64_t rows, F&& f) {
 // Per-thread buffers of the chain, reused from call to call (they grow to the largest block).
 template <typename T>
 struct LearnerWorkspace {
-    std::vector<T> cur, y, t0, t1, h1, h2, gated, mean, rstd;  // forward
-    std::vector<T> dy, dx, sc;                                 // backward
+    std::vector<T> a0, cur, y, t0, t1, h1, h2, gated, mean, rstd;  // forward
+    std::vector<T> dy, dx, sc;                                     // backward
 };
 
 template <typename T>
@@ -255,8 +255,7 @@ void metric_learner_output(const Model<T>& m, const LayerView<T>& w, int64_t B, 
     const Bf16Autocast fp32(Precision::FP32);  // as metric_learner_forward
     const Config& c = m.cfg;
     const int64_t H = c.num_heads, D = c.head_dim, rows = B * H * D;
-    thread_local std::vector<T> a0;
-    T* A0 = sized(a0, rows * D);
+    T* A0 = sized(workspace<T>().a0, rows * D);  // the calling thread's; the blocks read it
     learner_a0(c, B, S, q_all, A0);
     A.resize_for_overwrite({B, H, D, D});
     for_row_blocks(row_split(c, rows), rows, [&](int64_t, int64_t lo, int64_t hi) {
