@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/parallel.h"
+
 namespace pldr {
 
 // The BLAS kernels in use, e.g. "OpenBLAS Haswell" (OpenBLAS picks them by CPU model, or as
@@ -63,10 +65,4 @@ inline void gemv(int64_t M, int64_t N, double alpha, const double* A, int64_t ld
     });
 }
 
-}  // namespace pldr
-
-namespace pldr {
-// Work (in multiply-adds) below which a loop over heads stays on one thread: forking an OpenMP
-// team costs microseconds, and on a loaded machine its spinning threads cost far more.
-constexpr int64_t kParallelWork = 1 << 18;
 }  // namespace pldr

@@ -18,6 +18,7 @@
 
 #include "core/blas.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 #ifdef PLDR_WITH_DNNL
 #include <dnnl.hpp>
@@ -203,13 +204,12 @@ void force_fallback(bool on) {
 }
 
 void round_to_bf16(const float* x, int64_t n, uint16_t* out) {
-#pragma omp parallel for schedule(static) if (n >= (int64_t(1) << 18) && !omp_in_parallel())
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_for(n, n >= (int64_t(1) << 18) && !omp_in_parallel(), [&](int64_t i) {
         const uint32_t u = std::bit_cast<uint32_t>(x[i]);
         const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
         const uint32_t q = (u >> 16) | 0x40u;  // quiet NaN
         out[i] = uint16_t((u & 0x7fffffffu) > 0x7f800000u ? q : r);
-    }
+    });
 }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,

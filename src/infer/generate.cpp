@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/blas.h"  // kParallelWork
+#include "core/parallel.h"
 
 namespace pldr {
 
@@ -107,8 +108,7 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
     const double t0 = now();
     while (!live.empty()) {
         const int64_t nl = int64_t(live.size());
-#pragma omp parallel for schedule(static) if (nl > 1 && nl * V * 16 > kParallelWork)
-        for (int64_t k = 0; k < nl; ++k) {
+        parallel_for(nl, nl > 1 && nl * V * 16 > kParallelWork, [&](int64_t k) {
             const size_t i = live[size_t(k)];
             try {
                 GenResult& r = out[i];
@@ -126,7 +126,7 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
             } catch (const std::exception& e) {
                 errors[i] = e.what();
             }
-        }
+        });
         for (size_t i : live) PLDR_REQUIRE(errors[i].empty(), "prompt ", i + 1, ": ", errors[i]);
         step.clear();
         step_ids.clear();

@@ -6,6 +6,7 @@
 
 #include "core/blas.h"
 #include "core/gemm_bf16.h"
+#include "core/parallel.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"
 
@@ -163,12 +164,10 @@ void learner_rows(const Config& c, const LayerView<T>& w, const T* A0, int64_t l
 template <typename T>
 void learner_a0(const Config& c, int64_t B, int64_t S, const T* q_all, T* A0) {
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size;
-#pragma omp parallel for collapse(2) if (B * H * S * D * D > kParallelWork)
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const T* q = q_all + b * S * d + h * D;  // [S,D] with row stride d
-            gemm(true, false, D, D, S, T(1), q, d, q, d, T(0), A0 + (b * H + h) * D * D, D);
-        }
+    parallel_for_2d(B, H, B * H * S * D * D > kParallelWork, [&](int64_t b, int64_t h) {
+        const T* q = q_all + b * S * d + h * D;  // [S,D] with row stride d
+        gemm(true, false, D, D, S, T(1), q, d, q, d, T(0), A0 + (b * H + h) * D * D, D);
+    });
 }
 
 // One block's share of a residual unit's parameter gradients, in a zeroed buffer of its own
@@ -333,17 +332,15 @@ void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* 
     layernorm_backward(dA0.ptr(), gw.lnA_g, gw.lnA_b, dA.ptr(), la.A0.ptr(), la.lnA_mean.ptr(),
                        la.lnA_rstd.ptr(), w.lnA_g, rows, D);
     // A0 = qᵀq ⇒ dq += q·(dA0 + dA0ᵀ)
-#pragma omp parallel for collapse(2) if (B * H * S * D * D > kParallelWork)
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const T* g0 = dA0.ptr() + (b * H + h) * DD;
-            std::vector<T> sym(static_cast<size_t>(DD));
-            for (int64_t i = 0; i < D; ++i)
-                for (int64_t j = 0; j < D; ++j) sym[i * D + j] = g0[i * D + j] + g0[j * D + i];
-            const T* q = q_all + b * S * d + h * D;
-            gemm(false, false, S, D, D, T(1), q, d, sym.data(), D, T(1),
-                 dq.ptr() + b * S * d + h * D, d);
-        }
+    parallel_for_2d(B, H, B * H * S * D * D > kParallelWork, [&](int64_t b, int64_t h) {
+        const T* g0 = dA0.ptr() + (b * H + h) * DD;
+        std::vector<T> sym(static_cast<size_t>(DD));
+        for (int64_t i = 0; i < D; ++i)
+            for (int64_t j = 0; j < D; ++j) sym[i * D + j] = g0[i * D + j] + g0[j * D + i];
+        const T* q = q_all + b * S * d + h * D;
+        gemm(false, false, S, D, D, T(1), q, d, sym.data(), D, T(1), dq.ptr() + b * S * d + h * D,
+             d);
+    });
 }
 
 #define PLDR_INSTANTIATE(T)                                                                        \

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/blas.h"
+#include "core/parallel.h"
 #include "model/metric_learner.h"
 #include "ops/plga.h"
 #include "ops/softmax.h"
@@ -94,15 +95,12 @@ void operator_forward(const Model<T>& m, const LayerView<T>& w, int64_t B, Layer
     la.Z.resize({B, H, D, D});
     la.A_LM.resize({B, H, D, D});
     la.A_P.resize({B, H, D, D});
-#pragma omp parallel for collapse(2) if (B * H * D * D * D > kParallelWork)
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const int64_t o = (b * H + h) * DD, p = h * DD;
-            plga_g_forward(
-                opt, PlgaParams<const T>{w.W + p, w.b + p, w.P + p, w.a + p, w.ba + p},
-                la.A.ptr() + o,
-                PlgaSaved<T>{la.Z.ptr() + o, la.A_LM.ptr() + o, la.A_P.ptr() + o, la.G.ptr() + o});
-        }
+    parallel_for_2d(B, H, B * H * D * D * D > kParallelWork, [&](int64_t b, int64_t h) {
+        const int64_t o = (b * H + h) * DD, p = h * DD;
+        plga_g_forward(
+            opt, PlgaParams<const T>{w.W + p, w.b + p, w.P + p, w.a + p, w.ba + p}, la.A.ptr() + o,
+            PlgaSaved<T>{la.Z.ptr() + o, la.A_LM.ptr() + o, la.A_P.ptr() + o, la.G.ptr() + o});
+    });
 }
 
 // Given dG (plus the extra dA_LM, dA_P of other losses), accumulates the operator's parameter
@@ -117,8 +115,7 @@ Tensor<T> operator_backward(const Model<T>& m, const LayerView<T>& w, const Laye
     Tensor<T> dA({B, H, D, D});
     const T* xA_LM = (extra && extra->dA_LM.numel()) ? extra->dA_LM.ptr() : nullptr;
     const T* xA_P = (extra && extra->dA_P.numel()) ? extra->dA_P.ptr() : nullptr;
-#pragma omp parallel for if (B * H * D * D * D > kParallelWork)
-    for (int64_t h = 0; h < H; ++h) {
+    parallel_for(H, B * H * D * D * D > kParallelWork, [&](int64_t h) {
         std::vector<T> sc(static_cast<size_t>(2 * DD));
         const int64_t p = h * DD;
         for (int64_t b = 0; b < B; ++b) {
@@ -133,7 +130,7 @@ Tensor<T> operator_backward(const Model<T>& m, const LayerView<T>& w, const Laye
                             PlgaParams<T>{gw.W + p, gw.b + p, gw.P + p, gw.a + p, gw.ba + p},
                             sc.data());
         }
-    }
+    });
     return dA;
 }
 
@@ -190,21 +187,19 @@ void decode_step_forward(const Model<T>& m, int64_t l, int64_t B, const AttnInpu
     la.O.resize_for_overwrite({B, 1, d});
     const T scale = m.score_scale();
     const T* const* Gp = G.data();
-#pragma omp parallel for collapse(2) if (work > kParallelWork)
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const DecodeSeq<T>& sq = in.seqs[b];
-            const int64_t Tk = sq.T_past + 1;
-            const T* q = la.q.ptr() + b * d + h * D;
-            T* qg = la.QG.ptr() + (b * H + h) * D;
-            T* ep = la.Ep.ptr() + (b * H + h) * T_max;
-            T* e = la.E.ptr() + (b * H + h) * T_max;
-            query_row_attention(q, Gp[b] + h * DD, sq.K_cache + h * D, sq.V_cache + h * D, d, D, Tk,
-                                Tk - 1, scale, false, nullptr, 0, qg, ep, e,
-                                la.O.ptr() + b * d + h * D);
-            std::fill(ep + Tk, ep + T_max, T(0));
-            std::fill(e + Tk, e + T_max, T(0));
-        }
+    parallel_for_2d(B, H, work > kParallelWork, [&](int64_t b, int64_t h) {
+        const DecodeSeq<T>& sq = in.seqs[b];
+        const int64_t Tk = sq.T_past + 1;
+        const T* q = la.q.ptr() + b * d + h * D;
+        T* qg = la.QG.ptr() + (b * H + h) * D;
+        T* ep = la.Ep.ptr() + (b * H + h) * T_max;
+        T* e = la.E.ptr() + (b * H + h) * T_max;
+        query_row_attention(q, Gp[b] + h * DD, sq.K_cache + h * D, sq.V_cache + h * D, d, D, Tk,
+                            Tk - 1, scale, false, nullptr, 0, qg, ep, e,
+                            la.O.ptr() + b * d + h * D);
+        std::fill(ep + Tk, ep + T_max, T(0));
+        std::fill(e + Tk, e + T_max, T(0));
+    });
 }
 
 }  // namespace
@@ -224,9 +219,19 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
         return;
     }
 
-    // The operator G_LM per (b,h).
-    la.G.resize({B, H, D, D});
-    if (in.G_frozen) {  // the G-cache (or a preset operator): skip the learner and operator
+    // The operator G_LM per (b,h), at G_base + (b·H + h)·D². An inference forward with a
+    // frozen operator (the G-cache's decode step, or a preset G; KeepActs::INFERENCE: no
+    // activations kept) reads it where it lies. It used to copy it, and A, A_LM and A_P into
+    // fresh allocations, per layer and token, only to drop them.
+    const bool by_ref = in.G_frozen && in.keep == KeepActs::INFERENCE;
+    if (by_ref)
+        la.A = la.A_LM = la.A_P = la.G = Tensor<T>();
+    else
+        la.G.resize_for_overwrite({B, H, D, D});
+    const T* const G_base = by_ref ? in.G_frozen : la.G.ptr();
+    if (by_ref) {
+        // nothing to compute or copy
+    } else if (in.G_frozen) {  // the G-cache (or a preset operator): skip the learner and operator
         auto frozen = [&](Tensor<T>& dst, const T* src) {
             if (src) dst = Tensor<T>({B, H, D, D}, std::vector<T>(src, src + B * H * DD));
         };
@@ -290,16 +295,14 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     la.E.resize_for_overwrite({B, H, S, Tk});
     la.O.resize_for_overwrite({B, S, d});
     const T scale = m.score_scale();
-#pragma omp parallel for collapse(2) if (B * H * S * Tk * D > kParallelWork)
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const int64_t bh = b * H + h;
-            head_attention(la.q.ptr() + b * S * d + h * D, d, la.G.ptr() + bh * DD,
-                           K + b * Tk * d + h * D, Vv + b * Tk * d + h * D, d, S, D, Tk, Tp, scale,
-                           in.mask, in.key_ids ? in.key_ids + b * Tk : nullptr, c.pad_token_id,
-                           la.QG.ptr() + bh * S * D, keep_ep ? la.Ep.ptr() + bh * S * Tk : nullptr,
-                           la.E.ptr() + bh * S * Tk, la.O.ptr() + b * S * d + h * D, d);
-        }
+    parallel_for_2d(B, H, B * H * S * Tk * D > kParallelWork, [&](int64_t b, int64_t h) {
+        const int64_t bh = b * H + h;
+        head_attention(la.q.ptr() + b * S * d + h * D, d, G_base + bh * DD, K + b * Tk * d + h * D,
+                       Vv + b * Tk * d + h * D, d, S, D, Tk, Tp, scale, in.mask,
+                       in.key_ids ? in.key_ids + b * Tk : nullptr, c.pad_token_id,
+                       la.QG.ptr() + bh * S * D, keep_ep ? la.Ep.ptr() + bh * S * Tk : nullptr,
+                       la.E.ptr() + bh * S * Tk, la.O.ptr() + b * S * d + h * D, d);
+    });
 }
 
 template <typename T>
@@ -321,44 +324,42 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
     dv = Tensor<T>({B, S, d});
     Tensor<T> dG({B, H, D, D});
     const T scale = m.score_scale();
-#pragma omp parallel for collapse(2) if (B * H * S * Tk * D > kParallelWork)
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const int64_t bh = b * H + h;
-            const T* q = la.q.ptr() + b * S * d + h * D;
-            const T* k = la.k.ptr() + b * Tk * d + h * D;
-            const T* v = la.v.ptr() + b * Tk * d + h * D;
-            const T* G = la.G.ptr() + bh * DD;
-            const T* E = recompute ? nullptr : la.E.ptr() + bh * S * Tk;
-            const T* QG = recompute ? nullptr : la.QG.ptr() + bh * S * D;
-            std::vector<T> e_re, qg_re, o_re;
-            if (recompute) {
-                e_re.resize(static_cast<size_t>(S * Tk));
-                qg_re.resize(static_cast<size_t>(S * D));
-                if (!O_out) o_re.resize(static_cast<size_t>(S * D));
-                T* o = O_out ? O_out->ptr() + b * S * d + h * D : o_re.data();
-                head_attention<T>(q, d, G, k, v, d, S, D, Tk, 0, scale, true,
-                                  key_ids ? key_ids + b * Tk : nullptr, c.pad_token_id,
-                                  qg_re.data(), nullptr, e_re.data(), o, O_out ? d : D);
-                E = e_re.data();
-                QG = qg_re.data();
-            }
-            const T* dOh = dO.ptr() + b * S * d + h * D;
-            std::vector<T> dE(static_cast<size_t>(S * Tk)), dEp(static_cast<size_t>(S * Tk), T(0)),
-                dQG(static_cast<size_t>(S * D));
-            gemm(false, true, S, Tk, D, T(1), dOh, d, v, d, T(0), dE.data(), Tk);  // dE = dO·Vᵀ
-            gemm(true, false, Tk, D, S, T(1), E, Tk, dOh, d, T(0), dv.ptr() + b * Tk * d + h * D,
-                 d);  // dV = Eᵀ·dO
-            softmax_backward(dEp.data(), dE.data(), E, S, Tk);
-            for (auto& x : dEp) x /= scale;
-            gemm(false, false, S, D, Tk, T(1), dEp.data(), Tk, k, d, T(0), dQG.data(), D);
-            gemm(true, false, Tk, D, S, T(1), dEp.data(), Tk, QG, D, T(0),
-                 dk.ptr() + b * Tk * d + h * D, d);  // dK
-            gemm(false, true, S, D, D, T(1), dQG.data(), D, G, D, T(0),
-                 dq.ptr() + b * S * d + h * D, d);  // dQ = dQG·Gᵀ
-            gemm(true, false, D, D, S, T(1), q, d, dQG.data(), D, T(0), dG.ptr() + bh * DD,
-                 D);  // dG = Qᵀ·dQG
+    parallel_for_2d(B, H, B * H * S * Tk * D > kParallelWork, [&](int64_t b, int64_t h) {
+        const int64_t bh = b * H + h;
+        const T* q = la.q.ptr() + b * S * d + h * D;
+        const T* k = la.k.ptr() + b * Tk * d + h * D;
+        const T* v = la.v.ptr() + b * Tk * d + h * D;
+        const T* G = la.G.ptr() + bh * DD;
+        const T* E = recompute ? nullptr : la.E.ptr() + bh * S * Tk;
+        const T* QG = recompute ? nullptr : la.QG.ptr() + bh * S * D;
+        std::vector<T> e_re, qg_re, o_re;
+        if (recompute) {
+            e_re.resize(static_cast<size_t>(S * Tk));
+            qg_re.resize(static_cast<size_t>(S * D));
+            if (!O_out) o_re.resize(static_cast<size_t>(S * D));
+            T* o = O_out ? O_out->ptr() + b * S * d + h * D : o_re.data();
+            head_attention<T>(q, d, G, k, v, d, S, D, Tk, 0, scale, true,
+                              key_ids ? key_ids + b * Tk : nullptr, c.pad_token_id, qg_re.data(),
+                              nullptr, e_re.data(), o, O_out ? d : D);
+            E = e_re.data();
+            QG = qg_re.data();
         }
+        const T* dOh = dO.ptr() + b * S * d + h * D;
+        std::vector<T> dE(static_cast<size_t>(S * Tk)), dEp(static_cast<size_t>(S * Tk), T(0)),
+            dQG(static_cast<size_t>(S * D));
+        gemm(false, true, S, Tk, D, T(1), dOh, d, v, d, T(0), dE.data(), Tk);  // dE = dO·Vᵀ
+        gemm(true, false, Tk, D, S, T(1), E, Tk, dOh, d, T(0), dv.ptr() + b * Tk * d + h * D,
+             d);  // dV = Eᵀ·dO
+        softmax_backward(dEp.data(), dE.data(), E, S, Tk);
+        for (auto& x : dEp) x /= scale;
+        gemm(false, false, S, D, Tk, T(1), dEp.data(), Tk, k, d, T(0), dQG.data(), D);
+        gemm(true, false, Tk, D, S, T(1), dEp.data(), Tk, QG, D, T(0),
+             dk.ptr() + b * Tk * d + h * D, d);  // dK
+        gemm(false, true, S, D, D, T(1), dQG.data(), D, G, D, T(0), dq.ptr() + b * S * d + h * D,
+             d);  // dQ = dQG·Gᵀ
+        gemm(true, false, D, D, S, T(1), q, d, dQG.data(), D, T(0), dG.ptr() + bh * DD,
+             D);  // dG = Qᵀ·dQG
+    });
     if (!c.learned_g()) return;  // a fixed G is a constant
 
     if (extra && extra->dG.numel())

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/parallel.h"
 #include "core/vmath.h"
 
 namespace pldr {
@@ -83,8 +84,7 @@ void cross_entropy_fused_rows(T* dlogits, T* ce_rows, char* hit_rows, const T* l
                               T scale) {
     // The arithmetic of cross_entropy_forward and cross_entropy_backward (into a zeroed dlogits),
     // row by row, with each exp(x − max) evaluated once and kept in the gradient row.
-#pragma omp parallel for if (N * V > 65536)
-    for (int64_t n = 0; n < N; ++n) {
+    parallel_for(N, N * V > 65536, [&](int64_t n) {
         const T* x = logits + n * V;
         T* d = dlogits + n * V;
         int64_t am = 0;
@@ -101,11 +101,11 @@ void cross_entropy_fused_rows(T* dlogits, T* ce_rows, char* hit_rows, const T* l
         hit_rows[n] = am == t;
         if (t == ignore_id) {
             std::fill(d, d + V, T(0));
-            continue;
+            return;
         }
         for (int64_t v = 0; v < V; ++v) d[v] = T(0) + scale * (d[v] / s);
         d[t] -= scale;
-    }
+    });
 }
 
 template <typename T>

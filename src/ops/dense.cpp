@@ -6,6 +6,7 @@
 
 #include "core/blas.h"
 #include "core/gemm_bf16.h"
+#include "core/parallel.h"
 #include "core/vmath.h"
 #include "ops/activation.h"
 #include "ops/glu.h"
@@ -64,8 +65,7 @@ void linear_backward(T* din, T* dW, T* db, const T* dout, const T* in, const T* 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* x, const T* g, const T* b, int64_t N,
                        int64_t C, double eps) {
-#pragma omp parallel for if (N * C >= 16384)  // from a 128-token prefill at d = 128
-    for (int64_t n = 0; n < N; ++n) {
+    parallel_for(N, N * C >= 16384, [&](int64_t n) {  // from a 128-token prefill at d = 128
         const T* xr = x + n * C;
         T m = 0;
         for (int64_t c = 0; c < C; ++c) m += xr[c];
@@ -78,7 +78,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* x, const T* g, const T
         for (int64_t c = 0; c < C; ++c) o[c] = (xr[c] - m) * r * g[c] + (b ? b[c] : T(0));
         if (mean) mean[n] = m;
         if (rstd) rstd[n] = r;
-    }
+    });
 }
 
 template <typename T>
@@ -117,14 +117,12 @@ template <typename T>
 void glu_gate(T* gated, const T* h1, const T* h2, int64_t NF) {
     if constexpr (std::is_same_v<T, float>) {  // vectorized exp (core/vmath.h)
         const int64_t chunks = (NF + kGluChunk - 1) / kGluChunk;
-#pragma omp parallel for if (NF > 65536)
-        for (int64_t c = 0; c < chunks; ++c) {
+        parallel_for(chunks, NF > 65536, [&](int64_t c) {
             const int64_t i = c * kGluChunk;
             vmath::silu_mul(h1 + i, h2 + i, gated + i, std::min(kGluChunk, NF - i));
-        }
+        });
     } else {
-#pragma omp parallel for if (NF > 65536)
-        for (int64_t i = 0; i < NF; ++i) gated[i] = silu(h1[i]) * h2[i];
+        parallel_for(NF, NF > 65536, [&](int64_t i) { gated[i] = silu(h1[i]) * h2[i]; });
     }
 }
 
@@ -160,18 +158,16 @@ void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const 
     linear_backward(dgated, g.w3, g.b3, dout, gated, p.w3, N, F, O);
     if constexpr (std::is_same_v<T, float>) {
         const int64_t chunks = (NF + kGluChunk - 1) / kGluChunk;
-#pragma omp parallel for if (NF > 65536)
-        for (int64_t c = 0; c < chunks; ++c) {
+        parallel_for(chunks, NF > 65536, [&](int64_t c) {
             const int64_t i = c * kGluChunk, n = std::min(kGluChunk, NF - i);
             vmath::silu_mul_backward(dgated + i, h1 + i, h2 + i, dgated + i, dh2 + i, n);  // dh1
-        }
+        });
     } else {
-#pragma omp parallel for if (NF > 65536)
-        for (int64_t i = 0; i < NF; ++i) {
+        parallel_for(NF, NF > 65536, [&](int64_t i) {
             T dgi = dgated[i];
             dh2[i] = dgi * silu(h1[i]);
             dgated[i] = dgi * h2[i] * silu_grad(h1[i]);  // dh1
-        }
+        });
     }
     linear_backward(dx, g.w1, g.b1, dgated, x, p.w1, N, I, F);
     linear_backward(dx, g.w2, g.b2, dh2, x, p.w2, N, I, F);
@@ -179,8 +175,7 @@ void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const 
 
 template <typename T>
 void softmax_forward(T* y, const T* x, int64_t N, int64_t C) {
-#pragma omp parallel for if (N * C > 65536)
-    for (int64_t n = 0; n < N; ++n) {
+    parallel_for(N, N * C > 65536, [&](int64_t n) {
         const T* xr = x + n * C;
         T* yr = y + n * C;
         T mx = xr[0];
@@ -195,20 +190,19 @@ void softmax_forward(T* y, const T* x, int64_t N, int64_t C) {
             }
         }
         for (int64_t c = 0; c < C; ++c) yr[c] /= s;
-    }
+    });
 }
 
 template <typename T>
 void softmax_backward(T* dx, const T* dy, const T* y, int64_t N, int64_t C) {
-#pragma omp parallel for if (N * C > 65536)
-    for (int64_t n = 0; n < N; ++n) {
+    parallel_for(N, N * C > 65536, [&](int64_t n) {
         const T* yr = y + n * C;
         const T* dr = dy + n * C;
         T dot = 0;
         for (int64_t c = 0; c < C; ++c) dot += yr[c] * dr[c];
         T* o = dx + n * C;
         for (int64_t c = 0; c < C; ++c) o[c] += yr[c] * (dr[c] - dot);
-    }
+    });
 }
 
 #define PLDR_INSTANTIATE(T)                                                                        \

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "ops/linear.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -215,8 +216,7 @@ bool dense_rows_forward(const DenseRowsJob* jobs, int n_jobs, const float* in, i
         first[j + 1] = first[j] + nt * std::max<int64_t>(1, (jobs[j].O + kRowsPerTask * nt - 1) /
                                                                 (kRowsPerTask * nt));
     const int64_t tasks = first[n_jobs];
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t t = 0; t < tasks; ++t) {
+    parallel_for(tasks, par, [&](int64_t t) {
         int j = 0;
         while (t >= first[j + 1]) ++j;
         const DenseRowsJob& job = jobs[j];
@@ -226,7 +226,7 @@ bool dense_rows_forward(const DenseRowsJob* jobs, int n_jobs, const float* in, i
             rows_avx512(job.out, in, job.W, job.b, N, I, job.O, o0, o1);
         else
             rows_avx2(job.out, in, job.W, job.b, N, I, job.O, o0, o1);
-    }
+    });
     return true;
 #else
     (void)jobs, (void)n_jobs, (void)in, (void)N, (void)I;

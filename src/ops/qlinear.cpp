@@ -20,6 +20,7 @@
 #include "core/blas.h"
 #include "core/error.h"
 #include "core/gemm_bf16.h"
+#include "core/parallel.h"
 
 namespace pldr {
 
@@ -322,22 +323,20 @@ void packed_forward(float* out, const float* in, const LinearWeight<float>& W, c
             static thread_local Q8Rows xq;
             q8_quantize_rows(in, N, I, xq);
             const Q8Rows& x = xq;
-#pragma omp parallel for schedule(static) if (par)
-            for (int64_t t = 0; t < tasks; ++t) {
+            parallel_for(tasks, par, [&](int64_t t) {
                 const int64_t o0 = t * kRowsPerTask, o1 = std::min(O, o0 + kRowsPerTask);
                 rows_q8(k, out, x, W, b, O, o0, o1);
-            }
+            });
             return;
         }
         const bool avx2 = k != Isa::SCALAR;
-#pragma omp parallel for schedule(static) if (par)
-        for (int64_t t = 0; t < tasks; ++t) {
+        parallel_for(tasks, par, [&](int64_t t) {
             const int64_t o0 = t * kRowsPerTask, o1 = std::min(O, o0 + kRowsPerTask);
             if (avx2)
                 rows_bf16_avx2(out, in, W, b, N, I, O, o0, o1);
             else
                 rows_bf16_scalar(out, in, W, b, N, I, O, o0, o1);
-        }
+        });
         return;
     }
     if (b) {
@@ -362,11 +361,10 @@ void packed_forward(float* out, const float* in, const LinearWeight<float>& W, c
         const int64_t r = std::min(R, O - o0);
         const int64_t tasks = (r + kRowsPerTask - 1) / kRowsPerTask;
         const bool par = r * I * 8 >= kBlasParallelWork && tasks > 1 && !omp_in_parallel();
-#pragma omp parallel for schedule(static) if (par)
-        for (int64_t t = 0; t < tasks; ++t) {
+        parallel_for(tasks, par, [&](int64_t t) {
             const int64_t a = o0 + t * kRowsPerTask, z = std::min(o0 + r, a + kRowsPerTask);
             dequantize_rows(W, I, a, z, wf + (a - o0) * I);
-        }
+        });
         gemm(false, true, N, r, I, 1.0f, in, I, wf, I, b ? 1.0f : 0.0f, out + o0, O);
     }
 }
