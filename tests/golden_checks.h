@@ -70,7 +70,8 @@ inline std::function<std::vector<double>(const std::string&)> refs_of(
     return [&f](const std::string& name) {
         const std::string n = name.rfind("dag.", 0) == 0 ? name.substr(4) : name;
         if (!f.has(n)) return std::vector<double>{};
-        return f.read<double>(n).data;
+        const auto d = f.read<double>(n).data;
+        return std::vector<double>(d.begin(), d.end());
     };
 }
 

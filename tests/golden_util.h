@@ -412,7 +412,8 @@ inline std::function<std::vector<double>(const std::string&)> tensors_of(
     const pldr::SafetensorsFile& f) {
     return [&f](const std::string& name) {
         if (!f.has(name)) return std::vector<double>{};
-        return f.read<double>(name).data;
+        const auto d = f.read<double>(name).data;
+        return std::vector<double>(d.begin(), d.end());
     };
 }
 

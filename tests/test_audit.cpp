@@ -29,7 +29,7 @@ std::vector<double> forward_G(const Model<double>& m, const std::vector<int64_t>
     forward(m, ids.data(), 1, int64_t(ids.size()), a);
     const auto& la = a.layers[size_t(l)];
     const Tensor<double>* t[4] = {&la.A, &la.A_LM, &la.A_P, &la.G};
-    return t[q]->data;
+    return {t[q]->data.begin(), t[q]->data.end()};
 }
 
 double oracle_rms(const std::vector<double>& x) {

@@ -26,7 +26,8 @@ namespace {
 constexpr int kSteps = 5;
 constexpr double kTol = 1e-12;  // relative to max|logits|: float64 rounding only
 
-double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+template <typename A, typename B>
+double max_rel_diff(const A& a, const B& b) {
     double d = 0, s = 0;
     for (size_t i = 0; i < a.size(); ++i) {
         d = std::max(d, std::fabs(a[i] - b[i]));

@@ -132,8 +132,10 @@ void check(const golden::Trajectory& tj, const std::string& dtype) {
         std::vector<double> want;
         if (q.name.rfind("loss.step", 0) == 0)
             want = {loss[std::stoll(q.name.substr(9)) - 1]};
-        else
-            want = exact.read<double>(q.name).data;
+        else {
+            const auto d = exact.read<double>(q.name).data;
+            want.assign(d.begin(), d.end());
+        }
         const double e = env.at(q.name);
         rep.rows.push_back({q.name, golden::rel_err(q.v.data(), want.data(), int64_t(want.size())),
                             std::max(f64 ? kFloor64 : kFloor32, kEnvFactor * e), e});

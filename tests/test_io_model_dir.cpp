@@ -158,7 +158,7 @@ TEST_F(ModelDirTest, FixedGDirectoryWithBuffers) {
     EXPECT_EQ(mf.info("decoder.past_G_values").shape, (Shape{2, 3, 1, 2, 4, 4}));
     EXPECT_EQ(mf.info("decoder.past_G_values_status").dtype, DType::BOOL);
     Tensor<int64_t> st = mf.read<int64_t>("decoder.past_G_values_status");
-    EXPECT_EQ(st.data, (std::vector<int64_t>{1, 1}));
+    EXPECT_EQ(std::vector<int64_t>(st.data.begin(), st.data.end()), (std::vector<int64_t>{1, 1}));
     EXPECT_FALSE(mf.has("decoder.dec_layers.0.mha1.plgatt_layer.Wlst"));
     check_params_against_file(mf);
 }

@@ -110,7 +110,7 @@ TEST_F(SafetensorsTest, RoundTripF32F64I64) {
     EXPECT_EQ(f.read_i64("d.flags"), (std::vector<int64_t>{1, 0, 1}));
     Tensor<int64_t> ci = f.read<int64_t>("c.ints");
     EXPECT_EQ(ci.shape, (Shape{2, 2}));
-    EXPECT_EQ(ci.data, c);
+    EXPECT_EQ(std::vector<int64_t>(ci.data.begin(), ci.data.end()), c);
 
     // Layout: 8-aligned header, tensors sorted by name and packed back to back.
     std::ifstream in(path("rt.safetensors"), std::ios::binary);

@@ -126,9 +126,10 @@ INSTANTIATE_TEST_SUITE_P(Models, LossMemory, testing::Values(true, false),
 
 // ---- KeepActs::TRAINING against KeepActs::ALL, over the numeric cases ----
 
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+template <typename V>
+bool same_bits(const V& a, const V& b) {
+    return a.size() == b.size() &&
+           std::memcmp(a.data(), b.data(), a.size() * sizeof(typename V::value_type)) == 0;
 }
 
 template <typename T>

@@ -34,10 +34,10 @@ struct scalar_of<::pldr::Tensor<T>> {
 template <typename X>
 using scalar_t = typename scalar_of<std::decay_t<X>>::type;
 
-// A Tensor that owns `data` (moved, not copied).
-template <typename T>
-Tensor make_tensor(std::vector<int64_t> shape, std::vector<T>&& data) {
-    auto sp = std::make_shared<std::vector<T>>(std::move(data));
+// A Tensor that owns `data` (moved, not copied): a std::vector or a tensor's storage.
+template <typename T, typename Alloc>
+Tensor make_tensor(std::vector<int64_t> shape, std::vector<T, Alloc>&& data) {
+    auto sp = std::make_shared<std::vector<T, Alloc>>(std::move(data));
     Tensor t;
     t.dtype = dtype_of<T>();
     t.shape = std::move(shape);
@@ -47,7 +47,7 @@ Tensor make_tensor(std::vector<int64_t> shape, std::vector<T>&& data) {
 template <typename T>
 Tensor make_tensor(::pldr::Tensor<T>&& x) {
     std::vector<int64_t> shape = x.shape;
-    return make_tensor<T>(std::move(shape), std::move(x.data));
+    return make_tensor(std::move(shape), std::move(x.data));
 }
 // The values of a Tensor of compute type T (a pointer into it).
 template <typename T>

@@ -61,7 +61,10 @@ std::vector<StepRecord> eps_g_steps(const Model<T>& m, const std::vector<int64_t
     Session<T> s(m, CacheMode::KVG, P + std::max<int64_t>(steps, 0));
     std::vector<T> logits = s.prefill(prompt);
     std::vector<std::vector<double>> Gc;
-    for (const auto& g : s.g_cache()) Gc.push_back(widen(g.G, {n}).data);
+    for (const auto& g : s.g_cache()) {
+        const Tensor<double> w = widen(g.G, {n});
+        Gc.emplace_back(w.data.begin(), w.data.end());
+    }
     std::vector<int64_t> seq = prompt;
     std::vector<StepRecord> out;
     Activations<T> a;

@@ -2,8 +2,13 @@
 // Kernels take raw pointers and shape integers (llm.c style); Tensor owns the memory.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
+#include <memory>
+#include <new>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -28,16 +33,50 @@ inline std::string shape_str(const Shape& s) {
     return r;
 }
 
+// std::allocator, except that a value-initialising construction (what vector::resize does to
+// the elements it adds) leaves a trivial element uninitialised: a buffer that the caller
+// overwrites is not zero-filled first. Fills and copies are unchanged. The sanitizer builds
+// (PLDR_POISON_UNINIT) fill such elements with 0xFF bytes, so that reading one before writing
+// it shows (NaN) even where the memory happens to hold zeros.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+    template <typename U>
+    struct rebind {
+        using other = UninitAllocator<U>;
+    };
+    UninitAllocator() = default;
+    template <typename U>
+    UninitAllocator(const UninitAllocator<U>&) noexcept {}
+    template <typename U>
+    void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+        ::new (static_cast<void*>(p)) U;
+#ifdef PLDR_POISON_UNINIT  // the sanitizer builds: NaN (floats), -1 (integers)
+        if constexpr (std::is_trivially_copyable_v<U>)
+            std::memset(static_cast<void*>(p), 0xff, sizeof(U));
+#endif
+    }
+    template <typename U, typename... A>
+    void construct(U* p, A&&... a) {
+        ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+    }
+};
+
+// A tensor's storage: a vector whose resize does not zero what it adds.
+template <typename T>
+using Storage = std::vector<T, UninitAllocator<T>>;
+
 template <typename T>
 struct Tensor {
     Shape shape;
-    std::vector<T> data;
+    Storage<T> data;
 
     Tensor() = default;
     explicit Tensor(Shape s, T fill = T(0)) : shape(std::move(s)), data(shape_numel(shape), fill) {}
-    Tensor(Shape s, std::vector<T> d) : shape(std::move(s)), data(std::move(d)) {
+    Tensor(Shape s, Storage<T> d) : shape(std::move(s)), data(std::move(d)) {
         PLDR_CHECK(int64_t(data.size()) == shape_numel(shape));
     }
+    Tensor(Shape s, const std::vector<T>& d)
+        : Tensor(std::move(s), Storage<T>(d.begin(), d.end())) {}
 
     int64_t numel() const { return int64_t(data.size()); }
     T* ptr() { return data.data(); }
@@ -47,8 +86,9 @@ struct Tensor {
         shape = std::move(s);
         data.assign(shape_numel(shape), T(0));
     }
-    // Like resize, but the contents are unspecified (old values kept, new elements zero): for
-    // buffers the caller overwrites entirely, so that a reused buffer is not zeroed each step.
+    // Like resize, but the contents are unspecified (old values kept, new elements
+    // uninitialised): for buffers the caller overwrites entirely, so that neither a reused nor a
+    // fresh buffer is zeroed first (a training step zero-filled its 2 × 32 MB head buffers).
     void resize_for_overwrite(Shape s) {
         shape = std::move(s);
         data.resize(shape_numel(shape));

@@ -270,7 +270,7 @@ void Session<T>::run_batched(const std::vector<Session<T>*>& ss, const std::vect
     }
     a.logits.resize_for_overwrite({B, V});
     linear_forward(a.logits.ptr(), x->ptr(), m.w.head_w, m.w.head_b, B, d, V);
-    const std::vector<T>& logits = a.logits.data;
+    const Storage<T>& logits = a.logits.data;
 
     // Commit: each session's token, logits and (optionally) its slice of the activations.
     for (int64_t b = 0; b < B; ++b) {

@@ -78,7 +78,7 @@ PackedTensor read_q8(const ModelFiles& mf, const std::string& name, const Shape&
         PLDR_REQUIRE(std::isfinite(s[i]) && s[i] >= 0, mf.file_of(sn), ": tensor '", sn, "' holds ",
                      std::isfinite(s[i]) ? "a negative" : "a non-finite", " scale (", s[i],
                      " at row ", i / nb, ", block ", i % nb, "; q8_0 scales are max|w|/127)");
-    p.scale = s.data;
+    p.scale.assign(s.data.begin(), s.data.end());
     return p;
 }
 
