@@ -18,18 +18,16 @@ namespace pldr {
 
 template <typename T>
 void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int64_t I, int64_t O) {
-    if (b) {
-        fill_rows(out, b, N, O);
+    if constexpr (std::is_same_v<T, float>) {  // decode, batched decode: W streamed once
+        if (!bf16::autocast_active() && dense_rows_forward(out, in, W, b, N, I, O)) return;
     }
+    if (b) fill_rows(out, b, N, O);  // the products below accumulate into it (beta = 1)
     if constexpr (std::is_same_v<T, float>) {
         if (bf16::autocast_active()) {  // mixed precision (core/gemm_bf16.h): W rounded once
             bf16::gemm_f32(false, true, N, O, I, 1.0f, in, I, false, W, I, true, b ? 1.0f : 0.0f,
                            out, O);
             return;
         }
-    }
-    if constexpr (std::is_same_v<T, float>) {  // decode, batched decode: W streamed once
-        if (dense_rows_forward(out, in, W, b, N, I, O)) return;
     }
     if (N == 1) {  // one token (decode): a matrix-vector product streams W once
         gemv(O, I, T(1), W, I, in, b ? T(1) : T(0), out);
@@ -56,9 +54,13 @@ void linear_backward(T* din, T* dW, T* db, const T* dout, const T* in, const T* 
         if (din) gemm(false, false, N, I, O, T(1), dout, O, W, I, T(1), din, I);
         if (dW) gemm(true, false, O, I, N, T(1), dout, O, in, I, T(1), dW, I);
     }
-    if (db) {
-        for (int64_t n = 0; n < N; ++n)
-            for (int64_t o = 0; o < O; ++o) db[o] += dout[n * O + o];
+    if (db) {  // columns in blocks over the threads, each column summed over n in order
+        constexpr int64_t kCols = 256;
+        parallel_for((O + kCols - 1) / kCols, N * O >= kBiasParallelElems, [&](int64_t k) {
+            const int64_t o0 = k * kCols, o1 = std::min(O, o0 + kCols);
+            for (int64_t n = 0; n < N; ++n)
+                for (int64_t o = o0; o < o1; ++o) db[o] += dout[n * O + o];
+        });
     }
 }
 

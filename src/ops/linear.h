@@ -3,20 +3,27 @@
 #pragma once
 #include <cstdint>
 
+#include "core/parallel.h"
+
 namespace pldr {
 
 // ---- linear: out[N,O] = in[N,I] · W[O,I]ᵀ + b[O] (b may be null) --------------------------------
 // float32 inside a Bf16Autocast scope (core/gemm_bf16.h): the products of the forward and the
 // backward take bf16 operands and accumulate in float32 (mixed-precision training).
+// Elements from which the bias passes (fill_rows, the bias gradient) run on every thread: the
+// language-model head's [N,V] rows of a training step were a serial pass with the other thread
+// idle.
+inline constexpr int64_t kBiasParallelElems = int64_t(1) << 17;
+
 // out[n, :] = b for N rows of O: the bias a product then accumulates into (beta = 1). One
 // loop the compiler vectorizes, not a copy call per row: a metric-learner product has 896 rows
 // of 170.
 template <typename T>
 inline void fill_rows(T* out, const T* b, int64_t N, int64_t O) {
-    for (int64_t n = 0; n < N; ++n) {
+    parallel_for(N, N * O >= kBiasParallelElems, [&](int64_t n) {
         T* o = out + n * O;
         for (int64_t j = 0; j < O; ++j) o[j] = b[j];
-    }
+    });
 }
 
 template <typename T>
