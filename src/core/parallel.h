@@ -20,11 +20,17 @@ namespace pldr {
 // team costs microseconds, and on a loaded machine its spinning threads cost far more.
 constexpr int64_t kParallelWork = 1 << 18;
 
+// Whether a loop of n iterations asked to run `parallel` gets a team: not for one iteration,
+// one thread, or inside an active region.
+inline bool team_for(int64_t n, bool parallel) {
+    return parallel && n > 1 && !omp_in_parallel() && omp_get_max_threads() > 1;
+}
+
 // f(i) for i in [0, n): split in equal contiguous ranges over the team (schedule(static)) when
 // `parallel`, else in order on this thread.
 template <typename F>
 inline void parallel_for(int64_t n, bool parallel, F&& f) {
-    if (parallel && n > 1 && !omp_in_parallel()) {
+    if (team_for(n, parallel)) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) f(i);
     } else {
@@ -42,7 +48,7 @@ inline void parallel_for_2d(int64_t n0, int64_t n1, bool parallel, F&& f) {
 // Dynamically scheduled (one iteration per grab): for iterations of uneven cost.
 template <typename F>
 inline void parallel_for_dynamic(int64_t n, bool parallel, F&& f) {
-    if (parallel && n > 1 && !omp_in_parallel()) {
+    if (team_for(n, parallel)) {
 #pragma omp parallel for schedule(dynamic, 1)
         for (int64_t i = 0; i < n; ++i) f(i);
     } else {

@@ -1,0 +1,126 @@
+// core/parallel.h: every iteration runs once; a loop below its threshold enters no OpenMP
+// region (the reason the helpers exist: an `omp parallel for if (false)` still builds a team);
+// inside an active region the loop runs inline. And the bias passes that split over the threads
+// give the bits of the serial loop.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/parallel.h"
+#include "ops/linear.h"
+
+namespace {
+
+using pldr::parallel_for;
+using pldr::parallel_for_2d;
+using pldr::parallel_for_dynamic;
+
+TEST(ParallelFor, BelowTheThresholdRunsInOrderWithoutARegion) {
+    std::vector<int64_t> seen;
+    std::vector<int> levels;
+    parallel_for(7, false, [&](int64_t i) {
+        seen.push_back(i);
+        levels.push_back(omp_get_level());
+    });
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6}));
+    for (int l : levels) EXPECT_EQ(l, 0) << "a region was entered for a serial loop";
+    parallel_for_dynamic(3, false, [&](int64_t) { EXPECT_EQ(omp_get_level(), 0); });
+}
+
+// ctest runs this binary with OMP_NUM_THREADS=1; these tests ask for 2 threads themselves.
+struct TwoThreads {
+    int before = omp_get_max_threads();
+    TwoThreads() { omp_set_num_threads(2); }
+    ~TwoThreads() { omp_set_num_threads(before); }
+};
+
+TEST(ParallelFor, AboveTheThresholdEveryIterationOnce) {
+    const TwoThreads two;
+    const int64_t n = 1001;
+    std::vector<int> count(static_cast<size_t>(n), 0);
+    std::vector<int> level(static_cast<size_t>(n), -1);
+    parallel_for(n, true, [&](int64_t i) {
+        ++count[size_t(i)];
+        level[size_t(i)] = omp_get_level();
+    });
+    for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(count[size_t(i)], 1) << i;
+        EXPECT_EQ(level[size_t(i)], 1) << i;
+    }
+    std::vector<int> dyn(static_cast<size_t>(n), 0);
+    parallel_for_dynamic(n, true, [&](int64_t i) { ++dyn[size_t(i)]; });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(dyn[size_t(i)], 1) << i;
+}
+
+TEST(ParallelFor, TwoDimensionsVisitEveryPairOnce) {
+    for (bool par : {false, true}) {
+        const int64_t n0 = 5, n1 = 7;
+        std::vector<int> hit(static_cast<size_t>(n0 * n1), 0);
+        parallel_for_2d(n0, n1, par, [&](int64_t i, int64_t j) {
+            ASSERT_TRUE(i >= 0 && i < n0 && j >= 0 && j < n1);
+            ++hit[size_t(i * n1 + j)];
+        });
+        for (int h : hit) EXPECT_EQ(h, 1) << "parallel " << par;
+        int calls = 0;
+        parallel_for_2d(n0, 0, par, [&](int64_t, int64_t) { ++calls; });
+        EXPECT_EQ(calls, 0);
+    }
+}
+
+TEST(ParallelFor, OneThreadEntersNoRegion) {
+    int level = -1;
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(1);
+    parallel_for(100, true, [&](int64_t) { level = omp_get_level(); });
+    omp_set_num_threads(before);
+    EXPECT_EQ(level, 0);
+}
+
+TEST(ParallelFor, InsideARegionRunsInlineOnTheCallingThread) {
+    std::vector<int> bad(2, 0);
+    int team = 0;
+#pragma omp parallel num_threads(2)
+    {
+        const int me = omp_get_thread_num();
+#pragma omp single
+        team = omp_get_num_threads();
+        parallel_for(50, true, [&](int64_t) {
+            if (omp_get_thread_num() != me || omp_get_level() != 1) bad[size_t(me)] = 1;
+        });
+    }
+    if (team < 2) GTEST_SKIP() << "the runtime gave a team of " << team;
+    EXPECT_EQ(bad, (std::vector<int>{0, 0}));
+}
+
+// The bias passes split over the threads from kBiasParallelElems on: the bias rows and the bias
+// gradient (each column summed over the rows in order) against the serial loops, bit for bit.
+TEST(ParallelFor, BiasPassesKeepTheBitsOfTheSerialLoop) {
+    const TwoThreads two;
+    const int64_t N = 300, O = 1000;  // 300K elements: split
+    ASSERT_GE(N * O, pldr::kBiasParallelElems);
+    std::vector<float> dout(static_cast<size_t>(N * O)), b(static_cast<size_t>(O));
+    uint32_t s = 12345;
+    auto next = [&] {
+        s = s * 1664525u + 1013904223u;
+        return float(int32_t(s >> 8) - (1 << 23)) * 1e-7f;
+    };
+    for (float& x : dout) x = next();
+    for (float& x : b) x = next();
+    std::vector<float> db(static_cast<size_t>(O)), want(static_cast<size_t>(O));
+    for (int64_t o = 0; o < O; ++o) db[size_t(o)] = want[size_t(o)] = b[size_t(o)];
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < O; ++o) want[size_t(o)] += dout[size_t(n * O + o)];
+    pldr::linear_backward<float>(nullptr, nullptr, db.data(), dout.data(), nullptr, nullptr, N, 4,
+                                 O);
+    EXPECT_EQ(std::memcmp(db.data(), want.data(), sizeof(float) * size_t(O)), 0);
+
+    std::vector<float> rows(static_cast<size_t>(N * O), -1.0f);
+    pldr::fill_rows(rows.data(), b.data(), N, O);
+    for (int64_t n = 0; n < N; ++n)
+        ASSERT_EQ(std::memcmp(rows.data() + n * O, b.data(), sizeof(float) * size_t(O)), 0) << n;
+}
+
+}  // namespace
