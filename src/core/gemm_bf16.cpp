@@ -204,7 +204,7 @@ void force_fallback(bool on) {
 }
 
 void round_to_bf16(const float* x, int64_t n, uint16_t* out) {
-    parallel_for(n, n >= (int64_t(1) << 18) && !omp_in_parallel(), [&](int64_t i) {
+    parallel_for(n, n >= (int64_t(1) << 18), [&](int64_t i) {
         const uint32_t u = std::bit_cast<uint32_t>(x[i]);
         const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
         const uint32_t q = (u >> 16) | 0x40u;  // quiet NaN

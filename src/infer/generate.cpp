@@ -6,8 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "core/blas.h"  // kParallelWork
-#include "core/parallel.h"
+#include "core/parallel.h"  // parallel_for, kParallelWork
 
 namespace pldr {
 
@@ -108,7 +107,7 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
     const double t0 = now();
     while (!live.empty()) {
         const int64_t nl = int64_t(live.size());
-        parallel_for(nl, nl > 1 && nl * V * 16 > kParallelWork, [&](int64_t k) {
+        parallel_for(nl, nl * V * 16 > kParallelWork, [&](int64_t k) {
             const size_t i = live[size_t(k)];
             try {
                 GenResult& r = out[i];

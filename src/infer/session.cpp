@@ -69,7 +69,7 @@ Tensor<T> Session<T>::keys(int64_t l) const {
     PLDR_REQUIRE(mode_ != CacheMode::NONE, "no KV-cache in mode none");
     const int64_t d = m_.cfg.hidden_size, n = length();
     return Tensor<T>({n, m_.cfg.num_heads, m_.cfg.head_dim},
-                     std::vector<T>(K_[size_t(l)].begin(), K_[size_t(l)].begin() + n * d));
+                     Storage<T>(K_[size_t(l)].begin(), K_[size_t(l)].begin() + n * d));
 }
 
 template <typename T>
@@ -77,7 +77,7 @@ Tensor<T> Session<T>::values(int64_t l) const {
     PLDR_REQUIRE(mode_ != CacheMode::NONE, "no KV-cache in mode none");
     const int64_t d = m_.cfg.hidden_size, n = length();
     return Tensor<T>({n, m_.cfg.num_heads, m_.cfg.head_dim},
-                     std::vector<T>(V_[size_t(l)].begin(), V_[size_t(l)].begin() + n * d));
+                     Storage<T>(V_[size_t(l)].begin(), V_[size_t(l)].begin() + n * d));
 }
 
 template <typename T>
@@ -221,7 +221,7 @@ void take_row(Tensor<T>& dst, const Tensor<T>& src, int64_t r, int64_t n) {
     Shape sh = src.shape;
     sh[0] = 1;
     dst = Tensor<T>(std::move(sh),
-                    std::vector<T>(src.data.begin() + r * k, src.data.begin() + (r + 1) * k));
+                    Storage<T>(src.data.begin() + r * k, src.data.begin() + (r + 1) * k));
 }
 
 }  // namespace
@@ -316,7 +316,7 @@ void Session<T>::run_batched(const std::vector<Session<T>*>& ss, const std::vect
             // one recomputed from A (the j-th such sequence of the step), or the fixed G.
             const DecodeSeq<T>& f = seqs[size_t(l)][size_t(b)];
             auto put = [&](Tensor<T>& dst, const T* src) {
-                if (src) dst = Tensor<T>(op_shape, std::vector<T>(src, src + HDD));
+                if (src) dst = Tensor<T>(op_shape, Storage<T>(src, src + HDD));
             };
             if (f.G) {
                 put(ol.A, f.A);

@@ -241,7 +241,7 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
         // nothing to compute or copy
     } else if (in.G_frozen) {  // the G-cache (or a preset operator): skip the learner and operator
         auto frozen = [&](Tensor<T>& dst, const T* src) {
-            if (src) dst = Tensor<T>({B, H, D, D}, std::vector<T>(src, src + B * H * DD));
+            if (src) dst = Tensor<T>({B, H, D, D}, Storage<T>(src, src + B * H * DD));
         };
         frozen(la.A, in.A_frozen);
         frozen(la.A_LM, in.A_LM_frozen);
@@ -252,7 +252,7 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
             std::copy(m.G_fixed_layer(l), m.G_fixed_layer(l) + H * DD, la.G.ptr() + b * H * DD);
     } else {
         if (in.A_frozen) {
-            la.A = Tensor<T>({B, H, D, D}, std::vector<T>(in.A_frozen, in.A_frozen + B * H * DD));
+            la.A = Tensor<T>({B, H, D, D}, Storage<T>(in.A_frozen, in.A_frozen + B * H * DD));
         } else {
             if (in.keep == KeepActs::INFERENCE) {  // only A is needed after this layer
                 la.A0 = Tensor<T>();

@@ -54,7 +54,7 @@ std::vector<DeductiveGrads<T>> dag_terms(const Model<T>& m, const Activations<T>
             for (int64_t l = 0; l < L; ++l) {
                 Tensor<T>& dst = extra[size_t(l)].*gfield;
                 dst = Tensor<T>({a.B, c.num_heads, D, D},
-                                std::vector<T>(dX.begin() + l * per, dX.begin() + (l + 1) * per));
+                                Storage<T>(dX.begin() + l * per, dX.begin() + (l + 1) * per));
             }
     };
     term(&LayerActs<T>::A_LM, &DeductiveGrads<T>::dA_LM, dag.A, &r.dagA);
