@@ -1,6 +1,8 @@
 # The module's behaviour: zero-copy read-only arrays, sessions, callbacks and stop strings,
 # tokenizer round trips, and errors as pldr.Error with the library's message.
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -97,23 +99,38 @@ def test_errors_are_pldr_errors(pldr, tmp_path):
 
 
 def test_gil_released_during_compute(pldr, model):
-    # A Python thread keeps running while another thread is inside the library.
-    ticks = []
+    # A Python thread runs while another thread is inside the library. The switch interval is
+    # set far beyond the test's length, so the calling thread gives up the GIL only where the
+    # library releases it: the ticker (which releases it in each sleep) can count only while
+    # the call is inside the library. A binding that held the GIL counts exactly 0, however
+    # fast or slow the machine; one that releases it counts on every call but the fastest.
+    ticks = [0]
     stop = threading.Event()
 
     def ticker():
         while not stop.is_set():
-            ticks.append(1)
-            stop.wait(0.001)
+            ticks[0] += 1
+            time.sleep(0.0002)
 
+    interval = sys.getswitchinterval()
     t = threading.Thread(target=ticker)
     t.start()
-    before = len(ticks)
-    model.generate("The state of the Union is", max_tokens=48, greedy=True, stop_at_eos=False)
-    during = len(ticks) - before
-    stop.set()
-    t.join()
-    assert during > 5
+    counts = []
+    try:
+        time.sleep(0.01)  # the ticker is running
+        sys.setswitchinterval(100.0)
+        for _ in range(20):
+            before = ticks[0]
+            model.generate("The state of the Union is", max_tokens=48, greedy=True,
+                           stop_at_eos=False)
+            counts.append(ticks[0] - before)
+            if sum(counts) >= 3:
+                break
+    finally:
+        sys.setswitchinterval(interval)
+        stop.set()
+        t.join()
+    assert sum(counts) >= 3, counts
 
 
 def test_g_lm_stats(pldr, model):
