@@ -1,7 +1,8 @@
 // The float32 rows kernel of decode and batched decode (src/ops/dense_rows.cpp): every row of a
 // batch gets the bits of the same row computed alone (so batched generation equals one at a
 // time), across the AVX2 path (fewer than 4 rows) and the AVX-512 one (4 and more), and each
-// output is the float64 dot product within the float32 summation bound.
+// output is the float64 dot product within the float32 summation bound. Weights packed as bf16
+// (a job's Wb) give the bits of their float32 widening.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "core/rng.h"
 #include "model/packed.h"
 #include "ops/linear.h"
+#include "ops/qlinear.h"
 
 using namespace pldr;
 
@@ -21,13 +23,22 @@ TEST(DenseRows, EveryBatchSizeGivesTheBitsOfOneRowAndTheFloat64Sum) {
         for (int64_t O : {1, 3, 17, 64}) {
             std::vector<float> W(size_t(O * I)), x(size_t(kDenseRows * I)),
                 b(static_cast<size_t>(O));
-            for (auto& v : W) v = float(rng.normal());
+            // The weights are bf16 values, so that the bf16 job below multiplies the same ones.
+            std::vector<uint16_t> Wb(W.size());
+            for (size_t k = 0; k < W.size(); ++k) {
+                Wb[k] = qlinear::bf16_round(float(rng.normal()));
+                W[k] = qlinear::bf16_value(Wb[k]);
+            }
             for (auto& v : x) v = float(rng.normal());
             for (auto& v : b) v = float(rng.normal());
             for (int64_t N : {1, 2, 3, 4, 5, 8, 13, 16}) {
-                std::vector<float> y(size_t(N * O), NAN), y1(size_t(O), NAN);
+                std::vector<float> y(size_t(N * O), NAN), y1(size_t(O), NAN), yb(y.size(), NAN);
                 if (!dense_rows_forward(y.data(), x.data(), W.data(), b.data(), N, I, O))
                     GTEST_SKIP() << "no AVX2 on this CPU (or PLDR_KERNELS=scalar): BLAS path";
+                const DenseRowsJob bf16_job{yb.data(), nullptr, b.data(), O, Wb.data()};
+                ASSERT_TRUE(dense_rows_forward(&bf16_job, 1, x.data(), N, I));
+                ASSERT_EQ(std::memcmp(yb.data(), y.data(), y.size() * 4), 0)
+                    << "bf16 I=" << I << " O=" << O << " N=" << N;
                 for (int64_t n = 0; n < N; ++n) {
                     ASSERT_TRUE(dense_rows_forward(y1.data(), x.data() + n * I, W.data(), b.data(),
                                                    1, I, O));
@@ -90,7 +101,7 @@ TEST(DenseRows, JobsOfTheSameInputGiveTheBitsOfOneCallEach) {
                     0)
                     << "I=" << I << " N=" << N << " job " << j;
             // The same through linear_forward_same_input: dense weights, then one packed as bf16
-            // (its own kernel, called on its own).
+            // (a bf16 job in the same region).
             const PackedTensor p = pack_tensor("w", W[2].data(), Os[2], I, WeightFormat::BF16);
             const LinearWeight<float> w0(W[0].data()), w1(W[1].data());
             for (bool packed : {false, true}) {

@@ -415,8 +415,6 @@ std::vector<float> test_inputs(int64_t N, int64_t I, uint64_t seed) {
 // The bf16 kernels and the GEMM paths (bf16 and q8_0 prefill, N > kMaxRows) against float64:
 // float32 inputs (bf16-rounded in the bf16 GEMM where the CPU multiplies bf16).
 TEST(LowpKernels, Bf16KernelsAndGemmAgreeWithFloat64) {
-    const bool avx2 = qlinear::cpu_has_avx2();
-    if (!avx2) std::printf("(no AVX2 on this CPU: the scalar kernel only)\n");
     int cases = 0;
     for (WeightFormat f : {WeightFormat::BF16, WeightFormat::Q8_0})
         for (int64_t I : {5, 32, 75, 128, 341})
@@ -434,13 +432,10 @@ TEST(LowpKernels, Bf16KernelsAndGemmAgreeWithFloat64) {
                     if (N <= qlinear::kMaxRows) {
                         qlinear::rows_bf16_scalar(out.data(), x.data(), W, b, N, I, O, 0, O);
                         expect_close(out, k, x, N, I, O, "scalar " + tag);
-                        if (avx2) {
-                            std::vector<float> o2(size_t(N * O), NAN);
-                            // two ranges of rows, as the threads get them
-                            qlinear::rows_bf16_avx2(o2.data(), x.data(), W, b, N, I, O, 0, O / 2);
-                            qlinear::rows_bf16_avx2(o2.data(), x.data(), W, b, N, I, O, O / 2, O);
-                            expect_close(o2, k, x, N, I, O, "avx2 " + tag);
-                        }
+                        std::vector<float> o2(size_t(N * O), NAN);
+                        const DenseRowsJob job{o2.data(), nullptr, b, O, W.bf16};
+                        if (dense_rows_forward(&job, 1, x.data(), N, I))  // the rows kernel
+                            expect_close(o2, k, x, N, I, O, "rows kernel " + tag);
                     }
                     // The dispatch (rows kernel, or the GEMM over dequantized blocks for N > 16)
                     // and the dense float32 product of the dequantized weights.

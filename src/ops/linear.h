@@ -37,12 +37,14 @@ bool dense_rows_forward(float* out, const float* in, const float* W, const float
                         int64_t I, int64_t O);
 // Up to 4 such products of the same input rows (out_j[N,O_j] = in·W_jᵀ + b_j) in one parallel
 // region: the same bits as one call each, one fork and join for all (a decode step of a small
-// model otherwise spends more on them than on its products).
+// model otherwise spends more on them than on its products). A job's W is float32 (W), or
+// bfloat16 bits (Wb, with W null: WeightFormat::BF16 below), widened exactly as they are read.
 struct DenseRowsJob {
     float* out;
     const float* W;
     const float* b;
     int64_t O;
+    const uint16_t* Wb = nullptr;
 };
 bool dense_rows_forward(const DenseRowsJob* jobs, int n_jobs, const float* in, int64_t N,
                         int64_t I);

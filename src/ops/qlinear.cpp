@@ -272,10 +272,6 @@ void rows_q8_scalar(float* out, const Q8Rows& x, const LinearWeight<float>& W, c
 }
 
 #if !(defined(__x86_64__) || defined(__i386__))
-void rows_bf16_avx2(float*, const float*, const LinearWeight<float>&, const float*, int64_t,
-                    int64_t, int64_t, int64_t, int64_t) {
-    fail("the AVX2 kernels exist on x86 only");
-}
 void rows_q8_avx2(float*, const Q8Rows&, const LinearWeight<float>&, const float*, int64_t, int64_t,
                   int64_t) {
     fail("the AVX2 kernels exist on x86 only");
@@ -329,13 +325,13 @@ void packed_forward(float* out, const float* in, const LinearWeight<float>& W, c
             });
             return;
         }
-        const bool avx2 = k != Isa::SCALAR;
+        // bf16: the float32 rows kernel with the weights widened as read (ops/dense_rows.cpp),
+        // unless the scalar kernels are asked for.
+        const DenseRowsJob job{out, nullptr, b, O, W.bf16};
+        if (k != Isa::SCALAR && dense_rows_forward(&job, 1, in, N, I)) return;
         parallel_for(tasks, par, [&](int64_t t) {
             const int64_t o0 = t * kRowsPerTask, o1 = std::min(O, o0 + kRowsPerTask);
-            if (avx2)
-                rows_bf16_avx2(out, in, W, b, N, I, O, o0, o1);
-            else
-                rows_bf16_scalar(out, in, W, b, N, I, O, o0, o1);
+            rows_bf16_scalar(out, in, W, b, N, I, O, o0, o1);
         });
         return;
     }
@@ -391,11 +387,17 @@ template <typename T>
 void linear_forward_same_input(const T* in, int64_t N, int64_t I, const LinearOut<T>* outs,
                                int n_outs) {
     if constexpr (std::is_same_v<T, float>) {
+        // Dense float32 and bf16 weights (the latter unless the scalar kernels are asked for).
         bool dense = n_outs <= 4 && !bf16::autocast_active();
         DenseRowsJob jobs[4];
         for (int j = 0; dense && j < n_outs; ++j) {
-            dense = outs[j].W.format == WeightFormat::DENSE;
-            if (dense) jobs[j] = DenseRowsJob{outs[j].out, outs[j].W.dense, outs[j].b, outs[j].O};
+            const LinearOut<T>& o = outs[j];
+            if (o.W.format == WeightFormat::DENSE)
+                jobs[j] = DenseRowsJob{o.out, o.W.dense, o.b, o.O};
+            else if (o.W.format == WeightFormat::BF16 && qlinear::isa() != qlinear::Isa::SCALAR)
+                jobs[j] = DenseRowsJob{o.out, nullptr, o.b, o.O, o.W.bf16};
+            else
+                dense = false;
         }
         if (dense && dense_rows_forward(jobs, n_outs, in, N, I)) return;
     }

@@ -1,8 +1,9 @@
 // Packed (low-precision) linear weights for float32 inference: the bf16 and q8_0 number formats
 // (ops/linear.h LinearWeight) and the kernels that stream them for up to kMaxRows input rows
 // (qlinear.cpp: scalar code, the q8_0 input quantizer, dispatch, prefill; qlinear_avx2.cpp: the
-// AVX2 kernels; qlinear_avx512.cpp: the AVX-512 VNNI kernel). Exposed for the packer
-// (model/packed.h) and for the tests; the model calls linear_forward.
+// AVX2 q8_0 kernel; qlinear_avx512.cpp: the AVX-512 VNNI one; bf16 weights on x86 go through the
+// float32 rows kernel, ops/dense_rows.cpp, which widens them as it reads them). Exposed for the
+// packer (model/packed.h) and for the tests; the model calls linear_forward.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -51,11 +52,10 @@ inline constexpr int64_t kMaxRows = 16;
 
 // ---- bf16 weights, float32 inputs
 // out[n·O + o] = Σ_i in[n·I + i] · W[o][i] (+ b[o]) for o in [o0, o1) and every n < N ≤ kMaxRows,
-// W packed as BF16. One pass over the rows of W: each row is read once for all N rows.
+// W packed as BF16. One pass over the rows of W: each row is read once for all N rows. The
+// portable code; with AVX2, dense_rows_forward over a bf16 job (DenseRowsJob::Wb).
 void rows_bf16_scalar(float* out, const float* in, const LinearWeight<float>& W, const float* b,
                       int64_t N, int64_t I, int64_t O, int64_t o0, int64_t o1);
-void rows_bf16_avx2(float* out, const float* in, const LinearWeight<float>& W, const float* b,
-                    int64_t N, int64_t I, int64_t O, int64_t o0, int64_t o1);
 
 // ---- q8_0 weights, q8_0 inputs (the decode semantics of docs/formats.md, as llama.cpp's Q8_0)
 // The N input rows quantized once per product, block by block exactly like a weight row

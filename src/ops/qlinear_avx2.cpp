@@ -1,11 +1,7 @@
-// The AVX2 + FMA streaming kernels of ops/qlinear.h. Only the functions here carry the target
+// The AVX2 + FMA streaming kernel of ops/qlinear.h for q8_0 weights (bf16 weights go through
+// the float32 rows kernel, ops/dense_rows.cpp). Only the functions here carry the target
 // attribute, so the file builds and the program runs on any x86-64; qlinear::isa() calls them
 // only on a CPU with AVX2 and FMA.
-//
-// bf16 weights, float32 inputs and sums: for one row of W and up to four input rows at a time,
-// each block of 32 weights is widened to four float32 vectors once (the bits shifted into a
-// float), then multiplied into every input row with FMAs, K independent accumulators per row to
-// hide the FMA latency. The ragged end of a row (I % 32 inputs) is done in scalar code.
 //
 // q8_0 weights, q8_0 inputs (ops/qlinear.h Q8Rows): for one row of W and up to four input rows,
 // groups of 8 blocks (256 weights): per block the exact int32 sum Σ q_w·q_x, by the sign trick
@@ -34,98 +30,6 @@ namespace {
 #define PLDR_AVX2 __attribute__((target("avx2,fma")))
 
 using simd::hsum8;
-
-// Eight bf16 weights.
-PLDR_AVX2 inline __m256 bf16_load8(const uint16_t* w) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-// sums[r] = Σ_i x[r·I + i] · W_row[i] for r < R, over the 32-wide blocks of the row; the caller
-// adds the ragged end. F loads the four weight vectors of block `blk`.
-template <int R, typename F>
-PLDR_AVX2 inline void row_blocks(const float* x, int64_t I, int64_t full, const F& load,
-                                 float* sums) {
-    constexpr int K = R <= 2 ? 4 : 2;  // accumulators per input row
-    __m256 acc[R][K];
-    for (int r = 0; r < R; ++r)
-        for (int k = 0; k < K; ++k) acc[r][k] = _mm256_setzero_ps();
-    for (int64_t blk = 0; blk < full; ++blk) {
-        __m256 w[4];
-        load(blk, w);
-        for (int r = 0; r < R; ++r) {
-            const float* xr = x + r * I + blk * kQ8Block;
-            for (int k = 0; k < 4; ++k)
-                acc[r][k % K] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xr + 8 * k), acc[r][k % K]);
-        }
-    }
-    for (int r = 0; r < R; ++r) {
-        __m256 a = acc[r][0];
-        for (int k = 1; k < K; ++k) a = _mm256_add_ps(a, acc[r][k]);
-        sums[r] = hsum8(a);
-    }
-}
-
-struct Bf16Row {
-    const uint16_t* w;
-    template <int R>
-    PLDR_AVX2 void blocks(const float* x, int64_t I, int64_t full, float* sums) const {
-        row_blocks<R>(x, I, full, *this, sums);
-    }
-    PLDR_AVX2 void operator()(int64_t blk, __m256* out) const {
-        const uint16_t* p = w + blk * kQ8Block;
-        out[0] = bf16_load8(p);
-        out[1] = bf16_load8(p + 8);
-        out[2] = bf16_load8(p + 16);
-        out[3] = bf16_load8(p + 24);
-    }
-    float value(int64_t i) const { return bf16_value(w[i]); }
-};
-
-// The whole row: the 32-wide blocks, then the ragged end in scalar code.
-template <int R, typename Row>
-PLDR_AVX2 void row_dot(const Row& row, const float* x, int64_t I, float* sums) {
-    const int64_t full = I / kQ8Block;
-    row.template blocks<R>(x, I, full, sums);
-    for (int64_t i = full * kQ8Block; i < I; ++i) {
-        const float wi = row.value(i);
-        for (int r = 0; r < R; ++r) sums[r] += wi * x[r * I + i];
-    }
-}
-
-template <int R>
-PLDR_AVX2 void one_row(const LinearWeight<float>& W, int64_t o, const float* x, int64_t I,
-                       float* sums) {
-    row_dot<R>(Bf16Row{W.bf16 + o * I}, x, I, sums);
-}
-
-PLDR_AVX2 void rows_impl(float* out, const float* in, const LinearWeight<float>& W, const float* b,
-                         int64_t N, int64_t I, int64_t O, int64_t o0, int64_t o1) {
-    float sums[4];
-    for (int64_t o = o0; o < o1; ++o) {
-        for (int64_t n0 = 0; n0 < N; n0 += 4) {
-            const int64_t R = N - n0 < 4 ? N - n0 : 4;
-            const float* x = in + n0 * I;
-            switch (R) {
-                case 1:
-                    one_row<1>(W, o, x, I, sums);
-                    break;
-                case 2:
-                    one_row<2>(W, o, x, I, sums);
-                    break;
-                case 3:
-                    one_row<3>(W, o, x, I, sums);
-                    break;
-                default:
-                    one_row<4>(W, o, x, I, sums);
-                    break;
-            }
-            for (int64_t r = 0; r < R; ++r) out[(n0 + r) * O + o] = b ? sums[r] + b[o] : sums[r];
-        }
-    }
-}
-
-// ---- q8_0
 
 // The exact int32 sums of 8 blocks of one input row: w[k] the 32 weights of block k (zero past
 // the row), xq / xa the row's 256 signed / absolute input values. Lane k of the result: block k.
@@ -215,13 +119,7 @@ PLDR_AVX2 void rows_q8_impl(float* out, const Q8Rows& x, const LinearWeight<floa
 }  // namespace
 
 // Without the target attribute (a declaration with another target would make a second version
-// of the function): they only pass the call on.
-void rows_bf16_avx2(float* out, const float* in, const LinearWeight<float>& W, const float* b,
-                    int64_t N, int64_t I, int64_t O, int64_t o0, int64_t o1) {
-    PLDR_CHECK(W.format == WeightFormat::BF16);
-    rows_impl(out, in, W, b, N, I, O, o0, o1);
-}
-
+// of the function): it only passes the call on.
 void rows_q8_avx2(float* out, const Q8Rows& x, const LinearWeight<float>& W, const float* b,
                   int64_t O, int64_t o0, int64_t o1) {
     PLDR_CHECK(W.format == WeightFormat::Q8_0);
