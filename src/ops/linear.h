@@ -85,7 +85,8 @@ struct LinearWeight {
 // out[N,O] = in[N,I] · Wᵀ + b for W in any format. DENSE is exactly the linear_forward above.
 // Packed weights (T = float only): for N ≤ 16 rows (decode, batched decode) one pass over W
 // streams each weight block once for all rows (ops/qlinear.h: the best kernels the CPU has,
-// AVX-512 VNNI, AVX2 or portable scalar code); bf16 multiplies float32 inputs, q8_0 quantizes the
+// AVX-512 VNNI, AVX2 or portable scalar code; bf16 through the float32 rows kernel above, the
+// weights widened as read); bf16 multiplies float32 inputs, q8_0 quantizes the
 // inputs per block of 32 too and sums exact int8 products (llama.cpp's Q8_0 semantics,
 // docs/formats.md). Larger N (prefill) dequantizes blocks of rows of W into a float32 scratch
 // and runs the GEMM on the float32 inputs, except BF16 where the CPU multiplies bf16
