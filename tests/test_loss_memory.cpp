@@ -156,6 +156,7 @@ void plan_gives_the_keep_everything_gradients(const numeric::Case& k) {
         pldr::forward_layers(m, in.data(), s.B, s.S, plan, keep);
         ASSERT_EQ(plan.kept, keep);
         EXPECT_TRUE(same_bits(plan.final_hidden().data, all.final_hidden().data));
+        EXPECT_EQ(plan.x0.numel(), 0);  // gathered again by the backward
         for (int64_t l = 0; l < L; ++l) {
             const auto& pa = plan.layers[size_t(l)];
             const auto& aa = all.layers[size_t(l)];
@@ -163,6 +164,7 @@ void plan_gives_the_keep_everything_gradients(const numeric::Case& k) {
             EXPECT_EQ(pa.E.numel() + pa.Ep.numel() + pa.QG.numel() + pa.O.numel(), 0) << l;
             EXPECT_EQ(pa.ffn.gated.numel(), 0) << l;
             EXPECT_EQ(pa.A_ln.numel(), 0) << l;
+            EXPECT_EQ(pa.out1.numel(), 0) << l;  // LN1 of attn_out + x_in, again
             // The learner: TRAINING keeps A0 (with LN_A's statistics) and each residual unit's
             // input, not its sum and statistics; LAYER_INPUTS none of it.
             if (full || !c.learned_g()) {
@@ -210,6 +212,7 @@ void plan_gives_the_keep_everything_gradients(const numeric::Case& k) {
                     for (auto& x : t->data) x = T(0.1 * r.normal());
                 }
         pldr::Tensor<T> dh2 = dh;
+        const pldr::Tensor<T> dh_copy = dh;
         std::vector<T> g_all(size_t(m.num_params()), T(0)), g_plan(g_all.size(), T(0));
         pldr::backward_below_head(m, all, dh, &extra, g_all.data());
         pldr::backward_below_head(m, plan, dh2, &extra, g_plan.data());
@@ -221,6 +224,16 @@ void plan_gives_the_keep_everything_gradients(const numeric::Case& k) {
             const std::vector<T> b(g_plan.begin() + e.offset, g_plan.begin() + e.offset + e.numel);
             EXPECT_TRUE(same_bits(a, b)) << e.name;
         }
+        // The training step's backward, which frees each layer's activations as it passes them
+        // (consume): the same bits again, and nothing of the layers left.
+        pldr::Activations<T> eaten;
+        pldr::forward_layers(m, in.data(), s.B, s.S, eaten, keep);
+        pldr::Tensor<T> dh3 = dh_copy;
+        std::vector<T> g_eaten(g_all.size(), T(0));
+        pldr::backward_below_head(m, eaten, dh3, &extra, g_eaten.data(), &eaten);
+        EXPECT_TRUE(same_bits(g_eaten, g_all));
+        for (const auto& la : eaten.layers)
+            EXPECT_EQ(la.x_in.numel() + la.q.numel() + la.ffn.h1.numel() + la.G.numel(), 0);
     }
 }
 

@@ -1,7 +1,13 @@
-// Allocator tuning (see alloc.h).
+// Allocator tuning and page-mapped buffers (see alloc.h).
 #include "core/alloc.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
 
 namespace pldr {
 
@@ -10,6 +16,26 @@ void tune_allocator() {
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
+}
+
+void release_free_memory() {
+    malloc_trim(0);
+}
+
+void* map_zero_pages(size_t bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("cannot map ", bytes, " bytes of memory: ", std::strerror(errno));
+    return p;
+}
+
+void unmap_pages(void* p, size_t bytes) {
+    if (p) munmap(p, bytes);
+}
+
+void zero_pages(void* p, size_t bytes) {
+    if (!p) return;
+    // A private anonymous mapping reads as zeros after MADV_DONTNEED (its pages are dropped).
+    if (madvise(p, bytes, MADV_DONTNEED) != 0) std::memset(p, 0, bytes);
 }
 
 }  // namespace pldr

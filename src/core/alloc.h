@@ -1,5 +1,7 @@
-// Process-wide allocator tuning for the pldr tool and the benchmarks.
+// Process-wide allocator tuning, and memory that goes back to the operating system on demand.
 #pragma once
+#include <cstddef>
+#include <utility>
 
 namespace pldr {
 
@@ -9,5 +11,58 @@ namespace pldr {
 // a prefill's time in memset and page faults). This keeps freed memory for reuse. Peak RSS is
 // unchanged (a step's peak is reached either way). Call once at program start.
 void tune_allocator();
+
+// Gives the allocator's free memory back to the operating system (malloc_trim): for a caller
+// that has just freed a large part of its working set and is about to fill memory that the
+// allocator cannot reuse (a ZeroPages buffer), so that the process's peak does not hold both.
+void release_free_memory();
+
+// Anonymous zero-filled pages (mmap): resident only once written. Throw pldr::Error on failure.
+void* map_zero_pages(size_t bytes);
+void unmap_pages(void* p, size_t bytes);
+// Zeroes [p, p + bytes) (a mapping from map_zero_pages) by handing its pages back to the system:
+// they read as zeros and cost no memory until written again.
+void zero_pages(void* p, size_t bytes);
+
+// A zero-initialised array of trivially copyable T whose pages are mapped as they are first
+// written, and whose zero() hands them back: for a buffer that is cleared often and filled
+// late, part by part (the training gradients: the backward writes them layer by layer while it
+// frees the layers' activations, so the gradients of the layers not reached yet cost no memory,
+// as with PyTorch's zero_grad(set_to_none=True)).
+template <typename T>
+class ZeroPages {
+  public:
+    ZeroPages() = default;
+    explicit ZeroPages(size_t n)
+        : n_(n), p_(n ? static_cast<T*>(map_zero_pages(n * sizeof(T))) : nullptr) {}
+    ZeroPages(ZeroPages&& o) noexcept
+        : n_(std::exchange(o.n_, size_t(0))), p_(std::exchange(o.p_, nullptr)) {}
+    ZeroPages& operator=(ZeroPages&& o) noexcept {
+        if (this != &o) {
+            unmap_pages(p_, n_ * sizeof(T));
+            n_ = std::exchange(o.n_, size_t(0));
+            p_ = std::exchange(o.p_, nullptr);
+        }
+        return *this;
+    }
+    ZeroPages(const ZeroPages&) = delete;
+    ZeroPages& operator=(const ZeroPages&) = delete;
+    ~ZeroPages() { unmap_pages(p_, n_ * sizeof(T)); }
+
+    void zero() { zero_pages(p_, n_ * sizeof(T)); }
+    T* data() { return p_; }
+    const T* data() const { return p_; }
+    size_t size() const { return n_; }
+    T* begin() { return p_; }
+    T* end() { return p_ + n_; }
+    const T* begin() const { return p_; }
+    const T* end() const { return p_ + n_; }
+    T& operator[](size_t i) { return p_[i]; }
+    const T& operator[](size_t i) const { return p_[i]; }
+
+  private:
+    size_t n_ = 0;
+    T* p_ = nullptr;
+};
 
 }  // namespace pldr

@@ -102,7 +102,7 @@ class Session {
     bool preset_g_ = false;
     bool keep_acts_ = true;
     std::vector<int64_t> ids_;
-    std::vector<std::vector<T>> K_, V_;  // per layer [max_len, H, D]
+    std::vector<Storage<T>> K_, V_;  // per layer [max_len, H, D]; rows ≥ length() unset
     GCache<T> g_;
     Activations<T> acts_;
     std::vector<T> logits_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/alloc.h"
 #include "model/plga_layer.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"
@@ -25,7 +26,8 @@ void backward(const Model<T>& m, const Activations<T>& a, const Tensor<T>& dlogi
 
 template <typename T>
 void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& dhidden,
-                         const std::vector<DeductiveGrads<T>>* extra, T* grads) {
+                         const std::vector<DeductiveGrads<T>>* extra, T* grads,
+                         Activations<T>* consume) {
     const Config& c = m.cfg;
     // Training and gradients need the float weights (the products would otherwise differentiate
     // the packed copies while the optimizer updated the parameters).
@@ -38,13 +40,24 @@ void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& 
     const int64_t d = c.hidden_size, N = a.B * a.S;
     ModelView<T> g = bind_view(m.layout, c, grads);
     Tensor<T> dx = std::move(dhidden);
+    if (consume) release_free_memory();  // what the forward and the head have freed
     for (int64_t l = c.num_layers - 1; l >= 0; --l) {
         Tensor<T> dx_in;
-        decoder_layer_backward(m, l, a, extra ? &(*extra)[size_t(l)] : nullptr, dx, g, dx_in);
+        decoder_layer_backward(m, l, a, extra ? &(*extra)[size_t(l)] : nullptr, dx, g, dx_in,
+                               consume ? &consume->layers[size_t(l)] : nullptr);
         dx = std::move(dx_in);
+        if (consume) {
+            consume->layers[size_t(l)] = LayerActs<T>();
+            release_free_memory();  // before the next layer's gradients are written
+        }
     }
+    // x0 = embedding · sqrt(d), LN_in's input (a training forward keeps none: the same bits again)
+    Tensor<T> x0_again, ln_again, mean_again, rstd_again;
+    if (!a.x0.numel())
+        embed_forward(m, a.ids.data(), N, x0_again, ln_again, mean_again, rstd_again);
+    const T* x0 = a.x0.numel() ? a.x0.ptr() : x0_again.ptr();
     Tensor<T> dx0({a.B, a.S, d});
-    layernorm_backward(dx0.ptr(), g.ln_in_g, g.ln_in_b, dx.ptr(), a.x0.ptr(), a.ln_mean.ptr(),
+    layernorm_backward(dx0.ptr(), g.ln_in_g, g.ln_in_b, dx.ptr(), x0, a.ln_mean.ptr(),
                        a.ln_rstd.ptr(), m.w.ln_in_g, N, d);
     const T scale = m.embed_scale();
     for (int64_t n = 0; n < N; ++n) {
@@ -60,9 +73,10 @@ template void backward<double>(const Model<double>&, const Activations<double>&,
                                double*);
 template void backward_below_head<float>(const Model<float>&, const Activations<float>&,
                                          Tensor<float>&, const std::vector<DeductiveGrads<float>>*,
-                                         float*);
+                                         float*, Activations<float>*);
 template void backward_below_head<double>(const Model<double>&, const Activations<double>&,
                                           Tensor<double>&,
-                                          const std::vector<DeductiveGrads<double>>*, double*);
+                                          const std::vector<DeductiveGrads<double>>*, double*,
+                                          Activations<double>*);
 
 }  // namespace pldr

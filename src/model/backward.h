@@ -22,8 +22,12 @@ void backward(const Model<T>& m, const Activations<T>& a, const Tensor<T>& dlogi
               const std::vector<DeductiveGrads<T>>* extra, T* grads);
 // The same below the head: given d(loss)/d(final hidden) [B,S,d] (consumed), the decoder layers,
 // the input LayerNorm and the embedding (the training loss runs the head itself, in chunks).
+// consume: null, or &a handed over to be freed as the backward passes it (each layer's
+// activations part by part, then the whole layer, and the freed memory back to the system
+// before the next layer's gradients are written: core/alloc.h); a.layers is empty afterwards.
 template <typename T>
 void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& dhidden,
-                         const std::vector<DeductiveGrads<T>>* extra, T* grads);
+                         const std::vector<DeductiveGrads<T>>* extra, T* grads,
+                         Activations<T>* consume = nullptr);
 
 }  // namespace pldr

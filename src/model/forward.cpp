@@ -73,13 +73,14 @@ void forward_layers(const Model<T>& m, const int64_t* ids, int64_t B, int64_t S,
 
     embed_forward(m, ids, N, a.x0, a.embed_ln, a.ln_mean, a.ln_rstd);
     a.x0.shape = a.embed_ln.shape = {B, S, d};
+    const bool training = keep == KeepActs::TRAINING || keep == KeepActs::LAYER_INPUTS;
+    if (training) a.x0 = Tensor<T>();  // the backward gathers the scaled embeddings again
 
     a.layers.resize(static_cast<size_t>(c.num_layers));
     Tensor<T>* x = &a.embed_ln;
     for (int64_t l = 0; l < c.num_layers; ++l) {
         LayerActs<T>& la = a.layers[size_t(l)];
         // Training: the previous output moves in (its backward needs it only as this input).
-        const bool training = keep == KeepActs::TRAINING || keep == KeepActs::LAYER_INPUTS;
         if (training)
             la.x_in = std::move(*x);
         else

@@ -33,7 +33,8 @@ struct ResUnitActs {
 //             backward recomputes a unit's GLUs, sum and statistics from it). Not kept: Ep
 //             (an audit output), E, Q·G and O (recomputed head by head in the backward: a few
 //             % of a step's FLOPs for the largest activations), the FFN's gate silu(h1)⊙h2
-//             (recomputed from h1, h2), and the copy of the layer input (x_in holds the
+//             (recomputed from h1, h2), out1 (LN1 of attn_out + x_in, recomputed), the scaled
+//             embeddings x0 (gathered again), and the copy of the layer input (x_in holds the
 //             previous layer's output, moved, not copied). The same bits.
 //   LAYER_INPUTS  activation checkpointing for the least memory: each layer keeps its input
 //             x_in and the deductive outputs A_LM, A_P, G (the DAG loss reads them); the backward
@@ -75,9 +76,8 @@ struct Activations {
     const Tensor<T>& final_hidden() const {
         return layers.empty() ? embed_ln : layers.back().hidden;
     }
-    // The training loss's logits of one chunk of rows and their gradient (train/loss.cpp),
-    // released once the head is done.
-    Tensor<T> dlogits;
+    // The training loss's logits of one chunk of rows, then their gradient in place
+    // (train/loss.cpp), released once the head is done.
     Tensor<T> head_chunk;
 };
 

@@ -63,6 +63,7 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     if (training) la.ffn.gated = Tensor<T>();  // recomputed from h1, h2 by glu_backward
     Tensor<T> r2({B, S, d});
     for (int64_t i = 0; i < r2.numel(); ++i) r2[i] = la.ffn_out[i] + la.out1[i];
+    if (training) la.out1 = Tensor<T>();  // LN1(attn_out + x_in) again in the backward
     la.hidden.resize_for_overwrite({B, S, d});
     la.ln2_mean.resize({N});
     la.ln2_rstd.resize({N});
@@ -73,7 +74,7 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
 template <typename T>
 void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& a,
                             const DeductiveGrads<T>* extra, const Tensor<T>& dhidden,
-                            ModelView<T>& g, Tensor<T>& dx_in) {
+                            ModelView<T>& g, Tensor<T>& dx_in, LayerActs<T>* consume) {
     const Config& c = m.cfg;
     const LayerView<T>& w = m.w.layers[size_t(l)];
     LayerView<T>& gw = g.layers[size_t(l)];
@@ -89,19 +90,37 @@ void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& 
         decoder_layer_forward(m, l, B, S, in, again);
     }
     const LayerActs<T>& la = a.kept == KeepActs::LAYER_INPUTS ? again : a.layers[size_t(l)];
-    // Each temporary lives in the scope that needs it, and the recomputed activations go as soon
-    // as the backward has passed them: the step's peak memory is this function's.
+    // Each temporary lives in the scope that needs it, and the activations go as soon as the
+    // backward has passed them, where they are this function's to free (recomputed here, or
+    // handed over by the caller: `consume`): the step's peak memory is this function's.
+    LayerActs<T>* dying = a.kept == KeepActs::LAYER_INPUTS ? &again : consume;
+    PLDR_CHECK(!dying || dying == &la);
     auto release = [&](Tensor<T> LayerActs<T>::*t) {
-        if (a.kept == KeepActs::LAYER_INPUTS) again.*t = Tensor<T>();
+        if (dying) dying->*t = Tensor<T>();
+    };
+    // r1 = attn_out + x_in, LN1's input (recomputed where needed rather than kept).
+    auto sum_r1 = [&](Tensor<T>& r1) {
+        r1.resize_for_overwrite({B, S, d});
+        for (int64_t i = 0; i < r1.numel(); ++i) r1[i] = la.attn_out[i] + la.x_in[i];
     };
 
-    Tensor<T> dr1({B, S, d});
+    Tensor<T> dr1;
     {
+        // out1 = LN1(r1): a training forward keeps no out1; the same bits again from r1.
+        Tensor<T> out1_again;
+        if (!la.out1.numel()) {
+            Tensor<T> r1, mean({N}), rstd({N});
+            sum_r1(r1);
+            out1_again.resize_for_overwrite({B, S, d});
+            layernorm_forward(out1_again.ptr(), mean.ptr(), rstd.ptr(), r1.ptr(), w.ln1_g, w.ln1_b,
+                              N, d, c.layer_norm_eps);
+        }
+        const T* out1 = la.out1.numel() ? la.out1.ptr() : out1_again.ptr();
         // hidden = LN2(ffn_out + out1)
         Tensor<T> dout1({B, S, d});  // d(out1): LN2's input gradient, then the FFN's too
         {
             Tensor<T> r2({B, S, d});
-            for (int64_t i = 0; i < r2.numel(); ++i) r2[i] = la.ffn_out[i] + la.out1[i];
+            for (int64_t i = 0; i < r2.numel(); ++i) r2[i] = la.ffn_out[i] + out1[i];
             layernorm_backward(dout1.ptr(), gw.ln2_g, gw.ln2_b, dhidden.ptr(), r2.ptr(),
                                la.ln2_mean.ptr(), la.ln2_rstd.ptr(), w.ln2_g, N, d);
         }
@@ -113,20 +132,22 @@ void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& 
             glu_backward(
                 dout1.ptr(),
                 GluGrads<T>{gw.ffn.w1, gw.ffn.b1, gw.ffn.w2, gw.ffn.b2, gw.ffn.w3, gw.ffn.b3},
-                dr2.ptr(), la.out1.ptr(), la.ffn.h1.ptr(), la.ffn.h2.ptr(),
+                dr2.ptr(), out1, la.ffn.h1.ptr(), la.ffn.h2.ptr(),
                 la.ffn.gated.numel() ? la.ffn.gated.ptr() : nullptr,
                 GluParams<T>{w.ffn.w1, w.ffn.b1, w.ffn.w2, w.ffn.b2, w.ffn.w3, w.ffn.b3}, N, d, F,
                 d, scratch.data());
         }
-        if (a.kept == KeepActs::LAYER_INPUTS) again.ffn = GluActs<T>();
+        if (dying) dying->ffn = GluActs<T>();
+        out1_again = Tensor<T>();
+        release(&LayerActs<T>::out1);
         // out1 = LN1(attn_out + x_in)
-        Tensor<T> r1({B, S, d});
-        for (int64_t i = 0; i < r1.numel(); ++i) r1[i] = la.attn_out[i] + la.x_in[i];
+        Tensor<T> r1;
+        sum_r1(r1);
+        release(&LayerActs<T>::attn_out);
+        dr1 = Tensor<T>({B, S, d});
         layernorm_backward(dr1.ptr(), gw.ln1_g, gw.ln1_b, dout1.ptr(), r1.ptr(), la.ln1_mean.ptr(),
                            la.ln1_rstd.ptr(), w.ln1_g, N, d);
     }
-    release(&LayerActs<T>::out1);
-    release(&LayerActs<T>::attn_out);
     // attn_out = O·Woᵀ + bo (a training forward kept no O: its weight gradient waits for the
     // attention backward, which recomputes O head by head).
     Tensor<T> dO({B, S, d});
@@ -140,6 +161,11 @@ void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& 
         plga_attention_backward(m, l, la, B, S, a.ids.data(), extra, dO, gw, dq, dk, dv,
                                 has_O ? nullptr : &O);
         if (!has_O) linear_backward<T>(nullptr, gw.wo, nullptr, dr1.ptr(), O.ptr(), w.wo, N, d, d);
+    }
+    if (dying) {  // the projections' weight gradients need only the layer input from here on
+        Tensor<T> x_in = std::move(dying->x_in);
+        *dying = LayerActs<T>();
+        dying->x_in = std::move(x_in);
     }
     dO = Tensor<T>();
     dx_in = std::move(dr1);  // the residual; the projections' input gradients add to it
@@ -159,10 +185,11 @@ template void decoder_layer_forward<double>(const Model<double>&, int64_t, int64
 
 template void decoder_layer_backward<float>(const Model<float>&, int64_t, const Activations<float>&,
                                             const DeductiveGrads<float>*, const Tensor<float>&,
-                                            ModelView<float>&, Tensor<float>&);
+                                            ModelView<float>&, Tensor<float>&, LayerActs<float>*);
 template void decoder_layer_backward<double>(const Model<double>&, int64_t,
                                              const Activations<double>&,
                                              const DeductiveGrads<double>*, const Tensor<double>&,
-                                             ModelView<double>&, Tensor<double>&);
+                                             ModelView<double>&, Tensor<double>&,
+                                             LayerActs<double>*);
 
 }  // namespace pldr

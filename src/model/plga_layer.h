@@ -14,10 +14,11 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
                            const AttnInput<T>& in, LayerActs<T>& la);
 
 // Given d(loss)/d(hidden) of layer l, accumulates the layer's parameter gradients into g and
-// writes d(loss)/d(x_in) to dx_in. No KV-cache (training).
+// writes d(loss)/d(x_in) to dx_in. No KV-cache (training). consume: null, or a.layers[l] handed
+// over to be freed part by part as the backward passes it (the layer input goes last).
 template <typename T>
 void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& a,
                             const DeductiveGrads<T>* extra, const Tensor<T>& dhidden,
-                            ModelView<T>& g, Tensor<T>& dx_in);
+                            ModelView<T>& g, Tensor<T>& dx_in, LayerActs<T>* consume = nullptr);
 
 }  // namespace pldr

@@ -91,13 +91,14 @@ void cross_entropy_fused_rows(T* dlogits, T* ce_rows, char* hit_rows, const T* l
         for (int64_t v = 1; v < V; ++v)
             if (x[v] > x[am]) am = v;
         const T mx = x[am];
+        const int64_t t = targets[n];
+        const T xt = x[t];  // read before d (which may be x itself) is written
         T s = 0;
         if constexpr (std::is_same_v<T, float>)
             s = vmath::exp_shifted_sum(x, mx, d, V);
         else
             for (int64_t v = 0; v < V; ++v) s += (d[v] = std::exp(x[v] - mx));
-        const int64_t t = targets[n];
-        ce_rows[n] = -((x[t] - mx) - std::log(s));
+        ce_rows[n] = -((xt - mx) - std::log(s));
         hit_rows[n] = am == t;
         if (t == ignore_id) {
             std::fill(d, d + V, T(0));

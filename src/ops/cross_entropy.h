@@ -23,6 +23,7 @@ double cross_entropy_fused(T* dlogits, int64_t* n_correct, const T* logits, cons
                            int64_t N, int64_t V, int64_t ignore_id, T scale);
 // The fused pass over some rows, leaving the reduction to the caller (the training loss runs the
 // head in chunks of rows): per-row CE (unmasked) into ce_rows[N], top-1 hits into hit_rows[N].
+// dlogits may be logits itself (the gradient then overwrites the logits, row by row).
 template <typename T>
 void cross_entropy_fused_rows(T* dlogits, T* ce_rows, char* hit_rows, const T* logits,
                               const int64_t* targets, int64_t N, int64_t V, int64_t ignore_id,

@@ -101,7 +101,7 @@ std::string non_finite_origin(const Model<T>& m, const int64_t* tokens, int64_t 
 template <typename T>
 LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
                           const DagCoeffs& dag, Activations<T>& acts, T* grads, double grad_scale,
-                          double ce_denominator, KeepActs keep) {
+                          double ce_denominator, KeepActs keep, bool consume) {
     PLDR_REQUIRE(S1 >= 2, "a training sequence needs at least 2 tokens (got ", S1, ")");
     PLDR_REQUIRE(dag.A >= 0 && dag.Ap >= 0 && dag.G >= 0, "DAG coefficients must be >= 0 (got ",
                  dag.A, ",", dag.Ap, ",", dag.G, ")");
@@ -133,7 +133,6 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     if (grads) {
         dhidden = Tensor<T>({B, S, d});
         g = bind_view(m.layout, m.cfg, grads);
-        acts.dlogits.resize_for_overwrite({rows, V});
     }
     Tensor<T>& chunk = acts.head_chunk;
     chunk.resize_for_overwrite({rows, V});
@@ -141,10 +140,11 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
         const int64_t nr = std::min(rows, N - n0);
         linear_forward(chunk.ptr(), h.ptr() + n0 * d, m.lw.head, m.w.head_b, nr, d, V);
         if (grads) {
-            cross_entropy_fused_rows<T>(acts.dlogits.ptr(), ce.data() + n0, hit.data() + n0,
-                                        chunk.ptr(), tgt.data() + n0, nr, V, m.cfg.pad_token_id,
+            // the logits' gradient overwrites the logits (one buffer per chunk)
+            cross_entropy_fused_rows<T>(chunk.ptr(), ce.data() + n0, hit.data() + n0, chunk.ptr(),
+                                        tgt.data() + n0, nr, V, m.cfg.pad_token_id,
                                         T(grad_scale / denominator));
-            linear_backward(dhidden.ptr() + n0 * d, g.head_w, g.head_b, acts.dlogits.ptr(),
+            linear_backward(dhidden.ptr() + n0 * d, g.head_w, g.head_b, chunk.ptr(),
                             h.ptr() + n0 * d, m.w.head_w, nr, d, V);
         } else {
             int64_t scored = 0, correct = 0;
@@ -156,7 +156,8 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     // The head's buffers go back to the allocator before the layers' backward, which reuses them
     // (they stay in the process: the allocator is tuned to keep freed memory, core/alloc.h).
     acts.head_chunk = Tensor<T>();
-    acts.dlogits = Tensor<T>();
+    // The last layer's output was the head's input only (its backward starts from LN2's input).
+    if (consume && grads && !acts.layers.empty()) acts.layers.back().hidden = Tensor<T>();
     double total = 0;
     for (int64_t n = 0; n < N; ++n)
         if (tgt[size_t(n)] != m.cfg.pad_token_id) {
@@ -172,16 +173,18 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
         r.value += r.dag_loss;
     }
     if (!grads) return r;
-    backward_below_head<T>(m, acts, dhidden, extra.empty() ? nullptr : &extra, grads);
+    backward_below_head<T>(m, acts, dhidden, extra.empty() ? nullptr : &extra, grads,
+                           consume ? &acts : nullptr);
+    if (consume) acts.layers.clear();
     return r;
 }
 
 template LossResult loss_and_grads<float>(const Model<float>&, const int64_t*, int64_t, int64_t,
                                           const DagCoeffs&, Activations<float>&, float*, double,
-                                          double, KeepActs);
+                                          double, KeepActs, bool);
 template LossResult loss_and_grads<double>(const Model<double>&, const int64_t*, int64_t, int64_t,
                                            const DagCoeffs&, Activations<double>&, double*, double,
-                                           double, KeepActs);
+                                           double, KeepActs, bool);
 
 template std::string non_finite_origin<float>(const Model<float>&, const int64_t*, int64_t,
                                               int64_t);

@@ -29,6 +29,10 @@ struct LossResult {
 // ce_denominator > 0 replaces this batch's scored-token count as the divisor of the CE
 // gradient (data parallel: the gradient of Σ CE / N_global, train/step.h); the batch may then
 // have no scored token at all. The reported ce and accuracy stay this batch's own means.
+// consume: the training step's memory plan. Each layer's activations are freed as soon as its
+// backward is done (acts.layers is empty afterwards) and the freed memory goes back to the
+// system (core/alloc.h), so that a gradient buffer whose pages are mapped as the backward
+// writes them (ZeroPages) takes the place of the activations rather than adding to them.
 // Rows of logits the loss holds at once (the head runs over chunks of rows; the result does not
 // depend on it beyond the rounding of the head's gradient sum). 0 = automatic (about 8 M logits
 // per chunk); tests set a small count to run several chunks.
@@ -38,7 +42,8 @@ template <typename T>
 LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,
                           const DagCoeffs& dag, Activations<T>& acts, T* grads,
                           double grad_scale = 1.0, double ce_denominator = 0,
-                          KeepActs keep = KeepActs::TRAINING);  // ALL, TRAINING or LAYER_INPUTS
+                          KeepActs keep = KeepActs::TRAINING,  // ALL, TRAINING or LAYER_INPUTS
+                          bool consume = false);
 
 // Where a non-finite loss of these tokens first appears: the name of the first activation (in
 // forward order, "fwd.layer1.E (nan at element 3)") that holds a NaN or +-inf, or "" if none

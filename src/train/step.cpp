@@ -47,7 +47,7 @@ Trainer<T>::Trainer(Model<T>& model, const TrainConfig& cfg, const DistOptions& 
     PLDR_REQUIRE(cfg_.precision == Precision::FP32 || (std::is_same_v<T, float>),
                  "--precision bf16 trains a float32 model (mixed precision); this one is float64");
     const int64_t n = model.layout.total;
-    grads_.assign(static_cast<size_t>(n), T(0));
+    grads_ = ZeroPages<T>(static_cast<size_t>(n));
     const dist::World& w = dist::world();
     distributed_ = w.size > 1;
     sharded_ = distributed_ && dist.zero1;
@@ -127,7 +127,7 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
         PLDR_REQUIRE(N[j] > 0, "no scored target tokens in the global batch (all are pad)");
 
     // 2. Local forward and backward: rank r's part of d(mean over the global batch)/dθ.
-    std::fill(grads_.begin(), grads_.end(), T(0));
+    grads_.zero();
     const double w_micro = 1.0 / double(k);
     enum { CE, ACC, DAGA, DAGAP, DAGG, DAGL, SCORED, CORRECT, SUMSQ, NONFINITE, CLIPPED, NSTAT };
     double st[NSTAT] = {};
@@ -136,7 +136,7 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
         const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
         const LossResult l =
             loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, grads_.data(), w_micro / P,
-                           N[j] / P, keep_of(cfg_.recompute));
+                           N[j] / P, keep_of(cfg_.recompute), /*consume=*/true);
         st[CE] += w_micro * l.ce * double(l.scored) / N[j];
         st[ACC] += w_micro * double(l.correct) / N[j];
         st[DAGA] += w_micro * l.dagA / P;
@@ -218,13 +218,13 @@ template <typename T>
 StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
     PLDR_REQUIRE(!micro.empty(), "a training step needs at least one batch");
     if (distributed_) return step_distributed(micro);
-    std::fill(grads_.begin(), grads_.end(), T(0));
+    grads_.zero();
     StepResult r;
     const double w = 1.0 / double(micro.size());
     const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
     for (const TokenBatch& b : micro) {
         LossResult l = loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, grads_.data(),
-                                      w, 0, keep_of(cfg_.recompute));
+                                      w, 0, keep_of(cfg_.recompute), /*consume=*/true);
         r.loss.value += w * l.value;
         r.loss.ce += w * l.ce;
         r.loss.accuracy += w * l.accuracy;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/alloc.h"
 #include "core/gemm_bf16.h"
 #include "train/adamw.h"
 #include "train/loss.h"
@@ -111,7 +112,7 @@ class Trainer {
     Model<T>& model_;
     TrainConfig cfg_;
     AdamWState<T> opt_;
-    std::vector<T> grads_;
+    ZeroPages<T> grads_;  // zeroed by handing the pages back (core/alloc.h)
     Activations<T> acts_;
     bool distributed_ = false, sharded_ = false;
     int64_t lo_ = 0, shard_n_ = 0;  // this rank's shard of the flat parameter buffer
