@@ -45,23 +45,26 @@ pldr::TrainConfig train_cfg() {
 
 // The gradient buffer: zeroed by handing its pages back, whatever was written where.
 TEST(TrainStep, ZeroPagesReadZeroAfterZero) {
-    const size_t n = (size_t(3) << 20) + 5;  // several pages, not a whole number of them
-    pldr::ZeroPages<float> z(n);
-    ASSERT_EQ(z.size(), n);
-    EXPECT_EQ(z[0], 0.0f);
-    EXPECT_EQ(z[n - 1], 0.0f);
-    for (size_t i = 0; i < n; i += 777) z[i] = float(i % 13) + 1.0f;
-    z[n - 1] = -2.0f;
-    EXPECT_EQ(z[777], float(777 % 13) + 1.0f);
-    z.zero();
-    size_t nonzero = 0;
-    for (float x : z) nonzero += x != 0.0f;
-    EXPECT_EQ(nonzero, 0u);
-    z[n / 2] = 3.0f;  // writable again
-    pldr::ZeroPages<float> moved = std::move(z);
-    EXPECT_EQ(z.size(), 0u);
-    EXPECT_EQ(z.data(), nullptr);
-    EXPECT_EQ(moved[n / 2], 3.0f);
+    // Below and above kReturnBytes (memset, and pages handed back); not whole numbers of pages.
+    for (const size_t n : {(size_t(3) << 20) + 5, pldr::kReturnBytes / sizeof(float) + 5}) {
+        SCOPED_TRACE(n);
+        pldr::ZeroPages<float> z(n);
+        ASSERT_EQ(z.size(), n);
+        EXPECT_EQ(z[0], 0.0f);
+        EXPECT_EQ(z[n - 1], 0.0f);
+        for (size_t i = 0; i < n; i += 777) z[i] = float(i % 13) + 1.0f;
+        z[n - 1] = -2.0f;
+        EXPECT_EQ(z[777], float(777 % 13) + 1.0f);
+        z.zero();
+        size_t nonzero = 0;
+        for (float x : z) nonzero += x != 0.0f;
+        EXPECT_EQ(nonzero, 0u);
+        z[n / 2] = 3.0f;  // writable again
+        pldr::ZeroPages<float> moved = std::move(z);
+        EXPECT_EQ(z.size(), 0u);
+        EXPECT_EQ(z.data(), nullptr);
+        EXPECT_EQ(moved[n / 2], 3.0f);
+    }
     pldr::ZeroPages<float> empty(0);
     empty.zero();
     EXPECT_EQ(empty.begin(), empty.end());

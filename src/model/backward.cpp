@@ -40,7 +40,12 @@ void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& 
     const int64_t d = c.hidden_size, N = a.B * a.S;
     ModelView<T> g = bind_view(m.layout, c, grads);
     Tensor<T> dx = std::move(dhidden);
-    if (consume) release_free_memory();  // what the forward and the head have freed
+    // Handing freed memory back pays where a layer's activations are large (core/alloc.h): the
+    // bulk of them, [N,d] and [N,F] tensors.
+    const bool give_back =
+        consume &&
+        double(N) * double(6 * d + 2 * c.intermediate_size) * sizeof(T) >= double(kReturnBytes);
+    if (give_back) release_free_memory();  // what the forward and the head have freed
     for (int64_t l = c.num_layers - 1; l >= 0; --l) {
         Tensor<T> dx_in;
         decoder_layer_backward(m, l, a, extra ? &(*extra)[size_t(l)] : nullptr, dx, g, dx_in,
@@ -48,7 +53,7 @@ void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& 
         dx = std::move(dx_in);
         if (consume) {
             consume->layers[size_t(l)] = LayerActs<T>();
-            release_free_memory();  // before the next layer's gradients are written
+            if (give_back) release_free_memory();  // before the next layer's gradients
         }
     }
     // x0 = embedding · sqrt(d), LN_in's input (a training forward keeps none: the same bits again)
