@@ -1,6 +1,7 @@
 // Optimizer pieces: LR schedule, AdamW (bit-exact with torch's single-tensor path), clipping.
 // Golden data: every fixture under PLDR_GOLDEN_DIR (tests/golden_util.h).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -518,6 +519,28 @@ TEST(Clip, ByGlobalNorm) {
     EXPECT_EQ(bad[0], 1.0);
     EXPECT_THROW(pldr::clip_by_global_norm(h.data(), 3, 0.0), pldr::Error);
     EXPECT_THROW(pldr::clip_by_global_norm(h.data(), 3, std::nan("")), pldr::Error);
+}
+
+// The gradient norm's sum of squares: the blocks fix the summation order, so any thread count
+// gives the same bits, and the value is the exact sum to double rounding.
+TEST(Clip, SumOfSquaresIsTheSameOnAnyThreadCount) {
+    std::vector<float> g(1000003);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = float(std::sin(double(i) * 0.37) * 1e-2);
+    long double exact = 0;
+    for (float x : g) exact += (long double)x * (long double)x;
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const double one = pldr::sum_of_squares(g.data(), int64_t(g.size()));
+    omp_set_num_threads(2);
+    const double two = pldr::sum_of_squares(g.data(), int64_t(g.size()));
+    omp_set_num_threads(threads);
+    EXPECT_EQ(one, two);
+    EXPECT_NEAR(one, double(exact), 1e-12 * double(exact));  // ~31 blocks: a few ulps
+    // A short buffer (one block) is the plain sequential sum, bit for bit.
+    const std::vector<double> h = {0.1, -0.2, 0.3};
+    EXPECT_EQ(pldr::sum_of_squares(h.data(), 3), 0.1 * 0.1 + 0.2 * 0.2 + 0.3 * 0.3);
+    EXPECT_EQ(pldr::sum_of_squares(h.data(), 0), 0.0);
+    EXPECT_THROW(pldr::sum_of_squares(h.data(), -1), pldr::Error);
 }
 
 TEST(Clip, AllFinite) {

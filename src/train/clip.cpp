@@ -1,6 +1,8 @@
 #include "train/clip.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 
@@ -8,6 +10,27 @@ namespace pldr {
 
 namespace {
 constexpr int64_t kParallelMin = int64_t(1) << 16;
+// Elements per block of sum_of_squares: the blocks, not the threads, fix the summation order.
+constexpr int64_t kSumBlock = int64_t(1) << 15;
+}  // namespace
+
+template <class T>
+double sum_of_squares(const T* g, int64_t n) {
+    PLDR_REQUIRE(n >= 0, "sum_of_squares: negative element count ", n);
+    if (n == 0) return 0.0;
+    PLDR_REQUIRE(g != nullptr, "sum_of_squares: null buffer");
+    const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+    std::vector<double> part(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+    for (int64_t k = 0; k < blocks; ++k) {
+        const int64_t i1 = std::min(n, (k + 1) * kSumBlock);
+        double s = 0.0;
+        for (int64_t i = k * kSumBlock; i < i1; ++i) s += double(g[i]) * double(g[i]);
+        part[size_t(k)] = s;
+    }
+    double sum = 0.0;
+    for (const double s : part) sum += s;
+    return sum;
 }
 
 template <class T>
@@ -40,13 +63,7 @@ double clip_by_global_norm(T* g, int64_t n, double max_norm) {
                  "clip_by_global_norm: max_norm must be finite and > 0, got ", max_norm);
     if (n == 0) return 0.0;
     PLDR_REQUIRE(g != nullptr, "clip_by_global_norm: null buffer");
-    // Sequential sum for a reproducible result regardless of the thread count.
-    double sumsq = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-        const double x = double(g[i]);
-        sumsq += x * x;
-    }
-    const double norm = std::sqrt(sumsq);
+    const double norm = std::sqrt(sum_of_squares(g, n));  // the same bits on any thread count
     if (!std::isfinite(norm)) return norm;
     const double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) {
@@ -71,6 +88,8 @@ bool all_finite(const T* g, int64_t n) {
 
 template int64_t clip_by_value<float>(float*, int64_t, float);
 template int64_t clip_by_value<double>(double*, int64_t, double);
+template double sum_of_squares<float>(const float*, int64_t);
+template double sum_of_squares<double>(const double*, int64_t);
 template double clip_by_global_norm<float>(float*, int64_t, double);
 template double clip_by_global_norm<double>(double*, int64_t, double);
 template bool all_finite<float>(const float*, int64_t);

@@ -17,6 +17,11 @@ int64_t clip_by_value(T* g, int64_t n, T limit);
 // (rounded once to T). Returns the norm before clipping. A non-finite norm (inf/NaN in the
 // gradients) leaves g untouched and is returned as is, so the caller can skip the step
 // (torch would scale by 0 or NaN instead). max_norm must be finite and > 0.
+// Σ g[i]² in double, over fixed blocks of elements (each summed in order, the blocks' sums then
+// added in order): the same bits on any thread count, with the blocks on the OpenMP team.
+template <class T>
+double sum_of_squares(const T* g, int64_t n);
+
 template <class T>
 double clip_by_global_norm(T* g, int64_t n, double max_norm);
 

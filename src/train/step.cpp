@@ -255,9 +255,7 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
         fail("non-finite gradient at step ", opt_.step + 1, " (first, in backward order, in grad.",
              where, "): step refused, parameters unchanged");
     }
-    double ss = 0;
-    for (T g : grads_) ss += double(g) * double(g);
-    r.grad_norm = std::sqrt(ss);
+    r.grad_norm = std::sqrt(sum_of_squares(grads_.data(), n));
     if (cfg_.clip == ClipMode::VALUE)
         r.clipped = clip_by_value(grads_.data(), n, T(cfg_.clip_value));
     else if (cfg_.clip == ClipMode::NORM)
