@@ -95,4 +95,26 @@ void silu_mul_backward(const float* dy, const float* h1, const float* h2, float*
     }
 }
 
+void exp_f64(const double* x, double* y, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 8 <= n; i += 8) _mm512_storeu_pd(y + i, Sleef_expd8_u10(_mm512_loadu_pd(x + i)));
+#elif defined(__AVX2__)
+    for (; i + 4 <= n; i += 4) _mm256_storeu_pd(y + i, Sleef_expd4_u10(_mm256_loadu_pd(x + i)));
+#endif
+    for (; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
+void pow_f64(const double* x, const double* p, double* y, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 8 <= n; i += 8)
+        _mm512_storeu_pd(y + i, Sleef_powd8_u10(_mm512_loadu_pd(x + i), _mm512_loadu_pd(p + i)));
+#elif defined(__AVX2__)
+    for (; i + 4 <= n; i += 4)
+        _mm256_storeu_pd(y + i, Sleef_powd4_u10(_mm256_loadu_pd(x + i), _mm256_loadu_pd(p + i)));
+#endif
+    for (; i < n; ++i) y[i] = std::pow(x[i], p[i]);
+}
+
 }  // namespace pldr::vmath

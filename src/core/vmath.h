@@ -19,4 +19,12 @@ void silu_mul(const float* x, const float* g, float* y, int64_t n);
 void silu_mul_backward(const float* dy, const float* h1, const float* h2, float* dh1, float* dh2,
                        int64_t n);
 
+// Double precision, for the float32 path's operator G (evaluated in double, then rounded to
+// float32, ops/plga.cpp): SLEEF's ≤ 1-ulp exp and pow on 8 or 4 lanes, std:: elsewhere and for
+// the tails. The float64 path keeps std::exp and std::pow.
+// y[i] = exp(x[i]); x and y may be the same array.
+void exp_f64(const double* x, double* y, int64_t n);
+// y[i] = pow(x[i], p[i]).
+void pow_f64(const double* x, const double* p, double* y, int64_t n);
+
 }  // namespace pldr::vmath

@@ -2,6 +2,7 @@
 // Forward and backward of one registry entry (ops/plga_variants.h); docs/plga.md §2–3.
 #include <cmath>
 
+#include "core/vmath.h"
 #include "ops/plga_variants.h"
 
 namespace pldr {
@@ -26,6 +27,7 @@ void power_backward(T* dA_LM, T* dP, const T* dA_P, const T* A_LM, const T* A_P,
 
 }  // namespace
 
-PLDR_COUPLING(kCouplingPower, "power", "A_LM^∘P", power_forward, power_backward);
+PLDR_COUPLING_VEC(kCouplingPower, "power", "A_LM^∘P", power_forward, power_backward,
+                  vmath::pow_f64);
 
 }  // namespace pldr

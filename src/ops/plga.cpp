@@ -13,13 +13,18 @@ namespace pldr {
 
 namespace {
 
+// f32_path: the float32 forward's evaluation in double (the variants' vectorized forwards).
 void plga_g_eval(const PlgaOptions& o, const PlgaParams<const double>& p, const double* A,
-                 const PlgaSaved<double>& s) {
+                 const PlgaSaved<double>& s, bool f32_path) {
     const int64_t D = o.D, DD = D * D;
     gemm(false, false, D, D, D, 1.0, p.W, D, A, D, 0.0, s.Z, D);  // Z = W·A
     for (int64_t i = 0; i < DD; ++i) s.Z[i] += p.b[i];
-    o.positive_map->forward(s.Z, s.A_LM, DD);                         // A_LM = f(Z)
-    o.coupling->forward(s.A_LM, p.P, s.A_P, DD);                      // A_P = c(A_LM, P)
+    const auto f = f32_path && o.positive_map->forward_f32_path ? o.positive_map->forward_f32_path
+                                                                : o.positive_map->forward;
+    const auto c = f32_path && o.coupling->forward_f32_path ? o.coupling->forward_f32_path
+                                                            : o.coupling->forward;
+    f(s.Z, s.A_LM, DD);                                               // A_LM = f(Z)
+    c(s.A_LM, p.P, s.A_P, DD);                                        // A_P = c(A_LM, P)
     gemm(false, false, D, D, D, 1.0, p.a, D, s.A_P, D, 0.0, s.G, D);  // G = a·A_P
     for (int64_t i = 0; i < DD; ++i) s.G[i] += p.ba[i];
 }
@@ -30,7 +35,7 @@ template <typename T>
 void plga_g_forward(const PlgaOptions& o, const PlgaParams<const T>& p, const T* A,
                     const PlgaSaved<T>& out) {
     if constexpr (std::is_same_v<T, double>) {
-        plga_g_eval(o, p, A, out);
+        plga_g_eval(o, p, A, out, false);
     } else {
         // float32: the operator is evaluated in double and rounded once per output. Many A_LM
         // entries sit near the 1e-9 floor, and A_P = A_LM^P amplifies every relative error of
@@ -47,7 +52,7 @@ void plga_g_forward(const PlgaOptions& o, const PlgaParams<const T>& p, const T*
         }
         double *z = buf.data() + 6 * DD, *alm = z + DD, *ap = alm + DD, *g = ap + DD;
         plga_g_eval(o, PlgaParams<const double>{in[1], in[2], in[3], in[4], in[5]}, in[0],
-                    PlgaSaved<double>{z, alm, ap, g});
+                    PlgaSaved<double>{z, alm, ap, g}, true);
         for (size_t i = 0; i < DD; ++i) {
             out.Z[i] = T(z[i]);
             out.A_LM[i] = T(alm[i]);

@@ -26,6 +26,10 @@ struct PositiveMap {
     // dZ[i] ← dZ[i]·f'(Z[i]): dZ holds dA_LM on entry; Z and A_LM are the forward's.
     void (*backward_f32)(float* dZ, const float* Z, const float* A_LM, int64_t n);
     void (*backward_f64)(double* dZ, const double* Z, const double* A_LM, int64_t n);
+    // The forward of the float32 path (its operator is evaluated in double and rounded once to
+    // float32): the same formula with vectorized ≤ 1-ulp exponentials (core/vmath.h), or null
+    // for `forward`. The float64 path always takes `forward`.
+    void (*forward_f32_path)(const double* Z, double* A_LM, int64_t n) = nullptr;
 
     template <typename T>
     void backward(T* dZ, const T* Z, const T* A_LM, int64_t n) const {
@@ -46,6 +50,8 @@ struct Coupling {
                          const float* A_P, const float* P, int64_t n);
     void (*backward_f64)(double* dA_LM, double* dP, const double* dA_P, const double* A_LM,
                          const double* A_P, const double* P, int64_t n);
+    // As PositiveMap::forward_f32_path.
+    void (*forward_f32_path)(const double* A_LM, const double* P, double* A_P, int64_t n) = nullptr;
 
     template <typename T>
     void backward(T* dA_LM, T* dP, const T* dA_P, const T* A_LM, const T* A_P, const T* P,
@@ -89,6 +95,17 @@ std::string coupling_names();
     extern const Coupling ident;                            \
     const Coupling ident {                                  \
         name, formula, fwd<double>, bwd<float>, bwd<double> \
+    }
+// The same with a vectorized forward for the float32 path (PositiveMap::forward_f32_path).
+#define PLDR_POSITIVE_MAP_VEC(ident, name, formula, fwd, bwd, fwd_vec) \
+    extern const PositiveMap ident;                                    \
+    const PositiveMap ident {                                          \
+        name, formula, fwd<double>, bwd<float>, bwd<double>, fwd_vec   \
+    }
+#define PLDR_COUPLING_VEC(ident, name, formula, fwd, bwd, fwd_vec)   \
+    extern const Coupling ident;                                     \
+    const Coupling ident {                                           \
+        name, formula, fwd<double>, bwd<float>, bwd<double>, fwd_vec \
     }
 
 }  // namespace pldr
