@@ -12,16 +12,16 @@ namespace pldr {
 template <class T>
 int64_t clip_by_value(T* g, int64_t n, T limit);
 
-// torch `clip_grad_norm_` (norm type 2) over one flat buffer: the total 2-norm is accumulated
-// in double; if max_norm / (norm + 1e-6) < 1, every element is multiplied by that factor
-// (rounded once to T). Returns the norm before clipping. A non-finite norm (inf/NaN in the
-// gradients) leaves g untouched and is returned as is, so the caller can skip the step
-// (torch would scale by 0 or NaN instead). max_norm must be finite and > 0.
 // Σ g[i]² in double, over fixed blocks of elements (each summed in order, the blocks' sums then
 // added in order): the same bits on any thread count, with the blocks on the OpenMP team.
 template <class T>
 double sum_of_squares(const T* g, int64_t n);
 
+// torch `clip_grad_norm_` (norm type 2) over one flat buffer: the total 2-norm (sum_of_squares)
+// is accumulated in double; if max_norm / (norm + 1e-6) < 1, every element is multiplied by that
+// factor (rounded once to T). Returns the norm before clipping. A non-finite norm (inf/NaN in the
+// gradients) leaves g untouched and is returned as is, so the caller can skip the step
+// (torch would scale by 0 or NaN instead). max_norm must be finite and > 0.
 template <class T>
 double clip_by_global_norm(T* g, int64_t n, double max_norm);
 
