@@ -255,11 +255,14 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
         fail("non-finite gradient at step ", opt_.step + 1, " (first, in backward order, in grad.",
              where, "): step refused, parameters unchanged");
     }
-    r.grad_norm = std::sqrt(sum_of_squares(grads_.data(), n));
-    if (cfg_.clip == ClipMode::VALUE)
-        r.clipped = clip_by_value(grads_.data(), n, T(cfg_.clip_value));
-    else if (cfg_.clip == ClipMode::NORM)
-        clip_by_global_norm(grads_.data(), n, cfg_.clip_norm);
+    // The norm before clipping (clip_by_global_norm returns the one it computes: one pass).
+    if (cfg_.clip == ClipMode::NORM) {
+        r.grad_norm = clip_by_global_norm(grads_.data(), n, cfg_.clip_norm);
+    } else {
+        r.grad_norm = std::sqrt(sum_of_squares(grads_.data(), n));
+        if (cfg_.clip == ClipMode::VALUE)
+            r.clipped = clip_by_value(grads_.data(), n, T(cfg_.clip_value));
+    }
     r.lr = cfg_.schedule.lr(opt_.step);
     adamw_step(opt_, model_.params.data(), grads_.data(), n, r.lr, cfg_.adam);
     r.step = opt_.step;
