@@ -11,6 +11,7 @@
 
 #include <cstring>
 
+#include "core/alloc.h"
 #include "core/rng.h"
 #include "model/backward.h"
 #include "model/init.h"
@@ -246,6 +247,61 @@ TEST_P(MemoryPlan, RecomputedBackwardEqualsKeepEverythingBitForBit) {
         plan_gives_the_keep_everything_gradients<double>(GetParam());
         plan_gives_the_keep_everything_gradients<float>(GetParam());
     }
+}
+
+// The training step's gradients live in a ZeroPages buffer whose pages the backward takes from
+// the page cache, layer by layer, where the freed activations went (core/alloc.h): the cache's
+// pages arrive holding old data. Two micro-batches accumulated that way give the bits of two
+// accumulated into a plain vector: the pages are zeroed as they move in, and the second batch
+// moves none into what the first one wrote. Then zero() and a second step: the same again.
+template <typename T>
+void cached_gradient_pages_change_nothing() {
+    pldr::Config c = tiny(true);
+    c.hidden_size = 64;  // layers of about 50 pages of gradients
+    c.head_dim = 32;
+    c.intermediate_size = 171;
+    c.vocab_size = 300;
+    pldr::Model<T> m(c);
+    pldr::init_weights(m, 9);
+    const int64_t B = 2, S1 = 9, n = m.num_params();
+    auto garbage = [] {  // cached pages full of NaN bytes
+        std::vector<void*> blocks;
+        for (int k = 0; k < 8; ++k) {
+            void* p = pldr::cached_pages_allocate(size_t(1) << 20);
+            std::memset(p, 0xff, size_t(1) << 20);
+            blocks.push_back(p);
+        }
+        for (void* p : blocks) pldr::cached_pages_free(p, size_t(1) << 20);
+    };
+    // Beyond kReturnBytes, so that zero() hands the pages back (below it, it memsets them and
+    // they stay resident: nothing to fill).
+    pldr::ZeroPages<T> z{size_t(n) + pldr::kReturnBytes / sizeof(T)};
+    for (int step = 0; step < 2; ++step) {
+        SCOPED_TRACE(step);
+        std::vector<T> plain(size_t(n), T(0));
+        z.zero();
+        for (uint64_t mb = 0; mb < 2; ++mb) {
+            const auto tok = tokens(B, S1, 40 + mb + 10 * uint64_t(step));
+            pldr::Activations<T> a1, a2;
+            pldr::loss_and_grads<T>(m, tok.data(), B, S1, {}, a1, plain.data(), 0.5, 0,
+                                    pldr::KeepActs::TRAINING, /*consume=*/true);
+            garbage();
+            pldr::loss_and_grads<T>(m, tok.data(), B, S1, {}, a2, z.data(), 0.5, 0,
+                                    pldr::KeepActs::TRAINING, /*consume=*/true);
+        }
+        double gmax = 0;
+        for (T g : plain) gmax = std::max(gmax, double(std::abs(g)));
+        ASSERT_GT(gmax, 0);
+        size_t differ = 0;
+        for (int64_t i = 0; i < n; ++i)
+            differ += std::memcmp(&plain[size_t(i)], &z[size_t(i)], sizeof(T)) != 0;
+        EXPECT_EQ(differ, 0u);
+    }
+}
+
+TEST(MemoryPlan, GradientsInPagesFromTheCacheEqualPlainGradients) {
+    cached_gradient_pages_change_nothing<float>();
+    cached_gradient_pages_change_nothing<double>();
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MemoryPlan, testing::ValuesIn(numeric::cases()),

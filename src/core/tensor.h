@@ -11,7 +11,20 @@
 #include <utility>
 #include <vector>
 
+#include "core/alloc.h"
 #include "core/error.h"
+
+// AddressSanitizer checks the bounds of heap blocks only: under it, tensors stay on the heap.
+#if defined(__SANITIZE_ADDRESS__)
+#define PLDR_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PLDR_ASAN 1
+#endif
+#endif
+#ifndef PLDR_ASAN
+#define PLDR_ASAN 0
+#endif
 
 namespace pldr {
 
@@ -38,6 +51,8 @@ inline std::string shape_str(const Shape& s) {
 // overwrites is not zero-filled first. Fills and copies are unchanged. The sanitizer builds
 // (PLDR_POISON_UNINIT) fill such elements with 0xFF bytes, so that reading one before writing
 // it shows (NaN) even where the memory happens to hold zeros.
+// Blocks from kCachedPagesMin bytes come from the page cache (core/alloc.h), except under
+// AddressSanitizer, which checks the bounds of heap blocks only.
 template <typename T>
 struct UninitAllocator : std::allocator<T> {
     template <typename U>
@@ -47,6 +62,24 @@ struct UninitAllocator : std::allocator<T> {
     UninitAllocator() = default;
     template <typename U>
     UninitAllocator(const UninitAllocator<U>&) noexcept {}
+#if !PLDR_ASAN
+    // Whether a block of n elements comes from the page cache (the same answer for its
+    // allocation and its release: the cache is on or off for the whole process).
+    static bool cached(size_t n) {
+        return n >= kCachedPagesMin / sizeof(T) && page_cache_enabled();
+    }
+    T* allocate(size_t n) {
+        if (!cached(n)) return std::allocator<T>::allocate(n);
+        if (n > size_t(-1) / sizeof(T)) throw std::bad_array_new_length();
+        return static_cast<T*>(cached_pages_allocate(n * sizeof(T)));
+    }
+    void deallocate(T* p, size_t n) noexcept {
+        if (cached(n))
+            cached_pages_free(p, n * sizeof(T));
+        else
+            std::allocator<T>::deallocate(p, n);
+    }
+#endif
     template <typename U>
     void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
         ::new (static_cast<void*>(p)) U;

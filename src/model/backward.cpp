@@ -46,7 +46,15 @@ void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& 
         consume &&
         double(N) * double(6 * d + 2 * c.intermediate_size) * sizeof(T) >= double(kReturnBytes);
     if (give_back) release_free_memory();  // what the forward and the head have freed
+    // A gradient buffer from map_zero_pages (the training step's) takes each layer's pages from
+    // the page cache, where the activations freed so far went, rather than faulting them in
+    // (core/alloc.h; for any other buffer this does nothing).
+    auto fill = [&](T* p, int64_t n) {
+        if (consume && p) fill_zero_pages(p, size_t(n) * sizeof(T));
+    };
     for (int64_t l = c.num_layers - 1; l >= 0; --l) {
+        fill(grads + m.layout.layer_begin[size_t(l)],
+             m.layout.layer_begin[size_t(l) + 1] - m.layout.layer_begin[size_t(l)]);
         Tensor<T> dx_in;
         decoder_layer_backward(m, l, a, extra ? &(*extra)[size_t(l)] : nullptr, dx, g, dx_in,
                                consume ? &consume->layers[size_t(l)] : nullptr);
@@ -62,6 +70,7 @@ void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& 
         embed_forward(m, a.ids.data(), N, x0_again, ln_again, mean_again, rstd_again);
     const T* x0 = a.x0.numel() ? a.x0.ptr() : x0_again.ptr();
     Tensor<T> dx0({a.B, a.S, d});
+    fill(g.emb, c.vocab_size * d);
     layernorm_backward(dx0.ptr(), g.ln_in_g, g.ln_in_b, dx.ptr(), x0, a.ln_mean.ptr(),
                        a.ln_rstd.ptr(), m.w.ln_in_g, N, d);
     const T scale = m.embed_scale();

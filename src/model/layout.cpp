@@ -40,6 +40,7 @@ Layout make_layout(const Config& c) {
     };
     add("decoder.embedding.weight", {c.vocab_size, d});
     for (int64_t i = 0; i < c.num_layers; ++i) {
+        L.layer_begin.push_back(L.total);
         const std::string l = "decoder.dec_layers." + std::to_string(i);
         const std::string m = l + ".mha1";
         linear(m + ".wq", d, d, c.attention_bias);
@@ -63,6 +64,7 @@ Layout make_layout(const Config& c) {
         ln(l + ".layernorm1", d);
         ln(l + ".layernorm2", d);
     }
+    L.layer_begin.push_back(L.total);
     ln("decoder.layernorm1", d);
     if (!c.tie_word_embeddings) add("final_layer.weight", {c.vocab_size, d});
     if (c.final_bias) add("final_layer.bias", {c.vocab_size});

@@ -22,6 +22,8 @@ struct Layout {
     std::vector<ParamEntry> entries;
     std::map<std::string, size_t> index;
     int64_t total = 0;
+    // Layer l's parameters are the elements [layer_begin[l], layer_begin[l + 1]).
+    std::vector<int64_t> layer_begin;
     const ParamEntry* find(const std::string& name) const;
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "audit/dump.h"
+#include "core/alloc.h"
 #include "ops/cross_entropy.h"
 #include "ops/dag.h"
 #include "ops/linear.h"
@@ -133,6 +134,10 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     if (grads) {
         dhidden = Tensor<T>({B, S, d});
         g = bind_view(m.layout, m.cfg, grads);
+        if (consume) {  // the head's gradient in pages from the cache (core/alloc.h)
+            fill_zero_pages(g.head_w, size_t(V * d) * sizeof(T));
+            if (g.head_b) fill_zero_pages(g.head_b, size_t(V) * sizeof(T));
+        }
     }
     Tensor<T>& chunk = acts.head_chunk;
     chunk.resize_for_overwrite({rows, V});

@@ -1,0 +1,134 @@
+// The page cache of large blocks and the zero-pages buffers (core/alloc.h): contents survive
+// every move of pages between blocks, a zero-pages buffer reads zeros after zero() and keeps
+// what was written after fill_zero_pages, whatever the order of the calls.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/alloc.h"
+#include "core/tensor.h"
+
+namespace {
+
+struct Block {
+    uint32_t* p = nullptr;
+    size_t n = 0;  // uint32 words
+    uint32_t tag = 0;
+};
+
+void write(Block& b) {
+    for (size_t i = 0; i + 1 < b.n; i += 97) b.p[i] = b.tag ^ uint32_t(i);
+    b.p[b.n - 1] = b.tag;
+}
+bool intact(const Block& b) {
+    for (size_t i = 0; i + 1 < b.n; i += 97)
+        if (b.p[i] != (b.tag ^ uint32_t(i))) return false;
+    return b.p[b.n - 1] == b.tag;
+}
+
+}  // namespace
+
+// Blocks of random sizes allocated and freed in random order (the cache carves, assembles from
+// several cached spans and moves pages): every live block keeps its contents.
+TEST(PageCache, BlocksKeepTheirContentsThroughAllocationsAndFrees) {
+    std::mt19937 rng(7);
+    std::vector<Block> live;
+    uint32_t tag = 1;
+    for (int op = 0; op < 600; ++op) {
+        if (live.size() < 3 || (live.size() < 40 && rng() % 2)) {
+            Block b;
+            b.n = (size_t(64) << 10) + rng() % (size_t(3) << 20);  // 256 KB .. 12 MB
+            b.p = static_cast<uint32_t*>(pldr::cached_pages_allocate(b.n * 4));
+            ASSERT_EQ(reinterpret_cast<uintptr_t>(b.p) % 4096, 0u);
+            b.tag = tag++;
+            write(b);
+            live.push_back(b);
+        } else {
+            const size_t i = rng() % live.size();
+            EXPECT_TRUE(intact(live[i])) << "op " << op;
+            pldr::cached_pages_free(live[i].p, live[i].n * 4);
+            live.erase(live.begin() + long(i));
+        }
+        if (op % 50 == 0) {
+            for (const Block& b : live) {
+                EXPECT_TRUE(intact(b)) << "op " << op;
+            }
+        }
+    }
+    for (const Block& b : live) {
+        EXPECT_TRUE(intact(b)) << "at the end";
+        pldr::cached_pages_free(b.p, b.n * 4);
+    }
+    if (pldr::page_cache_enabled()) {
+        EXPECT_GT(pldr::cached_pages_bytes(), 0u);
+    }
+    pldr::release_cached_pages();
+    EXPECT_EQ(pldr::cached_pages_bytes(), 0u);
+}
+
+// A gradient-like buffer: parts filled from the cache and written, parts written without a fill,
+// parts filled twice (the second fill must not touch what the first one's writer wrote), then
+// zeroed: zeros everywhere, and the cache's pages (moved out of the buffer) still serve blocks.
+TEST(PageCache, ZeroPagesFilledFromTheCacheKeepWritesAndZeroAgain) {
+    const size_t n = pldr::kReturnBytes / sizeof(float) + 12345;  // reclaimed, not memset
+    pldr::ZeroPages<float> z(n);
+    std::mt19937 rng(3);
+    for (int round = 0; round < 4; ++round) {
+        SCOPED_TRACE(round);
+        // Activation-like blocks to free into the cache.
+        std::vector<Block> tmp;
+        for (int k = 0; k < 12; ++k) {
+            Block b;
+            b.n = (size_t(1) << 20) + rng() % (size_t(2) << 20);
+            b.p = static_cast<uint32_t*>(pldr::cached_pages_allocate(b.n * 4));
+            b.tag = uint32_t(k + 100);
+            write(b);
+            tmp.push_back(b);
+        }
+        std::vector<float> expect(n, 0.0f);
+        const size_t parts = 9;
+        for (size_t q = 0; q < parts; ++q) {
+            if (q < tmp.size()) pldr::cached_pages_free(tmp[q].p, tmp[q].n * 4);
+            const size_t lo = n * q / parts, hi = n * (q + 1) / parts;
+            if (q % 3 != 2) pldr::fill_zero_pages(z.data() + lo, (hi - lo) * sizeof(float));
+            for (size_t i = lo; i < hi; ++i) ASSERT_EQ(z[i], 0.0f) << i;  // fill keeps zeros
+            for (size_t i = lo; i < hi; i += 61) z[i] = expect[i] = float(i % 1000) + 1.0f;
+            // A second fill over written parts changes nothing (micro-batches accumulate).
+            pldr::fill_zero_pages(z.data() + lo / 2, (hi - lo / 2) * sizeof(float));
+        }
+        for (size_t i = 0; i < n; i += 61) ASSERT_EQ(z[i], expect[i]) << i;
+        for (size_t q = parts; q < tmp.size(); ++q) {
+            ASSERT_TRUE(intact(tmp[q]));
+            pldr::cached_pages_free(tmp[q].p, tmp[q].n * 4);
+        }
+        z.zero();
+        size_t nonzero = 0;
+        for (float x : z) nonzero += x != 0.0f;
+        ASSERT_EQ(nonzero, 0u);
+        // The reclaimed pages serve new blocks with their contents intact.
+        Block b;
+        b.n = size_t(20) << 20;
+        b.p = static_cast<uint32_t*>(pldr::cached_pages_allocate(b.n * 4));
+        b.tag = 9;
+        write(b);
+        EXPECT_TRUE(intact(b));
+        pldr::cached_pages_free(b.p, b.n * 4);
+    }
+}
+
+// Tensor storage from kCachedPagesMin bytes comes from the cache: a large tensor copied, moved,
+// resized and freed in a loop keeps its values.
+TEST(PageCache, LargeTensorsKeepTheirValues) {
+    for (int r = 0; r < 20; ++r) {
+        pldr::Tensor<float> a({int64_t(300000 + r * 1000)});
+        for (int64_t i = 0; i < a.numel(); ++i) a[i] = float(i % 1009);
+        pldr::Tensor<float> b = a;
+        b.resize_for_overwrite({int64_t(900000)});
+        for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(b[i], float(i % 1009));
+        pldr::Tensor<float> c = std::move(a);
+        ASSERT_EQ(c[c.numel() - 1], float((c.numel() - 1) % 1009));
+    }
+}
