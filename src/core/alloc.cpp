@@ -15,7 +15,6 @@
 #include <mutex>
 #include <new>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -61,9 +60,20 @@ void* map_block(size_t bytes) {
 
 // Moves the pages of [from, from + len) (inside one mapping) to `to`, replacing what was mapped
 // there: page-table entries change hands, nothing is copied or faulted.
+// A range that spans several kernel mappings (the cache merges neighbouring spans, whatever
+// mapping their pages came from) moves in parts: mremap moves within one mapping only (EFAULT
+// otherwise), so the range is halved until each part lies in one.
+// Every move may split kernel mappings (vm.max_map_count bounds them: 65,530 by default).
+size_t g_moves = 0;  // guarded by PageCache's mutex
+
 bool move_pages(uintptr_t from, size_t len, uintptr_t to) {
-    return mremap(reinterpret_cast<void*>(from), len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
-                  reinterpret_cast<void*>(to)) != MAP_FAILED;
+    ++g_moves;
+    if (mremap(reinterpret_cast<void*>(from), len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+               reinterpret_cast<void*>(to)) != MAP_FAILED)
+        return true;
+    if (errno != EFAULT || len <= kPage) return false;
+    const size_t half = len / 2 / kPage * kPage;
+    return move_pages(from, half, to) && move_pages(from + half, len - half, to + half);
 }
 
 // [lo, hi) split into runs of resident (true) and non-resident (false) pages.
@@ -89,17 +99,28 @@ std::vector<Run> residency(uintptr_t lo, uintptr_t hi) {
     return runs;
 }
 
-// A span of address space that lies inside one mapping (what mremap needs to move it whole).
+// What move_pages does, leaving the source mapped (MREMAP_DONTUNMAP: it reads zeros after).
+bool move_out(uintptr_t from, size_t len, uintptr_t to) {
+    ++g_moves;
+    if (mremap(reinterpret_cast<void*>(from), len, len,
+               MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+               reinterpret_cast<void*>(to)) != MAP_FAILED)
+        return true;
+    if (errno != EFAULT || len <= kPage) return false;
+    const size_t half = len / 2 / kPage * kPage;
+    return move_out(from, half, to) && move_out(from + half, len - half, to + half);
+}
+
+// A span of address space.
 struct Span {
     uintptr_t addr;
     size_t len;
 };
 
-// A map_zero_pages buffer: where cached pages were moved in (fill_zero_pages), and what has
-// been asked for since it was last zeroed (never filled again: it may have been written).
+// A map_zero_pages buffer: its length, and the parts fill_zero_pages was asked for since it was
+// last zeroed (never filled again: they may have been written).
 struct ZeroMap {
     size_t len = 0;
-    std::vector<Span> filled;
     std::vector<Span> claimed;
 };
 
@@ -115,10 +136,10 @@ class PageCache {
         const size_t n = page_up(bytes);
         std::lock_guard<std::mutex> lock(mu_);
         if (enabled_) {
-            auto it = free_.lower_bound(n);  // the smallest cached span that holds the block
-            if (it != free_.end()) {
+            auto it = by_len_.lower_bound(n);  // the smallest cached span that holds the block
+            if (it != by_len_.end()) {
                 const Span s{it->second, it->first};
-                erase(it);
+                erase(s);
                 if (s.len > n) insert({s.addr + n, s.len - n});
                 return reinterpret_cast<void*>(s.addr);
             }
@@ -126,63 +147,47 @@ class PageCache {
         const uintptr_t dst = reinterpret_cast<uintptr_t>(map_block(n));
         if (!enabled_ || free_bytes_ < n / 4) return reinterpret_cast<void*>(dst);
         // No cached span is large enough: the block is put together from the largest ones,
-        // the rest (if any) faulted in fresh.
-        std::vector<Span> pieces;
+        // the rest (if any) faulted in fresh. (Where a move fails half way, the block holds
+        // fresh pages there: its contents are unspecified anyway.)
         size_t off = 0;
         while (off < n && !free_.empty()) {
-            auto last = std::prev(free_.end());
-            const Span s{last->second, last->first};
-            erase(last);
+            const Span s = take_largest();
             const size_t take = std::min(s.len, n - off);
-            if (!move_pages(s.addr, take, dst + off)) {
+            const bool moved = move_pages(s.addr, take, dst + off);
+            if (!moved) {
                 munmap(reinterpret_cast<void*>(s.addr), s.len);
                 continue;
             }
             if (s.len > take) insert({s.addr + take, s.len - take});
-            pieces.push_back({dst + off, take});
             off += take;
-        }
-        if (off < n) pieces.push_back({dst + off, n - off});
-        if (pieces.size() > 1) {
-            try {
-                assembled_[dst] = std::move(pieces);
-            } catch (...) {
-                munmap(reinterpret_cast<void*>(dst), n);
-                throw;
-            }
         }
         return reinterpret_cast<void*>(dst);
     }
 
     void free(void* p, size_t bytes) {
         if (!p) return;
-        const uintptr_t a = reinterpret_cast<uintptr_t>(p);
         const size_t n = page_up(bytes);
         std::lock_guard<std::mutex> lock(mu_);
-        std::vector<Span> pieces{{a, n}};
-        auto it = assembled_.find(a);
-        if (it != assembled_.end()) {
-            pieces = std::move(it->second);
-            assembled_.erase(it);
-        }
         if (!enabled_ || free_bytes_ + n > kCachedPagesMax) {
             munmap(p, n);
             return;
         }
-        size_t done = 0;
         try {
-            for (; done < pieces.size(); ++done) insert(pieces[done]);
-        } catch (...) {  // no memory for the bookkeeping: the rest goes back to the system
-            for (; done < pieces.size(); ++done)
-                munmap(reinterpret_cast<void*>(pieces[done].addr), pieces[done].len);
+            insert({reinterpret_cast<uintptr_t>(p), n});
+        } catch (...) {  // no memory for the bookkeeping: the block goes back to the system
+            munmap(p, n);
         }
         trim_count();
     }
 
     void release() {
         std::lock_guard<std::mutex> lock(mu_);
-        for (const auto& [len, addr] : free_) munmap(reinterpret_cast<void*>(addr), len);
+        release_locked();
+    }
+    void release_locked() {
+        for (const auto& [addr, len] : free_) munmap(reinterpret_cast<void*>(addr), len);
         free_.clear();
+        by_len_.clear();
         free_bytes_ = 0;
     }
 
@@ -221,9 +226,16 @@ class PageCache {
             // A private anonymous mapping reads as zeros after MADV_DONTNEED (pages dropped).
             if (madvise(p, bytes, MADV_DONTNEED) != 0) std::memset(p, 0, bytes);
         } else {
-            reclaim(base, page_up(bytes), zm->second);
+            // Moved pages leave the address space cut into more and more kernel mappings. Now
+            // and then the cache starts afresh: its pages go back to the system (one step's
+            // worth of page faults), and the mappings with them.
+            if (g_moves > kMovesBeforeRelease) {
+                release_locked();
+                g_moves = 0;
+            }
+            reclaim(base, page_up(bytes));
         }
-        if (zm != zero_maps_.end()) zm->second.filled.clear(), zm->second.claimed.clear();
+        if (zm != zero_maps_.end()) zm->second.claimed.clear();
     }
 
     void fill_zero(void* p, size_t bytes) {
@@ -259,17 +271,17 @@ class PageCache {
             for (const Run& r : residency(t.addr, t.addr + t.len)) {
                 if (r.resident) continue;
                 for (uintptr_t at = r.lo; at < r.hi && !free_.empty();) {
-                    auto last = std::prev(free_.end());
-                    const Span s{last->second, last->first};
-                    erase(last);
+                    const Span s = take_largest();
                     const size_t take = std::min<size_t>(s.len, r.hi - at);
                     if (!move_pages(s.addr, take, at)) {
+                        // Part of it may have moved in: zeroed like the rest. What is left of
+                        // the span goes back to the system.
+                        std::memset(reinterpret_cast<void*>(at), 0, take);
                         munmap(reinterpret_cast<void*>(s.addr), s.len);
                         continue;
                     }
                     if (s.len > take) insert({s.addr + take, s.len - take});
                     std::memset(reinterpret_cast<void*>(at), 0, take);
-                    zm.filled.push_back({at, take});
                     at += take;
                 }
             }
@@ -282,48 +294,70 @@ class PageCache {
         enabled_ = !(e && std::string(e) == "0");
     }
 
-    void insert(const Span& s) {
-        free_.emplace(s.len, s.addr);
+    // A span joins its neighbours in the address space (fewer, larger spans: the cache does
+    // not split into ever smaller pieces from step to step).
+    void insert(Span s) {
+        auto next = free_.lower_bound(s.addr);
+        if (next != free_.end() && next->first == s.addr + s.len) {
+            s.len += next->second;
+            erase({next->first, next->second});
+        }
+        next = free_.lower_bound(s.addr);
+        if (next != free_.begin()) {
+            auto prev = std::prev(next);
+            if (prev->first + prev->second == s.addr) {
+                const Span p{prev->first, prev->second};
+                erase(p);
+                s = {p.addr, p.len + s.len};
+            }
+        }
+        free_.emplace(s.addr, s.len);
+        by_len_.emplace(s.len, s.addr);
         free_bytes_ += s.len;
     }
-    void erase(std::multimap<size_t, uintptr_t>::iterator it) {
-        free_bytes_ -= it->first;
-        free_.erase(it);
+    void erase(const Span& s) {
+        free_.erase(s.addr);
+        auto [lo, hi] = by_len_.equal_range(s.len);
+        for (auto it = lo; it != hi; ++it)
+            if (it->second == s.addr) {
+                by_len_.erase(it);
+                break;
+            }
+        free_bytes_ -= s.len;
     }
-    // At most kMaxSpans cached spans (each one a kernel mapping): the smallest go back first.
+    Span take_largest() {
+        auto last = std::prev(by_len_.end());
+        const Span s{last->second, last->first};
+        erase(s);
+        return s;
+    }
+    // At most kMaxSpans cached spans: the smallest go back first.
     void trim_count() {
         while (free_.size() > kMaxSpans) {
-            auto it = free_.begin();
-            munmap(reinterpret_cast<void*>(it->second), it->first);
-            erase(it);
+            auto it = by_len_.begin();
+            const Span s{it->second, it->first};
+            munmap(reinterpret_cast<void*>(s.addr), s.len);
+            erase(s);
         }
     }
 
     // Moves the resident pages of a zero-pages buffer into the cache and maps fresh zero pages
-    // in their place. The buffer is cut where fill_zero moved pages in (each piece, and each
-    // stretch between pieces, lies inside one mapping, so that mremap can move it). The pages
-    // leave with MREMAP_DONTUNMAP: the buffer's range stays mapped throughout (reading zeros),
-    // so that no other mapping can land in it before it is mapped afresh below.
-    void reclaim(uintptr_t base, size_t len, ZeroMap& zm) {
-        std::vector<Span> cuts = zm.filled;
-        std::sort(cuts.begin(), cuts.end(),
-                  [](const Span& a, const Span& b) { return a.addr < b.addr; });
-        std::vector<Span> segments;
-        uintptr_t at = base;
-        for (const Span& c : cuts) {
-            if (c.addr > at) segments.push_back({at, c.addr - at});
-            segments.push_back(c);
-            at = c.addr + c.len;
+    // in their place. The pages leave with MREMAP_DONTUNMAP: the buffer's range stays mapped
+    // throughout (reading zeros), so that no other mapping can land in it before it is mapped
+    // afresh below.
+    void reclaim(uintptr_t base, size_t len) {
+        for (const Run& r : residency(base, base + len)) {
+            const size_t n = r.hi - r.lo;
+            if (!r.resident || n < kMinSpan || free_bytes_ + n > kCachedPagesMax) continue;
+            // To a destination mapped first: without MREMAP_FIXED, Linux 6.18 refused (EINVAL)
+            // to move a range that starts a mapping.
+            void* dst =
+                mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (dst == MAP_FAILED) continue;
+            // Whatever moved is the cache's now; a part that did not is fresh pages there.
+            move_out(r.lo, n, reinterpret_cast<uintptr_t>(dst));
+            insert({reinterpret_cast<uintptr_t>(dst), n});
         }
-        if (base + len > at) segments.push_back({at, base + len - at});
-        for (const Span& s : segments)
-            for (const Run& r : residency(s.addr, s.addr + s.len)) {
-                const size_t n = r.hi - r.lo;
-                if (!r.resident || n < kMinSpan || free_bytes_ + n > kCachedPagesMax) continue;
-                void* q =
-                    mremap(reinterpret_cast<void*>(r.lo), n, n, MREMAP_MAYMOVE | MREMAP_DONTUNMAP);
-                if (q != MAP_FAILED) insert({reinterpret_cast<uintptr_t>(q), n});
-            }
         trim_count();
         // Fresh zero pages over the whole buffer, in one mapping again (what was not moved out is
         // dropped).
@@ -343,13 +377,14 @@ class PageCache {
     static constexpr size_t kCachedPagesMax = size_t(1) << 30;
     static constexpr size_t kMaxSpans = 4096;
     static constexpr size_t kMinSpan = 64 * 1024;
+    static constexpr size_t kMovesBeforeRelease = 4096;
 
     std::mutex mu_;
     bool enabled_ = true;
-    std::multimap<size_t, uintptr_t> free_;  // cached spans by length
+    std::map<uintptr_t, size_t> free_;         // cached spans: address → length
+    std::multimap<size_t, uintptr_t> by_len_;  // the same spans by length
     size_t free_bytes_ = 0;
-    std::unordered_map<uintptr_t, std::vector<Span>> assembled_;  // blocks of several spans
-    std::map<uintptr_t, ZeroMap> zero_maps_;                      // by base address
+    std::map<uintptr_t, ZeroMap> zero_maps_;  // by base address
 };
 
 }  // namespace
