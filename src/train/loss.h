@@ -30,9 +30,10 @@ struct LossResult {
 // gradient (data parallel: the gradient of Σ CE / N_global, train/step.h); the batch may then
 // have no scored token at all. The reported ce and accuracy stay this batch's own means.
 // consume: the training step's memory plan. Each layer's activations are freed as soon as its
-// backward is done (acts.layers is empty afterwards) and the freed memory goes back to the
-// system (core/alloc.h), so that a gradient buffer whose pages are mapped as the backward
-// writes them (ZeroPages) takes the place of the activations rather than adding to them.
+// backward is done (acts.layers is empty afterwards), and a gradient buffer whose pages are
+// mapped as the backward writes them (ZeroPages) takes their pages from the page cache (or, with
+// the cache off, the freed memory goes back to the system first: core/alloc.h), so that the
+// gradients take the place of the activations rather than adding to them.
 // Rows of logits the loss holds at once (the head runs over chunks of rows; the result does not
 // depend on it beyond the rounding of the head's gradient sum). 0 = automatic (about 8 M logits
 // per chunk); tests set a small count to run several chunks.
