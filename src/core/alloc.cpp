@@ -66,14 +66,17 @@ void* map_block(size_t bytes) {
 // Every move may split kernel mappings (vm.max_map_count bounds them: 65,530 by default).
 size_t g_moves = 0;  // guarded by PageCache's mutex
 
-bool move_pages(uintptr_t from, size_t len, uintptr_t to) {
+// keep_source: MREMAP_DONTUNMAP, the source stays mapped (and reads zeros after).
+bool move_pages(uintptr_t from, size_t len, uintptr_t to, bool keep_source = false) {
     ++g_moves;
-    if (mremap(reinterpret_cast<void*>(from), len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
-               reinterpret_cast<void*>(to)) != MAP_FAILED)
+    const int flags = MREMAP_MAYMOVE | MREMAP_FIXED | (keep_source ? MREMAP_DONTUNMAP : 0);
+    if (mremap(reinterpret_cast<void*>(from), len, len, flags, reinterpret_cast<void*>(to)) !=
+        MAP_FAILED)
         return true;
     if (errno != EFAULT || len <= kPage) return false;
     const size_t half = len / 2 / kPage * kPage;
-    return move_pages(from, half, to) && move_pages(from + half, len - half, to + half);
+    return move_pages(from, half, to, keep_source) &&
+           move_pages(from + half, len - half, to + half, keep_source);
 }
 
 // [lo, hi) split into runs of resident (true) and non-resident (false) pages.
@@ -97,18 +100,6 @@ std::vector<Run> residency(uintptr_t lo, uintptr_t hi) {
         i = j;
     }
     return runs;
-}
-
-// What move_pages does, leaving the source mapped (MREMAP_DONTUNMAP: it reads zeros after).
-bool move_out(uintptr_t from, size_t len, uintptr_t to) {
-    ++g_moves;
-    if (mremap(reinterpret_cast<void*>(from), len, len,
-               MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
-               reinterpret_cast<void*>(to)) != MAP_FAILED)
-        return true;
-    if (errno != EFAULT || len <= kPage) return false;
-    const size_t half = len / 2 / kPage * kPage;
-    return move_out(from, half, to) && move_out(from + half, len - half, to + half);
 }
 
 // A span of address space.
@@ -355,7 +346,7 @@ class PageCache {
                 mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (dst == MAP_FAILED) continue;
             // Whatever moved is the cache's now; a part that did not is fresh pages there.
-            move_out(r.lo, n, reinterpret_cast<uintptr_t>(dst));
+            move_pages(r.lo, n, reinterpret_cast<uintptr_t>(dst), /*keep_source=*/true);
             insert({reinterpret_cast<uintptr_t>(dst), n});
         }
         trim_count();
