@@ -32,7 +32,8 @@ void release_free_memory();
 // back and faulted the next step's activations in: about 1.4 GB of page faults per step, which a
 // virtual machine serves at 0.3-2 GB/s (the host backs each page again). The process's peak is
 // unchanged: a block takes cached pages before fresh ones, so the resident total grows only
-// when the cache is empty. PLDR_PAGE_CACHE=0 turns it off (plain mmap and munmap per block).
+// when the cache is empty. PLDR_PAGE_CACHE=0 turns it off: tensors then stay on the heap, and
+// the training step hands freed memory back to the system after each layer (model/backward.cpp).
 // From 4 MB: smaller tensors stay on the heap, which reuses them without faults too (from
 // 256 KB, M-size prefills ran up to a third slower in alternated runs).
 inline constexpr size_t kCachedPagesMin = size_t(4) << 20;
