@@ -113,10 +113,14 @@ PLDR_AVX2 void rows_avx2(float* out, const float* in, const Wt* W, const float* 
 // batch of 8 in two groups of 4 read W from memory, then again from L1, the second pass's
 // arithmetic not overlapping the first's loads). P = 3 at R > 4 (24 accumulators, 3 vectors of
 // W, one of x: 28 of the 32 registers), P = 4 at R ≤ 4. While a tile is computed, the next
-// tile's P rows are prefetched into L1 at the same offset, one line of each per step: W arrives
+// tile's P rows are prefetched into L2 at the same offset, one line of each per step: W arrives
 // a whole tile ahead and the tile's arithmetic overlaps the next one's reads (a fixed distance of
 // 1 KB ahead within the same rows left them adding up: measured 15.8 → 14.3 ms per pass of the
-// 110M decode matrices at 8 rows, 19.9 → 13.9 ms at 4, interleaved in one process). The prefetch
+// 110M decode matrices at 8 rows, 19.9 → 13.9 ms at 4, interleaved in one process). L2, not L1:
+// a tile of the 110M model's rows is 11–29 KB and the 8 input rows 28–76 KB, so lines prefetched
+// into the 32 KB L1 were probably evicted before their turn, and each waiting prefetch held one
+// of the L1's few miss buffers; into L2, the pass runs at the read bandwidth (110M, 8 rows, Zen 4:
+// 15.5–15.9 → 10.7–12.0 ms, against 9.5–10.0 ms for one row, alternated). The prefetch
 // past a thread's last tile reads rows it does not need, or nothing (it never faults). Lane k sums
 // the inputs i ≡ k (mod 16), as the AVX2 kernel's two 8-lane accumulators do; the two halves are
 // added and reduced by the same hsum8: the same bits as the AVX2 kernel, whatever P, R and the
@@ -157,7 +161,7 @@ PLDR_AVX512 inline void dot_tile16(const Wt* w, const float* x, int64_t I, const
     for (int64_t i = 0; i < full; i += 16) {
         __m512 wv[P];
         for (int p = 0; p < P; ++p) {
-            _mm_prefetch(reinterpret_cast<const char*>(w + (P + p) * I + i), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(w + (P + p) * I + i), _MM_HINT_T1);
             wv[p] = load16(w + p * I + i);
             asm("" : "+v"(wv[p]));  // keep it in a register (GCC would reload it for each FMA)
         }
