@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -15,6 +16,8 @@
 #include "golden_util.h"
 #include "io/safetensors.h"
 #include "ops/dag.h"
+#include "ops/dag_detail.h"
+#include "ops/qlinear.h"
 
 namespace {
 
@@ -487,6 +490,34 @@ TEST(DagReference, TinyAndSignConventions) {
 
 // ---------------------------------------------------------------------------------------------
 // Golden: loss.dagA / dagAp / dagG of every DAG fixture (mean over layer, batch, head).
+
+// The register-tiled float32 product (AVX2 + FMA) is the plain loop's chain of fused
+// multiply-adds per element, bit for bit, at every size the tiles split differently (4-row
+// blocks and single rows, 16- and 8-column tiles, scalar columns); operands with signed zeros,
+// a NaN and an infinity propagate the same way.
+TEST(DagMatmul, TiledEqualsThePlainFmaLoopBitForBit) {
+    if (!pldr::qlinear::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 + FMA";
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (int64_t n : {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 33, 64, 70}) {
+        std::vector<float> A(size_t(n * n)), B(size_t(n * n)), want(size_t(n * n)),
+            got(size_t(n * n), -7.0f);
+        for (auto& a : A) a = u(rng);
+        for (auto& b : B) b = u(rng) * 1e-3f;
+        A[0] = -0.0f;
+        if (n > 5) {
+            B[size_t(n + 2)] = std::nanf("");
+            A[size_t(3 * n + 1)] = INFINITY;
+        }
+        pldr::dag_detail::matmul_impl<true>(A.data(), B.data(), want.data(), n);
+        ASSERT_TRUE(pldr::dag_detail::matmul_fma_tiled(A.data(), B.data(), got.data(), n));
+        for (int64_t i = 0; i < n * n; ++i) {
+            const float w = want[size_t(i)], g = got[size_t(i)];
+            EXPECT_TRUE(std::memcmp(&w, &g, sizeof w) == 0 || (std::isnan(w) && std::isnan(g)))
+                << "n " << n << " element " << i << ": " << g << " vs " << w;
+        }
+    }
+}
 
 TEST(DagGolden, DagLossValues) {
     GOLDEN_USE(golden::set().steps, "single-step");

@@ -3,12 +3,79 @@
 // ops/dag_torch.cpp (REFERENCE_F32, torch's float32 matrix exponential).
 #include "ops/dag.h"
 
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
 #include "ops/dag_detail.h"
+#include "ops/qlinear.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace pldr {
+
+namespace dag_detail {
+
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+
+#define PLDR_AVX2 __attribute__((target("avx2,fma")))
+
+// C[i0 + r, j0 + 8v + lane] for r < R, v < V: R·V accumulators in registers over the whole k
+// loop (the plain loop stored and reloaded its output row at every k: a store-to-load chain per
+// element that held the DAG term at 1.5-2 % of a training step).
+template <int R, int V>
+PLDR_AVX2 void tile(const float* A, const float* B, float* C, int64_t n, int64_t i0, int64_t j0) {
+    __m256 acc[R][V];
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; ++k) {
+        __m256 b[V];
+        for (int v = 0; v < V; ++v) b[v] = _mm256_loadu_ps(B + k * n + j0 + 8 * v);
+        for (int r = 0; r < R; ++r) {
+            const __m256 a = _mm256_broadcast_ss(A + (i0 + r) * n + k);
+            for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; ++v) _mm256_storeu_ps(C + (i0 + r) * n + j0 + 8 * v, acc[r][v]);
+}
+
+template <int R>
+PLDR_AVX2 void rows(const float* A, const float* B, float* C, int64_t n, int64_t i0) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) tile<R, 2>(A, B, C, n, i0, j);
+    if (j + 8 <= n) {
+        tile<R, 1>(A, B, C, n, i0, j);
+        j += 8;
+    }
+    for (; j < n; ++j)
+        for (int r = 0; r < R; ++r) {
+            float c = 0.0f;
+            for (int64_t k = 0; k < n; ++k) c = std::fma(A[(i0 + r) * n + k], B[k * n + j], c);
+            C[(i0 + r) * n + j] = c;
+        }
+}
+
+}  // namespace
+#endif
+
+bool matmul_fma_tiled(const float* A, const float* B, float* C, int64_t n) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (qlinear::isa() == qlinear::Isa::SCALAR) return false;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) rows<4>(A, B, C, n, i);
+    for (; i < n; ++i) rows<1>(A, B, C, n, i);
+    return true;
+#else
+    (void)A, (void)B, (void)C, (void)n;
+    return false;
+#endif
+}
+
+}  // namespace dag_detail
 
 using namespace dag_detail;
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace pldr {
@@ -31,8 +32,14 @@ template <typename S>
 void matmul(const S* A, const S* B, S* C, int64_t n) {
     matmul_impl<false>(A, B, C, n);
 }
+// matmul_impl<true> for float32 on a CPU with AVX2 and FMA (not under PLDR_KERNELS=scalar), in
+// register tiles of 4 rows by 16 columns (ops/dag.cpp): every element is the same chain of fused
+// multiply-adds over k from zero, so the same bits. Returns false where it does not apply.
+bool matmul_fma_tiled(const float* A, const float* B, float* C, int64_t n);
 template <typename S>
 void matmul_fma(const S* A, const S* B, S* C, int64_t n) {
+    if constexpr (std::is_same_v<S, float>)
+        if (matmul_fma_tiled(A, B, C, n)) return;
     matmul_impl<true>(A, B, C, n);
 }
 

@@ -12,10 +12,29 @@ namespace pldr {
 template <class T>
 int64_t clip_by_value(T* g, int64_t n, T limit);
 
-// Σ g[i]² in double, over fixed blocks of elements (each summed in order, the blocks' sums then
-// added in order): the same bits on any thread count, with the blocks on the OpenMP team.
+// Σ g[i]² in double, over fixed blocks of 32768 elements (each block in 16 interleaved lanes,
+// lane k summing its elements k, k + 16, ... in order, the lanes then added in order; the blocks'
+// sums then added in order): the same bits on any thread count, with the blocks on the OpenMP
+// team. Up to 16 elements, the plain sequential sum.
 template <class T>
 double sum_of_squares(const T* g, int64_t n);
+
+// One read of a gradient buffer for a training step: sum_of_squares (the same bits) and the
+// number of elements with |g| > limit (clip_by_value's count; limit = ∞ counts none). A finite
+// sum_sq means every element is finite (squares are ≥ 0, so inf and NaN propagate); a
+// non-finite one may still come from finite float64 elements whose squares overflow, which
+// all_finite tells apart.
+struct GradPass {
+    double sum_sq = 0.0;
+    int64_t over = 0;
+};
+template <class T>
+GradPass grad_pass(const T* g, int64_t n, T limit);
+
+// clip_by_global_norm's scaling with the norm already known (from grad_pass): a non-finite norm
+// leaves g untouched.
+template <class T>
+void scale_to_norm(T* g, int64_t n, double max_norm, double norm);
 
 // torch `clip_grad_norm_` (norm type 2) over one flat buffer: the total 2-norm (sum_of_squares)
 // is accumulated in double; if max_norm / (norm + 1e-6) < 1, every element is multiplied by that

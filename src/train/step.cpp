@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "core/gemm_bf16.h"
@@ -155,12 +156,11 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
     double comm_s = std::chrono::duration<double>(clock::now() - t0).count();
     T* g = gshard_.data();
     const T limit = T(cfg_.clip_value);
-    for (int64_t i = 0; i < shard_n_; ++i) {
-        const double x = double(g[i]);
-        st[SUMSQ] += x * x;
-        if (cfg_.clip == ClipMode::VALUE && (g[i] > limit || g[i] < -limit)) st[CLIPPED] += 1;
-    }
-    st[NONFINITE] = all_finite(g, shard_n_) ? 0.0 : 1.0;
+    const GradPass gp = grad_pass(
+        g, shard_n_, cfg_.clip == ClipMode::VALUE ? limit : std::numeric_limits<T>::infinity());
+    st[SUMSQ] = gp.sum_sq;
+    st[CLIPPED] = double(gp.over);
+    st[NONFINITE] = std::isfinite(gp.sum_sq) || all_finite(g, shard_n_) ? 0.0 : 1.0;
 
     // 4. The step's statistics, summed in rank order on every rank.
     std::vector<double> stats(size_t(NSTAT) * size_t(P));
@@ -186,7 +186,7 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
 
     // 5. Clip the shard (element-wise, or by the global norm), then the AdamW step.
     if (cfg_.clip == ClipMode::VALUE) {
-        clip_by_value(g, shard_n_, limit);
+        if (gp.over > 0) clip_by_value(g, shard_n_, limit);
         r.clipped = int64_t(sum[CLIPPED]);
     } else if (cfg_.clip == ClipMode::NORM) {
         const double coef = cfg_.clip_norm / (r.grad_norm + 1e-6);
@@ -244,7 +244,13 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
              bad.empty() ? std::string() : "; non-finite values first appear in " + bad,
              ": step refused, parameters unchanged");
     }
-    if (!all_finite(grads_.data(), n)) {
+    // One read of the gradients for the norm, the finiteness check and the clipped count; a
+    // second (writing) pass only where something is clipped. A finite sum of squares means
+    // every element is finite; all_finite decides otherwise (float64 squares can overflow).
+    const bool by_value = cfg_.clip == ClipMode::VALUE;
+    const T limit = by_value ? T(cfg_.clip_value) : std::numeric_limits<T>::infinity();
+    const GradPass gp = grad_pass(grads_.data(), n, limit);
+    if (!std::isfinite(gp.sum_sq) && !all_finite(grads_.data(), n)) {
         std::string where = "?";
         // Backward order (head first): where the blow-up appears first.
         for (auto e = model_.layout.entries.rbegin(); e != model_.layout.entries.rend(); ++e)
@@ -255,13 +261,12 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
         fail("non-finite gradient at step ", opt_.step + 1, " (first, in backward order, in grad.",
              where, "): step refused, parameters unchanged");
     }
-    // The norm before clipping (clip_by_global_norm returns the one it computes: one pass).
+    r.grad_norm = std::sqrt(gp.sum_sq);  // the norm before clipping
     if (cfg_.clip == ClipMode::NORM) {
-        r.grad_norm = clip_by_global_norm(grads_.data(), n, cfg_.clip_norm);
-    } else {
-        r.grad_norm = std::sqrt(sum_of_squares(grads_.data(), n));
-        if (cfg_.clip == ClipMode::VALUE)
-            r.clipped = clip_by_value(grads_.data(), n, T(cfg_.clip_value));
+        scale_to_norm(grads_.data(), n, cfg_.clip_norm, r.grad_norm);
+    } else if (by_value) {
+        r.clipped = gp.over;
+        if (gp.over > 0) clip_by_value(grads_.data(), n, limit);
     }
     r.lr = cfg_.schedule.lr(opt_.step);
     adamw_step(opt_, model_.params.data(), grads_.data(), n, r.lr, cfg_.adam);
