@@ -536,11 +536,50 @@ TEST(Clip, SumOfSquaresIsTheSameOnAnyThreadCount) {
     omp_set_num_threads(threads);
     EXPECT_EQ(one, two);
     EXPECT_NEAR(one, double(exact), 1e-12 * double(exact));  // ~31 blocks: a few ulps
-    // A short buffer (one block) is the plain sequential sum, bit for bit.
+    // A short buffer (up to 16 elements) is the plain sequential sum, bit for bit.
     const std::vector<double> h = {0.1, -0.2, 0.3};
     EXPECT_EQ(pldr::sum_of_squares(h.data(), 3), 0.1 * 0.1 + 0.2 * 0.2 + 0.3 * 0.3);
     EXPECT_EQ(pldr::sum_of_squares(h.data(), 0), 0.0);
     EXPECT_THROW(pldr::sum_of_squares(h.data(), -1), pldr::Error);
+}
+
+// The step's one read of the gradients: grad_pass gives sum_of_squares' bits and clip_by_value's
+// count (NaN not counted, ±limit itself not clipped) on every thread count, blocks and tails
+// included; a finite sum means finite elements, while a non-finite one can come from finite
+// float64 elements (their squares overflow), which the step tells apart with all_finite.
+TEST(Clip, GradPassIsTheNormAndTheClipCountInOneRead) {
+    std::vector<float> g(200003);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = float(std::sin(double(i) * 0.91) * 1.3);
+    g[17] = 1.0f;
+    g[18] = -1.0f;
+    g[70001] = std::nanf("");
+    std::vector<float> finite = g;
+    finite[70001] = 0.5f;
+    const int threads = omp_get_max_threads();
+    for (int t : {1, 2}) {
+        omp_set_num_threads(t);
+        const pldr::GradPass p = pldr::grad_pass(finite.data(), int64_t(finite.size()), 1.0f);
+        EXPECT_EQ(p.sum_sq, pldr::sum_of_squares(finite.data(), int64_t(finite.size())));
+        std::vector<float> c = finite;
+        EXPECT_EQ(p.over, pldr::clip_by_value(c.data(), int64_t(c.size()), 1.0f));
+        int64_t want = 0;
+        for (float x : finite) want += std::fabs(x) > 1.0f;
+        EXPECT_EQ(p.over, want);
+        const pldr::GradPass q = pldr::grad_pass(g.data(), int64_t(g.size()), 1.0f);
+        EXPECT_TRUE(std::isnan(q.sum_sq));
+        EXPECT_EQ(q.over, want - (std::fabs(finite[70001]) > 1.0f));
+        EXPECT_EQ(pldr::grad_pass(finite.data(), int64_t(finite.size()),
+                                  std::numeric_limits<float>::infinity())
+                      .over,
+                  0);
+    }
+    omp_set_num_threads(threads);
+    const std::vector<double> huge = {1e200, -3.0};
+    const pldr::GradPass h = pldr::grad_pass(huge.data(), 2, 2.0);
+    EXPECT_TRUE(std::isinf(h.sum_sq));
+    EXPECT_EQ(h.over, 2);
+    EXPECT_TRUE(pldr::all_finite(huge.data(), 2));
+    EXPECT_THROW(pldr::grad_pass(huge.data(), 2, -1.0), pldr::Error);
 }
 
 TEST(Clip, AllFinite) {
