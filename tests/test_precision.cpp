@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -336,6 +337,50 @@ INSTANTIATE_TEST_SUITE_P(Cases, PrecisionModel, testing::ValuesIn(numeric::cases
 // (SLEEF's ≤ 1-ulp exp and pow): within a few ulps of the float64 path's std:: forwards, over
 // the floor region of iSwiGLU, large |Z|, and the exponents and A_LM magnitudes of trained
 // models (a few ulps in double vanish in the rounding to float32).
+// Causal attention rows (keys past Tp + i masked with −1e9, some padded keys too): the softmax
+// that skips the masked columns gives the full rows' bits, forward and backward, in float32 and
+// float64, with and without a past, at widths on and off the 16-column groups. A row whose masked
+// part is not negligible (a masked score near the top) takes the full path and still agrees.
+template <typename T>
+void causal_softmax_case(int64_t S, int64_t Tp, uint64_t seed) {
+    const int64_t Tk = Tp + S;
+    pldr::Rng r(seed);
+    std::vector<T> x(size_t(S * Tk)), dy(size_t(S * Tk));
+    for (auto& v : x) v = T(r.normal() * 3.0);
+    for (auto& v : dy) v = T(r.normal());
+    x[size_t(Tk - 1)] = T(1e9 + 50);  // row 0: a masked score that survives the mask
+    for (int64_t i = 0; i < S; ++i)
+        for (int64_t j = 0; j < Tk; ++j)
+            if (j > Tp + i || j % 7 == 3) x[size_t(i * Tk + j)] += T(-1e9);
+    std::vector<T> full(x.size()), fast(x.size(), T(5)), dfull(x.size(), T(0.25)),
+        dfast(x.size(), T(0.25));
+    pldr::softmax_forward(full.data(), x.data(), S, Tk);
+    pldr::softmax_forward(fast.data(), x.data(), S, Tk, Tp);
+    pldr::softmax_backward(dfull.data(), dy.data(), full.data(), S, Tk);
+    pldr::softmax_backward(dfast.data(), dy.data(), full.data(), S, Tk, Tp);
+    for (size_t k = 0; k < x.size(); ++k) {
+        ASSERT_EQ(0, std::memcmp(&full[k], &fast[k], sizeof(T)))
+            << "S " << S << " Tp " << Tp << " element " << k << ": " << fast[k] << " vs "
+            << full[k];
+        ASSERT_EQ(0, std::memcmp(&dfull[k], &dfast[k], sizeof(T)))
+            << "S " << S << " Tp " << Tp << " element " << k;
+    }
+    EXPECT_GT(full[size_t(Tk - 1)], T(0.5));  // the surviving masked score took the full path
+}
+
+TEST(PrecisionOps, CausalSoftmaxEqualsTheFullRowsBitForBit) {
+    for (auto [S, Tp] : {std::pair<int64_t, int64_t>{1, 0},
+                         {5, 0},
+                         {40, 0},
+                         {70, 0},
+                         {33, 9},
+                         {256, 0},
+                         {17, 100}}) {
+        causal_softmax_case<float>(S, Tp, uint64_t(S * 31 + Tp));
+        causal_softmax_case<double>(S, Tp, uint64_t(S * 37 + Tp));
+    }
+}
+
 TEST(Precision, VectorizedOperatorForwardsMatchTheScalarOnes) {
     const int64_t n = 4099;  // not a multiple of the lanes: the tails too
     std::vector<double> z(n), x(n), p(n), want(n), got(n);

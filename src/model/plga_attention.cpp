@@ -81,7 +81,7 @@ void head_attention(const T* q, int64_t ldq, const T* G, const T* k, const T* v,
             e[i * Tk + j] = x;
         }
     }
-    softmax_forward(e, e, S, Tk);
+    softmax_forward(e, e, S, Tk, mask ? Tp : -1);  // the causal part: see ops/softmax.h
     gemm(false, false, S, D, Tk, T(1), e, Tk, v, ldkv, T(0), o, ldo);
 }
 
@@ -358,7 +358,7 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
         gemm(false, true, S, Tk, D, T(1), dOh, d, v, d, T(0), dE.data(), Tk);  // dE = dO·Vᵀ
         gemm(true, false, Tk, D, S, T(1), E, Tk, dOh, d, T(0), dv.ptr() + b * Tk * d + h * D,
              d);  // dV = Eᵀ·dO
-        softmax_backward(dEp.data(), dE.data(), E, S, Tk);
+        softmax_backward(dEp.data(), dE.data(), E, S, Tk, int64_t(0));
         for (auto& x : dEp) x /= scale;
         gemm(false, false, S, D, Tk, T(1), dEp.data(), Tk, k, d, T(0), dQG.data(), D);
         gemm(true, false, Tk, D, S, T(1), dEp.data(), Tk, QG, D, T(0),

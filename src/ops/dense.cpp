@@ -175,35 +175,83 @@ void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const 
     linear_backward(dx, g.w2, g.b2, dh2, x, p.w2, N, I, F);
 }
 
+namespace {
+
+// The row's maximum in 16 interleaved lanes (vectorisable: the plain running maximum was one
+// chain of dependent compares per element). max is exact, so only NaN and ±0 could tell the
+// orders apart, and neither changes a softmax: a NaN makes the whole row NaN, x − (±0) is x.
 template <typename T>
-void softmax_forward(T* y, const T* x, int64_t N, int64_t C) {
+T row_max(const T* x, int64_t n) {
+    constexpr int64_t L = 16;
+    if (n < 2 * L) {
+        T mx = x[0];
+        for (int64_t c = 1; c < n; ++c) mx = std::max(mx, x[c]);
+        return mx;
+    }
+    T m[L];
+    for (int64_t k = 0; k < L; ++k) m[k] = x[k];
+    int64_t c = L;
+    for (; c + L <= n; c += L)
+        for (int64_t k = 0; k < L; ++k) m[k] = m[k] < x[c + k] ? x[c + k] : m[k];
+    T mx = m[0];
+    for (int64_t k = 1; k < L; ++k) mx = std::max(mx, m[k]);
+    for (; c < n; ++c) mx = std::max(mx, x[c]);
+    return mx;
+}
+
+// Live columns of row n under the causal layout: up to key causal + n, rounded up to the
+// exponential's vector groups (16 lanes), at most C.
+inline int64_t live_columns(int64_t C, int64_t causal, int64_t n) {
+    if (causal < 0) return C;
+    const int64_t w = causal + n + 1;
+    return std::min(C, (w + 15) / 16 * 16);
+}
+
+}  // namespace
+
+template <typename T>
+void softmax_forward(T* y, const T* x, int64_t N, int64_t C, int64_t causal) {
     parallel_for(N, N * C > 65536, [&](int64_t n) {
         const T* xr = x + n * C;
         T* yr = y + n * C;
-        T mx = xr[0];
-        for (int64_t c = 1; c < C; ++c) mx = std::max(mx, xr[c]);
+        int64_t w = live_columns(C, causal, n);
+        T mx = row_max(xr, w);
+        if (w < C) {
+            const T out = row_max(xr + w, C - w);
+            mx = std::max(mx, out);
+            // exp underflows to exactly 0 below about -104 (float32) and -745 (float64)
+            const T zero_below = std::is_same_v<T, float> ? T(-150) : T(-800);
+            if (!(out - mx < zero_below)) w = C;  // the masked part is not exactly 0: the full row
+        }
         T s = 0;
         if constexpr (std::is_same_v<T, float>) {
-            s = vmath::exp_shifted_sum(xr, mx, yr, C);
+            s = vmath::exp_shifted_sum(xr, mx, yr, w);
         } else {
-            for (int64_t c = 0; c < C; ++c) {
+            for (int64_t c = 0; c < w; ++c) {
                 yr[c] = std::exp(xr[c] - mx);
                 s += yr[c];
             }
         }
-        for (int64_t c = 0; c < C; ++c) yr[c] /= s;
+        for (int64_t c = 0; c < w; ++c) yr[c] /= s;
+        std::fill(yr + w, yr + C, T(0));
     });
 }
 
 template <typename T>
-void softmax_backward(T* dx, const T* dy, const T* y, int64_t N, int64_t C) {
+void softmax_backward(T* dx, const T* dy, const T* y, int64_t N, int64_t C, int64_t causal) {
     parallel_for(N, N * C > 65536, [&](int64_t n) {
         const T* yr = y + n * C;
         const T* dr = dy + n * C;
+        int64_t w = live_columns(C, causal, n);
+        if (w < C && !std::all_of(yr + w, yr + C, [](T v) { return v == T(0); })) w = C;
         T dot = 0;
-        for (int64_t c = 0; c < C; ++c) dot += yr[c] * dr[c];
+        for (int64_t c = 0; c < w; ++c) dot += yr[c] * dr[c];
+        if (!std::isfinite(dot)) {  // 0·(dy − Σ) past w may be NaN: the full row
+            for (int64_t c = w; c < C; ++c) dot += yr[c] * dr[c];
+            w = C;
+        }
         T* o = dx + n * C;
-        for (int64_t c = 0; c < C; ++c) o[c] += yr[c] * (dr[c] - dot);
+        for (int64_t c = 0; c < w; ++c) o[c] += yr[c] * (dr[c] - dot);
     });
 }
 
@@ -223,8 +271,8 @@ void softmax_backward(T* dx, const T* dy, const T* y, int64_t N, int64_t C) {
     template void glu_backward<T>(T*, const GluGrads<T>&, const T*, const T*, const T*, const T*,  \
                                   const T*, const GluParams<T>&, int64_t, int64_t, int64_t,        \
                                   int64_t, T*);                                                    \
-    template void softmax_forward<T>(T*, const T*, int64_t, int64_t);                              \
-    template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t);
+    template void softmax_forward<T>(T*, const T*, int64_t, int64_t, int64_t);                     \
+    template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);
 PLDR_INSTANTIATE(float)
 PLDR_INSTANTIATE(double)
 #undef PLDR_INSTANTIATE
