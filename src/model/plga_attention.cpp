@@ -5,8 +5,11 @@
 // layout and the per-(b,h) matrices are strided views.
 #include "model/plga_attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/blas.h"
 #include "core/parallel.h"
@@ -332,29 +335,38 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
     dv = Tensor<T>({B, S, d});
     Tensor<T> dG({B, H, D, D});
     const T scale = m.score_scale();
-    parallel_for_2d(B, H, B * H * S * Tk * D > kParallelWork, [&](int64_t b, int64_t h) {
+    // Each thread's buffers, sized once per call (per head, allocating and zero-filling them was
+    // 1–3 % of an M or S training step in memset and page faults).
+    const bool par = B * H * S * Tk * D > kParallelWork;
+    struct Scratch {
+        std::vector<T> e, qg, o, dE, dEp, dQG;
+    };
+    std::vector<Scratch> scratch(size_t(team_for(B * H, par) ? omp_get_max_threads() : 1));
+    parallel_for_2d(B, H, par, [&](int64_t b, int64_t h) {
         const int64_t bh = b * H + h;
+        Scratch& sc = scratch[scratch.size() > 1 ? size_t(omp_get_thread_num()) : 0];
         const T* q = la.q.ptr() + b * S * d + h * D;
         const T* k = la.k.ptr() + b * Tk * d + h * D;
         const T* v = la.v.ptr() + b * Tk * d + h * D;
         const T* G = la.G.ptr() + bh * DD;
         const T* E = recompute ? nullptr : la.E.ptr() + bh * S * Tk;
         const T* QG = recompute ? nullptr : la.QG.ptr() + bh * S * D;
-        std::vector<T> e_re, qg_re, o_re;
         if (recompute) {
-            e_re.resize(static_cast<size_t>(S * Tk));
-            qg_re.resize(static_cast<size_t>(S * D));
-            if (!O_out) o_re.resize(static_cast<size_t>(S * D));
-            T* o = O_out ? O_out->ptr() + b * S * d + h * D : o_re.data();
+            sc.e.resize(static_cast<size_t>(S * Tk));
+            sc.qg.resize(static_cast<size_t>(S * D));
+            if (!O_out) sc.o.resize(static_cast<size_t>(S * D));
+            T* o = O_out ? O_out->ptr() + b * S * d + h * D : sc.o.data();
             head_attention<T>(q, d, G, k, v, d, S, D, Tk, 0, scale, true,
-                              key_ids ? key_ids + b * Tk : nullptr, c.pad_token_id, qg_re.data(),
-                              nullptr, e_re.data(), o, O_out ? d : D);
-            E = e_re.data();
-            QG = qg_re.data();
+                              key_ids ? key_ids + b * Tk : nullptr, c.pad_token_id, sc.qg.data(),
+                              nullptr, sc.e.data(), o, O_out ? d : D);
+            E = sc.e.data();
+            QG = sc.qg.data();
         }
         const T* dOh = dO.ptr() + b * S * d + h * D;
-        std::vector<T> dE(static_cast<size_t>(S * Tk)), dEp(static_cast<size_t>(S * Tk), T(0)),
-            dQG(static_cast<size_t>(S * D));
+        sc.dE.resize(static_cast<size_t>(S * Tk));
+        sc.dQG.resize(static_cast<size_t>(S * D));
+        sc.dEp.assign(static_cast<size_t>(S * Tk), T(0));  // softmax_backward accumulates
+        std::vector<T>&dE = sc.dE, &dEp = sc.dEp, &dQG = sc.dQG;
         gemm(false, true, S, Tk, D, T(1), dOh, d, v, d, T(0), dE.data(), Tk);  // dE = dO·Vᵀ
         gemm(true, false, Tk, D, S, T(1), E, Tk, dOh, d, T(0), dv.ptr() + b * Tk * d + h * D,
              d);  // dV = Eᵀ·dO
