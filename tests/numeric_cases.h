@@ -39,6 +39,7 @@ inline const std::vector<Shape>& shapes() {
         {6, 3, 7, 29, 2, 2, 1, 1},
         {8, 1, 3, 17, 2, 2, 2, 3},
         {24, 3, 4, 19, 3, 2, 1, 1},
+        {4, 2, 150, 11, 1, 2, 1, 1},  // causal blocks of 64 queries: 3, the last partial
     };
     return s;
 }
@@ -116,7 +117,7 @@ inline pldr::Config config_of(const Case& k) {
     c.hidden_size = s.H * s.dk;
     c.intermediate_size = 2 * c.hidden_size - 3;
     c.vocab_size = s.V;
-    c.max_position = 32;
+    c.max_position = std::max<int64_t>(32, 2 * s.S);  // room for the cache harness's decode steps
     c.num_reslayerA = s.R;
     c.num_denseA = s.N;
     c.A_dff = 2 * s.dk;
