@@ -27,7 +27,8 @@ struct ResUnitActs {
 // What a forward keeps of each layer:
 //   ALL       every intermediate (dumps, audits, tests, the backward of any caller);
 //   INFERENCE the metric learner's output A but not its internals (A0, LN_A, the residual
-//             units), for sessions that keep no activations;
+//             units), nor the scores before the mask (Ep), for sessions that keep no
+//             activations;
 //   TRAINING  the training step's memory plan: what the backward cannot recompute cheaply.
 //             Of the learner: A0 with LN_A's statistics and each residual unit's input (the
 //             backward recomputes a unit's GLUs, sum and statistics from it). Not kept: Ep

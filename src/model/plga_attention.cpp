@@ -335,9 +335,10 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
         PLDR_CHECK(Tp == 0);
     }
 
-    // Scores Ep = (Q·G)·Kᵀ / sqrt(dk); E = softmax(Ep + mask·(−1e9)); O = E·V. Training keeps
-    // no Ep (an audit output; the backward needs E only).
-    const bool keep_ep = in.keep != KeepActs::TRAINING;
+    // Scores Ep = (Q·G)·Kᵀ / sqrt(dk); E = softmax(Ep + mask·(−1e9)); O = E·V. Only a forward
+    // that keeps everything (audits, inspection) keeps Ep; training and plain inference do not
+    // (the backward needs E only), and so run the causal blocks.
+    const bool keep_ep = in.keep == KeepActs::ALL;
     la.QG.resize_for_overwrite({B, H, S, D});
     if (keep_ep)
         la.Ep.resize_for_overwrite({B, H, S, Tk});
