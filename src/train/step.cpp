@@ -189,11 +189,7 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
         if (gp.over > 0) clip_by_value(g, shard_n_, limit);
         r.clipped = int64_t(sum[CLIPPED]);
     } else if (cfg_.clip == ClipMode::NORM) {
-        const double coef = cfg_.clip_norm / (r.grad_norm + 1e-6);
-        if (coef < 1.0) {
-            const T c = T(coef);
-            for (int64_t i = 0; i < shard_n_; ++i) g[i] = g[i] * c;
-        }
+        scale_to_norm(g, shard_n_, cfg_.clip_norm, r.grad_norm);  // by the global norm
     }
     r.lr = cfg_.schedule.lr(opt_.step);
     T* params = model_.params.data();
