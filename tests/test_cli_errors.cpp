@@ -8,8 +8,6 @@
 
 #include "cli_util.h"
 #include "io/model_load.h"
-#include "model/init.h"
-#include "perf/workloads.h"
 
 namespace fs = std::filesystem;
 
@@ -193,23 +191,3 @@ TEST(CliErrors, GradRejectsBadDagCoefficients) {
 }
 
 }  // namespace
-
-// pldr bench --save-model: the benchmark shape's random model as a directory that loads mapped,
-// with bench's own weights; refused into a directory that holds a model, or without --config.
-TEST(CliBench, SaveModelWritesTheBenchmarkWeightsAndRefusesToOverwrite) {
-    const std::string dir = cli_test::tmp_dir("benchsave") + "/S";
-    auto r = cli_test::run("bench --config S --context 64 --save-model " + dir);
-    ASSERT_EQ(r.code, 0) << r.err;
-    pldr::Model<float> want(pldr::perf::bench_config("S", 64));
-    pldr::init_weights(want, 1234);
-    const pldr::Model<float> got = pldr::load_model<float>(dir, true, /*map_file=*/true);
-    EXPECT_TRUE(got.params.is_mapped());
-    EXPECT_EQ(got.cfg.max_position, 64);
-    EXPECT_EQ(got.params, want.params);
-    cli_test::expect_error("bench --config S --save-model " + dir, "already holds a model");
-    cli_test::expect_error("bench " + dir + " --save-model " + dir + "2",
-                           "--save-model writes the random model of --config");
-    cli_test::expect_error("bench --config S --only train --recompute most",
-                           "is not none, selective or full");
-    cli_test::expect_error("train --recompute most", "--recompute");
-}

@@ -1,4 +1,4 @@
-// Benchmarks of the pldr C++ API (`pldr bench`, docs/bench.md): the machine's limits and one
+// Benchmarks of the pldr C++ API (`pldr bench`, bench/README.md): the machine's limits and one
 // workload's speed, each measured by the calling process, so a program can quote its figures as
 // fractions of what the same machine reaches in the same run.
 //
@@ -11,7 +11,9 @@
 // read it as that workload's (pldr bench does).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "pldr/pldr.hpp"
 
@@ -29,6 +31,9 @@ struct BenchLimits {
 };
 // Measures both limits on `threads` threads (≥ 1) and leaves that thread count set.
 BenchLimits measure_bench_limits(int threads);
+// One limit alone, measured as measure_bench_limits does: "read" (GB/s), "sgemm" or "bf16"
+// (GFLOP/s; bf16 is 0 where the machine has none). Throws pldr::Error on another name.
+double measure_bench_limit(const std::string& which, int threads);
 
 enum class BenchWorkload { PREFILL, DECODE, TRAIN };
 BenchWorkload bench_workload_from_name(const std::string& s);  // "prefill" | "decode" | "train"
@@ -55,6 +60,15 @@ struct BenchOptions {
     std::string precision = "fp32";
     // train: "none", "selective" or "full" (TrainOptions::recompute).
     std::string recompute = "selective";
+    // Called as (i, reps) before each timed repetition i = 0 … reps−1 (i = 0: before the warm-up
+    // ones) and as (reps, reps) after the last, outside the timing. `pldr bench` measures the
+    // machine's limit there, so that each repetition is compared with the limit measured next to
+    // it.
+    std::function<void(int i, int reps)> between_reps;
+    // decode with batch > 1: each timed repetition is a pair, batch 1 then `batch` (same cache
+    // mode), and BenchResult::x_batch1 gives the pairs' ratios. On a machine whose speed drifts,
+    // a ratio of two runs minutes apart measures the drift as much as the batching.
+    bool pair_batch1 = false;
 };
 
 struct BenchStats {
@@ -73,7 +87,11 @@ struct BenchResult {
     int threads = 0;
     int64_t num_params = 0;
     BenchStats tok_s;  // tokens/s per timed repetition (decode: aggregate over the batch)
-    // Prefill and train: matrix-product FLOPs per token (docs/bench.md); decode: 2 × the
+    std::vector<double> tok_s_reps;  // the same, each repetition in order
+    // decode with pair_batch1: batch 1's tokens/s in each pair, and the ratios batch / batch 1
+    std::vector<double> batch1_reps;
+    BenchStats x_batch1;
+    // Prefill and train: matrix-product FLOPs per token (bench/README.md); decode: 2 × the
     // weights one step reads (its compute bound).
     double flops_per_token = 0;
     // Decode: bytes of weights one sequence's step reads (batch 1), packed ones in their size.

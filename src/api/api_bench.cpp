@@ -28,6 +28,21 @@ BenchLimits measure_bench_limits(int threads) {
     return out;
 }
 
+double measure_bench_limit(const std::string& which, int threads) {
+    PLDR_REQUIRE(threads >= 1 && threads <= 1024, "threads ", threads, " is outside [1, 1024]");
+    double v = 0;
+    if (which == "read")
+        v = perf::read_bandwidth_gbs(threads);
+    else if (which == "sgemm")
+        v = perf::gemm_gflops<float>(threads);
+    else if (which == "bf16")
+        v = perf::bf16_gemm_gflops(threads);
+    else
+        throw Error(cat("unknown limit '", which, "' (read, sgemm or bf16)"));
+    perf::set_threads(threads);
+    return v;
+}
+
 BenchWorkload bench_workload_from_name(const std::string& s) {
     if (s == "prefill") return BenchWorkload::PREFILL;
     if (s == "decode") return BenchWorkload::DECODE;
@@ -108,16 +123,28 @@ BenchResult bench(const BenchOptions& o) {
     switch (o.workload) {
         case BenchWorkload::PREFILL: {
             const int64_t P = o.prompt ? o.prompt : 128;
-            r.tok_s =
-                stats(perf::run_prefill(*m, P, ctx, o.reps ? o.reps : 3 + 7 * small, o.warmup));
+            r.tok_s_reps = perf::run_prefill(*m, P, ctx, o.reps ? o.reps : 3 + 7 * small, o.warmup,
+                                             o.between_reps);
             r.flops_per_token = perf::forward_flops(m->cfg, 1, P, 1) / double(P);
             break;
         }
         case BenchWorkload::DECODE: {
             const int64_t P = o.prompt ? o.prompt : 32;
             const int reps = o.reps ? o.reps : (o.cache == CacheMode::NONE ? 1 : 3);
-            r.tok_s = stats(
-                perf::run_decode(*m, internal(o.cache), o.batch, P, o.n_new, ctx, reps, o.warmup));
+            if (o.pair_batch1 && o.batch > 1) {
+                const perf::PairedDecode p =
+                    perf::run_decode_paired(*m, internal(o.cache), o.batch, P, o.n_new, ctx, reps,
+                                            o.warmup, o.between_reps);
+                r.tok_s_reps = p.batched;
+                r.batch1_reps = p.batch1;
+                std::vector<double> x;
+                for (size_t i = 0; i < p.batched.size(); ++i)
+                    x.push_back(p.batched[i] / p.batch1[i]);
+                r.x_batch1 = stats(x);
+            } else {
+                r.tok_s_reps = perf::run_decode(*m, internal(o.cache), o.batch, P, o.n_new, ctx,
+                                                reps, o.warmup, o.between_reps);
+            }
             r.bytes_per_token = perf::decode_bytes_per_token(*m);
             r.flops_per_token =
                 2.0 * double(m->num_params() - m->cfg.vocab_size * m->cfg.hidden_size +
@@ -127,8 +154,8 @@ BenchResult bench(const BenchOptions& o) {
         case BenchWorkload::TRAIN: {
             const int reps = o.reps ? o.reps : (small ? 20 : 3);
             double loss = 0;
-            r.tok_s = stats(perf::run_train(*m, o.train_batch, std::min(o.train_seq, ctx), reps,
-                                            o.warmup, &loss, precision, recompute));
+            r.tok_s_reps = perf::run_train(*m, o.train_batch, std::min(o.train_seq, ctx), reps,
+                                           o.warmup, &loss, precision, recompute, o.between_reps);
             r.flops_per_token =
                 perf::train_step_flops(m->cfg, o.train_batch, std::min(o.train_seq, ctx)) /
                 double(o.train_batch * std::min(o.train_seq, ctx));
@@ -136,6 +163,7 @@ BenchResult bench(const BenchOptions& o) {
             break;
         }
     }
+    r.tok_s = stats(r.tok_s_reps);
     r.load_after = perf::load_avg1();
     r.peak_rss_bytes = perf::peak_rss_bytes();
     return r;

@@ -1,5 +1,5 @@
 // Machine limits measured by the program itself, so every speed figure can be quoted as a
-// fraction of what the same run could reach (shared/spec/PERF-TARGETS.md, docs/bench.md):
+// fraction of what the same run could reach (shared/spec/PERF-TARGETS.md, bench/README.md):
 //   read bandwidth — a STREAM-style multi-threaded read (sum) of a buffer far larger than the
 //                    caches, best of several passes;
 //   GEMM peak      — square n×n×n products through pldr::gemm (OpenBLAS), best of several;

@@ -95,24 +95,23 @@ std::vector<int64_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
     return ids;
 }
 
-std::vector<double> run_prefill(const Model<float>& m, int64_t prompt, int64_t context, int reps,
-                                int warmup) {
-    PLDR_REQUIRE(prompt >= 1 && prompt <= context, "prefill of ", prompt,
-                 " tokens does not fit the context of ", context);
-    const auto ids = random_ids(prompt, m.cfg.vocab_size, 7);
+namespace {
+
+// `warmup` untimed repetitions, then `reps` timed ones; hook(i, reps) before timed repetition i
+// (i = 0: before the warm-up) and hook(reps, reps) after the last. `one` runs one repetition and
+// returns its tokens/s.
+template <typename One>
+std::vector<double> timed_reps(int reps, int warmup, const RepHook& hook, One&& one) {
     std::vector<double> tps;
-    for (int r = 0; r < warmup + reps; ++r) {
-        Session<float> s(m, CacheMode::KVG, context);
-        s.keep_activations(false);
-        const double t0 = now_s();
-        s.prefill(ids);
-        const double dt = now_s() - t0;
-        if (r >= warmup) tps.push_back(double(prompt) / dt);
+    if (hook && reps > 0) hook(0, reps);  // before the warm-up, which then warms the caches
+    for (int r = 0; r < warmup; ++r) one();
+    for (int r = 0; r < reps; ++r) {
+        if (hook && r > 0) hook(r, reps);
+        tps.push_back(one());
     }
+    if (hook) hook(reps, reps);
     return tps;
 }
-
-namespace {
 
 int64_t argmax(const std::vector<float>& v) {
     return int64_t(std::max_element(v.begin(), v.end()) - v.begin());
@@ -127,33 +126,70 @@ void step_all(std::vector<std::unique_ptr<Session<float>>>& ss, std::vector<int6
     for (size_t i = 0; i < ss.size(); ++i) next[i] = argmax(ss[i]->logits());
 }
 
-}  // namespace
+// One decode repetition: `batch` fresh sessions prefilled (untimed), then n_new shared steps;
+// aggregate tokens/s.
+double decode_once(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
+                   int64_t n_new, int64_t context) {
+    std::vector<std::unique_ptr<Session<float>>> ss;
+    std::vector<int64_t> next(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+        ss.push_back(std::make_unique<Session<float>>(m, mode, context));
+        ss.back()->keep_activations(false);
+        next[size_t(b)] =
+            argmax(ss.back()->prefill(random_ids(prompt, m.cfg.vocab_size, 100 + uint64_t(b))));
+    }
+    const double t0 = now_s();
+    for (int64_t t = 0; t < n_new; ++t) step_all(ss, next);
+    return double(batch * n_new) / (now_s() - t0);
+}
 
-std::vector<double> run_decode(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
-                               int64_t n_new, int64_t context, int reps, int warmup) {
+void check_decode(int64_t batch, int64_t prompt, int64_t n_new, int64_t context) {
     PLDR_REQUIRE(batch >= 1 && batch <= 1024, "decode batch ", batch, " is outside [1, 1024]");
     PLDR_REQUIRE(prompt >= 1 && n_new >= 1 && prompt + n_new <= context, "decode of ", prompt,
                  " + ", n_new, " tokens does not fit the context of ", context);
-    std::vector<double> tps;
-    for (int r = 0; r < warmup + reps; ++r) {
-        std::vector<std::unique_ptr<Session<float>>> ss;
-        std::vector<int64_t> next(static_cast<size_t>(batch));
-        for (int64_t b = 0; b < batch; ++b) {
-            ss.push_back(std::make_unique<Session<float>>(m, mode, context));
-            ss.back()->keep_activations(false);
-            next[size_t(b)] =
-                argmax(ss.back()->prefill(random_ids(prompt, m.cfg.vocab_size, 100 + uint64_t(b))));
-        }
+}
+
+}  // namespace
+
+std::vector<double> run_prefill(const Model<float>& m, int64_t prompt, int64_t context, int reps,
+                                int warmup, const RepHook& hook) {
+    PLDR_REQUIRE(prompt >= 1 && prompt <= context, "prefill of ", prompt,
+                 " tokens does not fit the context of ", context);
+    const auto ids = random_ids(prompt, m.cfg.vocab_size, 7);
+    return timed_reps(reps, warmup, hook, [&] {
+        Session<float> s(m, CacheMode::KVG, context);
+        s.keep_activations(false);
         const double t0 = now_s();
-        for (int64_t t = 0; t < n_new; ++t) step_all(ss, next);
-        const double dt = now_s() - t0;
-        if (r >= warmup) tps.push_back(double(batch * n_new) / dt);
-    }
-    return tps;
+        s.prefill(ids);
+        return double(prompt) / (now_s() - t0);
+    });
+}
+
+std::vector<double> run_decode(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
+                               int64_t n_new, int64_t context, int reps, int warmup,
+                               const RepHook& hook) {
+    check_decode(batch, prompt, n_new, context);
+    return timed_reps(reps, warmup, hook,
+                      [&] { return decode_once(m, mode, batch, prompt, n_new, context); });
+}
+
+PairedDecode run_decode_paired(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
+                               int64_t n_new, int64_t context, int reps, int warmup,
+                               const RepHook& hook) {
+    check_decode(batch, prompt, n_new, context);
+    PairedDecode out;
+    int calls = 0;  // the first `warmup` are the warm-up
+    out.batched = timed_reps(reps, warmup, hook, [&] {
+        const double one = decode_once(m, mode, 1, prompt, n_new, context);
+        if (calls++ >= warmup) out.batch1.push_back(one);
+        return decode_once(m, mode, batch, prompt, n_new, context);
+    });
+    return out;
 }
 
 std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, int warmup,
-                              double* last_loss, Precision precision, Recompute recompute) {
+                              double* last_loss, Precision precision, Recompute recompute,
+                              const RepHook& hook) {
     PLDR_REQUIRE(B >= 1 && S >= 2 && S <= m.cfg.max_position, "training batch ", B, " x ", S,
                  " does not fit the model (context ", m.cfg.max_position, ")");
     const int64_t S1 = S + 1;
@@ -163,15 +199,13 @@ std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, i
     tc.recompute = recompute;
     Trainer<float> trainer(m, tc);
     const TokenBatch batch{tokens.data(), B, S1};
-    std::vector<double> tps;
-    for (int r = 0; r < warmup + reps; ++r) {
+    return timed_reps(reps, warmup, hook, [&] {
         const double t0 = now_s();
         const double loss = trainer.step(batch).loss.value;
         const double dt = now_s() - t0;
         if (last_loss) *last_loss = loss;
-        if (r >= warmup) tps.push_back(double(B * S) / dt);
-    }
-    return tps;
+        return double(B * S) / dt;
+    });
 }
 
 }  // namespace pldr::perf

@@ -1,4 +1,4 @@
-// The benchmark workloads of `pldr bench` and bench/ (docs/bench.md), float32:
+// The benchmark workloads of `pldr bench` and bench/ (bench/README.md), float32:
 //   prefill — one prompt of P tokens through a fresh session (batch 1), tokens/s;
 //   decode  — N new tokens after a P-token prompt, B sequences stepped together, per cache mode,
 //             aggregate tokens/s (B·N over the decode time; the prefills are not timed);
@@ -8,6 +8,7 @@
 // The FLOP and byte counts that turn tokens/s into fractions of the machine limits
 // (perf/limits.h) are defined here, once.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,15 +50,30 @@ Stats stats_of(std::vector<double> v);
 // Random token ids in [4, V) (no special ids), reproducible from `seed`.
 std::vector<int64_t> random_ids(int64_t n, int64_t V, uint64_t seed);
 
+// Called as (i, reps) before each timed repetition i = 0 … reps−1 (0: before the warm-up ones) and
+// as (reps, reps) after the last, outside the timing: `pldr bench` measures the machine's limit
+// there, so that each repetition is compared with the limit measured next to it.
+using RepHook = std::function<void(int i, int reps)>;
+
 // Each returns one tokens/s figure per timed repetition (after `warmup` untimed ones).
 std::vector<double> run_prefill(const Model<float>& m, int64_t prompt, int64_t context, int reps,
-                                int warmup = 1);
+                                int warmup = 1, const RepHook& hook = {});
 std::vector<double> run_decode(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
-                               int64_t n_new, int64_t context, int reps, int warmup = 1);
+                               int64_t n_new, int64_t context, int reps, int warmup = 1,
+                               const RepHook& hook = {});
+// Decode at `batch` with one batch-1 repetition just before each (same cache mode, prompt and
+// n_new), so that the ratio of a pair compares the same moments of a machine whose speed drifts.
+// The hook brackets each pair.
+struct PairedDecode {
+    std::vector<double> batched, batch1;  // tokens/s per timed pair
+};
+PairedDecode run_decode_paired(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
+                               int64_t n_new, int64_t context, int reps, int warmup = 1,
+                               const RepHook& hook = {});
 // Trains `m` in place; *last_loss gets the last step's loss.
 // precision BF16: mixed precision (TrainConfig::precision); recompute: TrainConfig::recompute.
 std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, int warmup,
                               double* last_loss, Precision precision = Precision::FP32,
-                              Recompute recompute = Recompute::SELECTIVE);
+                              Recompute recompute = Recompute::SELECTIVE, const RepHook& hook = {});
 
 }  // namespace pldr::perf

@@ -1,7 +1,7 @@
 // pldr bench (MODEL_DIR | --config S|M|110M) [--batch B] [--threads N] [--only LIST] ...:
 // prefill, decode (per cache mode, batch 1 and batch B) and training tokens/s, each as a fraction
 // of the limit this run measures on this machine: the SGEMM peak for prefill and training (FLOPs
-// counted as in docs/bench.md), the read bandwidth over the bytes a token must read for decode.
+// counted as in bench/README.md), the read bandwidth over the bytes a token must read for decode.
 // Each workload runs in a child process (this binary, re-executed with --one), so its peak RSS is
 // its own. Output: a markdown table (or JSON with --output json); --json FILE also writes the
 // JSON, atomically. --check-bandwidth compares the read bandwidth with likwid-bench's load_avx.
@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -31,7 +32,7 @@ using nlohmann::json;
 struct BenchArgs {
     std::string dir, config, only = "prefill,decode,train", caches = "kvg,kv,none", one;
     std::string output = "md", json_path, weights, precision = "fp32", recompute = "selective";
-    std::string save_model;
+    std::string save_model, limits = "adjacent", probe;
     int threads = 2, reps = 0, warmup = 1;
     int64_t batch = 8, prompt_prefill = 128, prompt_decode = 32, n_new = 64, context = 1024;
     int64_t train_batch = 8, train_seq = 256;
@@ -75,8 +76,16 @@ json to_json(const api::BenchResult& r, const api::BenchOptions& o) {
     }
     j["threads"] = r.threads;
     j["params"] = r.num_params;
-    j["tok_s"] = {{"median", r.tok_s.median}, {"min", r.tok_s.min},   {"max", r.tok_s.max},
-                  {"mean", r.tok_s.mean},     {"sd", r.tok_s.stddev}, {"n", r.tok_s.n}};
+    auto stats_json = [](const api::BenchStats& s) {
+        return json{{"median", s.median}, {"min", s.min},   {"max", s.max},
+                    {"mean", s.mean},     {"sd", s.stddev}, {"n", s.n}};
+    };
+    j["tok_s"] = stats_json(r.tok_s);
+    j["tok_s_reps"] = r.tok_s_reps;
+    if (!r.batch1_reps.empty()) {
+        j["batch1_tok_s_reps"] = r.batch1_reps;
+        j["x_batch1_pairs"] = stats_json(r.x_batch1);
+    }
     j["flops_per_token"] = r.flops_per_token;
     j["bytes_per_token"] = r.bytes_per_token;
     j["peak_rss_bytes"] = r.peak_rss_bytes;
@@ -84,8 +93,8 @@ json to_json(const api::BenchResult& r, const api::BenchOptions& o) {
     return j;
 }
 
-// One workload in a child process (this binary with --one); its JSON line.
-json run_child(const std::vector<std::string>& args) {
+// Runs this binary with `args` in a child process; its standard output, and whether it exited 0.
+std::pair<std::string, bool> run_self(const std::vector<std::string>& args) {
     int fd[2];
     require(::pipe(fd) == 0, "bench: pipe: ", std::strerror(errno));
     posix_spawn_file_actions_t fa;
@@ -114,11 +123,42 @@ json run_child(const std::vector<std::string>& args) {
     int st = 0;
     while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
-    require(WIFEXITED(st) && WEXITSTATUS(st) == 0, "bench: the ", args[3],
-            " workload failed (its error is above)");
+    return {out, WIFEXITED(st) && WEXITSTATUS(st) == 0};
+}
+
+// One workload in a child process (this binary with --one); its JSON line.
+json run_child(const std::vector<std::string>& args) {
+    const auto [out, ok] = run_self(args);
+    require(ok, "bench: the ", args[3], " workload failed (its error is above)");
     const size_t at = out.rfind("{\"bench_result\"");
     require(at != std::string::npos, "bench: the ", args[3], " workload printed no result");
     return json::parse(out.substr(at))["bench_result"];
+}
+
+// The limits named in `kinds` ("read", "sgemm", "bf16"), each measured in a process of its own
+// (this binary with --probe), so that its buffers count in no workload's peak RSS.
+json probe_limits(const std::vector<std::string>& kinds, int threads) {
+    json j;
+    for (const auto& k : kinds) {
+        const auto [out, ok] =
+            run_self({"pldr", "bench", "--probe", k, "--threads", std::to_string(threads)});
+        const size_t at = out.rfind("{\"probe\"");
+        require(ok && at != std::string::npos, "bench: measuring the ", k, " limit failed");
+        j[k] = json::parse(out.substr(at))["probe"];
+    }
+    return j;
+}
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+double median_of(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // likwid-bench's load_avx read bandwidth on `threads` threads (GB/s), or -1 when unavailable.
@@ -150,6 +190,10 @@ std::string fmt(const char* f, double v) {
 }
 
 int run_bench(const BenchArgs& a) {
+    if (!a.probe.empty()) {  // a child: one limit, one JSON line
+        std::printf("{\"probe\":%.17g}\n", api::measure_bench_limit(a.probe, a.threads));
+        return 0;
+    }
     require(a.dir.empty() != a.config.empty(), "bench: give a MODEL_DIR or --config S|M|110M");
     if (!a.save_model.empty()) {
         require(!a.config.empty(), "--save-model writes the random model of --config");
@@ -177,10 +221,36 @@ int run_bench(const BenchArgs& a) {
         if (parts[5] != "-") o.recompute = parts[5];
         return o;
     };
-    if (!a.one.empty()) {  // the child: one workload, one JSON line
-        const api::BenchOptions o = options_of_job(a.one);
+    // One workload in this process, its JSON.
+    auto run_here = [&](const std::string& job) {
+        api::BenchOptions o = options_of_job(job);
+        // --limits adjacent: the workload's limit measured before the first timed repetition,
+        // after the last, and between two wherever a second has passed since the last
+        // measurement (so that short repetitions still run back to back), each time in a process
+        // of its own. A probe's "before" is the repetition it preceded.
+        json probes = json::array();
+        if (a.limits == "adjacent") {
+            std::vector<std::string> kinds = {"read"};
+            if (o.workload != api::BenchWorkload::DECODE) {
+                kinds = {"sgemm"};
+                if (o.precision == "bf16" || o.weights == "bf16") kinds.push_back("bf16");
+            }
+            o.between_reps = [&probes, kinds, t = a.threads, last = 0.0](int i, int reps) mutable {
+                if (i > 0 && i < reps && now_s() - last < 1.0) return;
+                json p = probe_limits(kinds, t);
+                p["before"] = i;
+                probes.push_back(p);
+                last = now_s();
+            };
+        }
+        o.pair_batch1 = o.workload == api::BenchWorkload::DECODE && o.batch > 1;
         const api::BenchResult r = api::bench(o);
-        std::printf("{\"bench_result\":%s}\n", to_json(r, o).dump().c_str());
+        json j = to_json(r, o);
+        if (!probes.empty()) j["probes"] = probes;
+        return j;
+    };
+    if (!a.one.empty()) {  // the child: one workload, one JSON line
+        std::printf("{\"bench_result\":%s}\n", run_here(a.one).dump().c_str());
         return 0;
     }
 
@@ -232,14 +302,14 @@ int run_bench(const BenchArgs& a) {
     for (const auto& job : jobs) {
         json r;
         if (a.no_isolate) {
-            const api::BenchOptions o = options_of_job(job);
-            r = to_json(api::bench(o), o);
+            r = run_here(job);
         } else {
             std::vector<std::string> args = {"pldr", "bench", "--one", job};
             if (!a.dir.empty()) args.push_back(a.dir);
             if (!a.config.empty()) args.insert(args.end(), {"--config", a.config});
             for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
                      {"--threads", std::to_string(a.threads)},
+                     {"--limits", a.limits},
                      {"--reps", std::to_string(a.reps)},
                      {"--warmup", std::to_string(a.warmup)},
                      {"--context", std::to_string(a.context)},
@@ -251,32 +321,68 @@ int run_bench(const BenchArgs& a) {
                 args.insert(args.end(), {k, v});
             r = run_child(args);
         }
-        // The limit this workload could reach on this machine, from this run's measurements.
+        // The limit this workload could reach on this machine: from the limits measured next to
+        // each repetition where there are (the larger of those before and after it), else from
+        // those measured at the start of the run.
+        auto limit_of = [&r](double read_gbs, double sgemm_gflops, double bf16_gflops,
+                             std::string* bound) {
+            if (r["workload"] == "decode") {
+                const double bytes = r["bytes_per_token"].get<double>();
+                const double B = double(r["batch"].get<int64_t>());
+                const double bw_limit = B * read_gbs * 1e9 / bytes;
+                const double flops = r["flops_per_token"].get<double>();  // 2 per weight read
+                const double flop_limit = sgemm_gflops * 1e9 / (flops > 0 ? flops : bytes / 2);
+                *bound = bw_limit <= flop_limit ? "read" : "sgemm";
+                return std::min(bw_limit, flop_limit);
+            }
+            if (r["bf16_products"].get<bool>() && bf16_gflops > 0) {
+                *bound = "bf16 gemm";
+                return bf16_gflops * 1e9 / r["flops_per_token"].get<double>();
+            }
+            *bound = "sgemm";
+            return sgemm_gflops * 1e9 / r["flops_per_token"].get<double>();
+        };
         const double tps = r["tok_s"]["median"].get<double>();
-        double limit = 0;
         std::string bound;
-        if (r["workload"] == "decode") {
-            const double bytes = r["bytes_per_token"].get<double>();
-            const double B = double(r["batch"].get<int64_t>());
-            const double bw_limit = B * lim.read_gbs * 1e9 / bytes;
-            const double flops = r["flops_per_token"].get<double>();  // 2 FLOPs per weight read
-            const double flop_limit = lim.sgemm_gflops * 1e9 / (flops > 0 ? flops : bytes / 2);
-            limit = std::min(bw_limit, flop_limit);
-            bound = bw_limit <= flop_limit ? "read" : "sgemm";
-        } else if (r["bf16_products"].get<bool>() && lim.bf16_gflops > 0) {
-            limit = lim.bf16_gflops * 1e9 / r["flops_per_token"].get<double>();
-            bound = "bf16 gemm";
+        const double start_limit =
+            limit_of(lim.read_gbs, lim.sgemm_gflops, lim.bf16_gflops, &bound);
+        r["limit_tok_s_run_start"] = start_limit;
+        r["fraction_run_start"] = tps / start_limit;
+        const auto reps = r["tok_s_reps"].get<std::vector<double>>();
+        if (r.contains("probes") && !reps.empty()) {
+            // Repetition i lies between the last probe before it and the next one after it.
+            const json& p = r["probes"];
+            auto near = [&](size_t i, const char* k, double fallback) {
+                double v = 0;
+                for (size_t j = 0; j < p.size(); ++j) {
+                    const auto before = [&](size_t x) { return p[x]["before"].get<size_t>(); };
+                    const bool last_before =
+                        before(j) <= i && (j + 1 == p.size() || before(j + 1) > i);
+                    const bool first_after = before(j) > i && (j == 0 || before(j - 1) <= i);
+                    if ((last_before || first_after) && p[j].contains(k))
+                        v = std::max(v, p[j][k].get<double>());
+                }
+                return v > 0 ? v : fallback;
+            };
+            std::vector<double> limits, fractions;
+            for (size_t i = 0; i < reps.size(); ++i) {
+                limits.push_back(limit_of(near(i, "read", lim.read_gbs),
+                                          near(i, "sgemm", lim.sgemm_gflops),
+                                          near(i, "bf16", lim.bf16_gflops), &bound));
+                fractions.push_back(reps[i] / limits.back());
+            }
+            r["limit_tok_s"] = median_of(limits);
+            r["fraction"] = median_of(fractions);
+            r["limits_measured"] = "adjacent";
         } else {
-            limit = lim.sgemm_gflops * 1e9 / r["flops_per_token"].get<double>();
-            bound = "sgemm";
+            r["limit_tok_s"] = start_limit;
+            r["fraction"] = tps / start_limit;
+            r["limits_measured"] = "run start";
         }
-        r["limit_tok_s"] = limit;
         r["bound"] = bound;
-        r["fraction"] = tps / limit;
         results.push_back(r);
     }
-    // Batched decode against batch 1 of the same run (and weights); each low-precision row
-    // against its float32 twin (same workload, cache and batch).
+    // Each low-precision row against its float32 twin (same workload, cache and batch).
     auto same_shape = [](const json& x, const json& y) {
         return x["workload"] == y["workload"] && x.value("cache", "") == y.value("cache", "") &&
                x.value("batch", int64_t(0)) == y.value("batch", int64_t(0));
@@ -290,7 +396,7 @@ int run_bench(const BenchArgs& a) {
             if (r["workload"] == "decode" && r["batch"].get<int64_t>() > 1 &&
                 q["workload"] == "decode" && q["cache"] == "kvg" && q["batch"] == 1 &&
                 q["weights"] == r["weights"])
-                r["x_batch1"] = t / u;
+                r["x_batch1_separate"] = t / u;
             const bool low = r["weights"] != "f32" || r["precision"] != "fp32";
             if (low && same_shape(r, q) && q["weights"] == "f32" && q["precision"] == "fp32" &&
                 recompute_of(q) == recompute_of(r))
@@ -300,6 +406,13 @@ int run_bench(const BenchArgs& a) {
                 recompute_of(q) == "selective" && q["precision"] == r["precision"])
                 r["x_selective"] = t / u;
         }
+        // Batched decode against batch 1 (same weights): the median ratio of the pairs that ran
+        // together (each batch-B repetition right after a batch-1 one), else the ratio to the
+        // batch-1 row of this run.
+        if (r.contains("x_batch1_pairs"))
+            r["x_batch1"] = r["x_batch1_pairs"]["median"];
+        else if (r.contains("x_batch1_separate"))
+            r["x_batch1"] = r["x_batch1_separate"];
     }
 
     json out;
@@ -314,7 +427,7 @@ int run_bench(const BenchArgs& a) {
         std::printf("%s\n", out.dump(2).c_str());
         return 0;
     }
-    std::printf("limits (%d threads): read %.1f GB/s", lim.threads, lim.read_gbs);
+    std::printf("limits at the start (%d threads): read %.1f GB/s", lim.threads, lim.read_gbs);
     if (likwid > 0)
         std::printf(" (likwid-bench load_avx %.1f GB/s, ratio %.2f)", likwid,
                     lim.read_gbs / likwid);
@@ -323,7 +436,12 @@ int run_bench(const BenchArgs& a) {
         std::printf(", bf16 GEMM %.0f GFLOP/s (%s)", lim.bf16_gflops, lim.bf16_backend.c_str());
     else
         std::printf(", bf16 GEMM: none (%s)", lim.bf16_backend.c_str());
-    std::printf("\n\n");
+    std::printf("\n");
+    if (a.limits == "adjacent")
+        std::printf(
+            "each row's limit: measured before each repetition and after the last (the larger of "
+            "the two around each), median over the repetitions\n");
+    std::printf("\n");
     std::printf(
         "| model | workload | tok/s median (min–max) | limit tok/s | fraction | peak RSS |\n"
         "|---|---|---|---|---|---|\n");
@@ -421,7 +539,16 @@ void add_bench(CLI::App& app) {
                   "run every workload in this process (peak RSS is then cumulative)");
     cmd->add_flag("--check-bandwidth", a->check_bandwidth,
                   "also measure the read bandwidth with likwid-bench (load_avx)");
+    cmd->add_option("--limits", a->limits,
+                    "where each workload's limit is measured: adjacent (before each repetition "
+                    "and after the last, for a machine whose speed drifts) or start (once, at the "
+                    "start of the run)")
+        ->check(CLI::IsMember({"adjacent", "start"}))
+        ->capture_default_str();
     cmd->add_option("--one", a->one, "internal: run one workload, print one JSON line")->group("");
+    cmd->add_option("--probe", a->probe, "internal: measure one limit, print one JSON line")
+        ->check(CLI::IsMember({"read", "sgemm", "bf16"}))
+        ->group("");
     cmd->callback([a]() { return run_bench(*a); });
 }
 

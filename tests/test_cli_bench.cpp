@@ -1,0 +1,127 @@
+// pldr bench: the benchmark model it writes, and how it compares each workload with the machine's
+// limits (fractions of the limits measured next to each repetition; batched decode against
+// batch 1 in pairs that ran together).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "io/model_load.h"
+#include "model/init.h"
+#include "perf/workloads.h"
+
+namespace {
+
+using nlohmann::json;
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+json bench_json(const std::string& args) {
+    const auto r = cli_test::run("bench --config S --context 64 --output json " + args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return json::parse(r.out);
+}
+
+}  // namespace
+
+// pldr bench --save-model: the benchmark shape's random model as a directory that loads mapped,
+// with bench's own weights; refused into a directory that holds a model, or without --config.
+TEST(CliBench, SaveModelWritesTheBenchmarkWeightsAndRefusesToOverwrite) {
+    const std::string dir = cli_test::tmp_dir("benchsave") + "/S";
+    auto r = cli_test::run("bench --config S --context 64 --save-model " + dir);
+    ASSERT_EQ(r.code, 0) << r.err;
+    pldr::Model<float> want(pldr::perf::bench_config("S", 64));
+    pldr::init_weights(want, 1234);
+    const pldr::Model<float> got = pldr::load_model<float>(dir, true, /*map_file=*/true);
+    EXPECT_TRUE(got.params.is_mapped());
+    EXPECT_EQ(got.cfg.max_position, 64);
+    EXPECT_EQ(got.params, want.params);
+    cli_test::expect_error("bench --config S --save-model " + dir, "already holds a model");
+    cli_test::expect_error("bench " + dir + " --save-model " + dir + "2",
+                           "--save-model writes the random model of --config");
+    cli_test::expect_error("bench --config S --only train --recompute most",
+                           "is not none, selective or full");
+    cli_test::expect_error("train --recompute most", "--recompute");
+}
+
+// --limits adjacent (the default): each workload's limit is measured in its own process before
+// the first repetition, after the last, and between repetitions where a second has passed.
+// Repetition i is compared with the larger of the probes just before and just after it, and the
+// row's fraction is the median of those per-repetition fractions; batch 2 is divided by the
+// batch-1 repetition that ran just before it.
+TEST(CliBench, EachRepetitionIsComparedWithTheLimitsMeasuredAroundIt) {
+    const json out = bench_json(
+        "--only decode,train --caches kvg --batch 2 --reps 3 --n-new 8 --train-batch 2 "
+        "--train-seq 16");
+    const json& lim = out["limits"];
+    ASSERT_EQ(out["results"].size(), 3u);  // decode batch 1, decode batch 2, train
+    for (const json& r : out["results"]) {
+        SCOPED_TRACE(r.dump());
+        const auto reps = r["tok_s_reps"].get<std::vector<double>>();
+        ASSERT_EQ(reps.size(), 3u);
+        EXPECT_DOUBLE_EQ(r["tok_s"]["median"].get<double>(), median(reps));
+        const json& p = r["probes"];
+        ASSERT_GE(p.size(), 2u);
+        EXPECT_EQ(p.front()["before"], 0);
+        EXPECT_EQ(p.back()["before"], 3);
+        const bool decode = r["workload"] == "decode";
+        const char* key = decode ? "read" : "sgemm";
+        std::vector<double> fractions, limits;
+        for (int i = 0; i < 3; ++i) {
+            double before = 0, after = 0;  // the last probe before repetition i, the first after
+            for (const json& q : p) {
+                if (q["before"].get<int>() <= i) before = q[key].get<double>();
+                if (q["before"].get<int>() > i && after == 0) after = q[key].get<double>();
+            }
+            ASSERT_GT(before, 0);
+            ASSERT_GT(after, 0);
+            const double x = std::max(before, after);
+            double limit = 0;
+            if (decode) {
+                const double B = double(r["batch"].get<int>());
+                limit = std::min(
+                    B * x * 1e9 / r["bytes_per_token"].get<double>(),
+                    lim["sgemm_gflops"].get<double>() * 1e9 / r["flops_per_token"].get<double>());
+            } else {
+                limit = x * 1e9 / r["flops_per_token"].get<double>();
+            }
+            limits.push_back(limit);
+            fractions.push_back(reps[size_t(i)] / limit);
+        }
+        EXPECT_NEAR(r["fraction"].get<double>(), median(fractions), 1e-12 * median(fractions));
+        EXPECT_NEAR(r["limit_tok_s"].get<double>(), median(limits), 1e-9 * median(limits));
+        EXPECT_EQ(r["limits_measured"], "adjacent");
+        if (decode && r["batch"] == 2) {
+            const auto one = r["batch1_tok_s_reps"].get<std::vector<double>>();
+            ASSERT_EQ(one.size(), 3u);
+            std::vector<double> x;
+            for (size_t i = 0; i < 3; ++i) x.push_back(reps[i] / one[i]);
+            EXPECT_NEAR(r["x_batch1"].get<double>(), median(x), 1e-12 * median(x));
+        } else {
+            EXPECT_FALSE(r.contains("batch1_tok_s_reps"));
+        }
+    }
+}
+
+// --limits start: one measurement at the start of the run for every workload, no probes.
+TEST(CliBench, LimitsAtTheStartAreMeasuredOnce) {
+    const json out = bench_json(
+        "--only train --limits start --reps 2 --train-batch 2 "
+        "--train-seq 16");
+    ASSERT_EQ(out["results"].size(), 1u);
+    const json& r = out["results"][0];
+    EXPECT_FALSE(r.contains("probes"));
+    EXPECT_EQ(r["limits_measured"], "run start");
+    const double limit =
+        out["limits"]["sgemm_gflops"].get<double>() * 1e9 / r["flops_per_token"].get<double>();
+    EXPECT_NEAR(r["limit_tok_s"].get<double>(), limit, 1e-9 * limit);
+    EXPECT_DOUBLE_EQ(r["fraction"].get<double>(), r["fraction_run_start"].get<double>());
+    cli_test::expect_error("bench --config S --limits nearby", "--limits");
+}
