@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/parallel.h"
@@ -17,6 +19,7 @@ namespace {
 using pldr::parallel_for;
 using pldr::parallel_for_2d;
 using pldr::parallel_for_dynamic;
+using pldr::parallel_for_balanced;
 
 TEST(ParallelFor, BelowTheThresholdRunsInOrderWithoutARegion) {
     std::vector<int64_t> seen;
@@ -53,6 +56,35 @@ TEST(ParallelFor, AboveTheThresholdEveryIterationOnce) {
     std::vector<int> dyn(static_cast<size_t>(n), 0);
     parallel_for_dynamic(n, true, [&](int64_t i) { ++dyn[size_t(i)]; });
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(dyn[size_t(i)], 1) << i;
+}
+
+// parallel_for_balanced: every iteration once; each thread starts at the front of its own half
+// and goes up; a thread whose half is slow (here every iteration of thread 0's half sleeps) has
+// the end of it taken by the other thread, from the back.
+TEST(ParallelFor, BalancedRunsEveryIterationOnceAndTheFastThreadHelps) {
+    const TwoThreads two;
+    const int64_t n = 200;
+    std::vector<int> count(static_cast<size_t>(n), 0), who(static_cast<size_t>(n), -1);
+    std::vector<std::vector<int64_t>> order(2);
+    parallel_for_balanced(n, true, [&](int64_t i) {
+        const int t = omp_get_thread_num();
+        ++count[size_t(i)];
+        who[size_t(i)] = t;
+        order[size_t(t)].push_back(i);
+        if (i < n / 2) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(count[size_t(i)], 1) << i;
+    ASSERT_EQ(order[0].size() + order[1].size(), size_t(n));
+    // Thread 1 ran its own half in order, then took from the end of thread 0's.
+    ASSERT_GT(order[1].size(), size_t(n / 2 + 20));
+    for (int64_t k = 0; k < n / 2; ++k) EXPECT_EQ(order[1][size_t(k)], n / 2 + k);
+    for (size_t k = size_t(n / 2); k < order[1].size(); ++k)
+        EXPECT_EQ(order[1][k], n / 2 - 1 - int64_t(k - size_t(n / 2)));
+    for (size_t k = 0; k < order[0].size(); ++k) EXPECT_EQ(order[0][k], int64_t(k));
+    // Without a team: in order on this thread.
+    std::vector<int64_t> seq;
+    parallel_for_balanced(5, false, [&](int64_t i) { seq.push_back(i); });
+    EXPECT_EQ(seq, (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
 
 TEST(ParallelFor, TwoDimensionsVisitEveryPairOnce) {

@@ -12,6 +12,8 @@
 #pragma once
 #include <omp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 namespace pldr {
@@ -53,6 +55,50 @@ inline void parallel_for_dynamic(int64_t n, bool parallel, F&& f) {
         for (int64_t i = 0; i < n; ++i) f(i);
     } else {
         for (int64_t i = 0; i < n; ++i) f(i);
+    }
+}
+
+// f(i) for i in [0, n) over the team: each thread runs its equal contiguous range in order (one
+// stream through memory, as schedule(static) gives), and a thread that has finished its own range
+// takes what remains of the others' from their ends, one iteration at a time. For
+// bandwidth-bound loops whose threads do not run at the same pace (a VM's vCPUs, a core shared
+// with other work): no thread then waits for another for more than one iteration. Each i runs
+// exactly once; which thread runs it may differ from run to run.
+template <typename F>
+inline void parallel_for_balanced(int64_t n, bool parallel, F&& f) {
+    constexpr int kMaxThreads = 64;
+    const int nt = std::min(omp_get_max_threads(), kMaxThreads);
+    if (!team_for(n, parallel) || n >= (int64_t(1) << 31)) {
+        parallel_for(n, parallel, f);
+        return;
+    }
+    // Thread t's range [lo, hi) as lo | hi << 32: the owner takes lo, a thief takes hi − 1.
+    struct alignas(64) Range {
+        std::atomic<uint64_t> v;
+    };
+    Range range[kMaxThreads];
+    for (int t = 0; t < nt; ++t)
+        range[t].v.store(uint64_t(n * t / nt) | uint64_t(n * (t + 1) / nt) << 32);
+    auto take = [&](int t, bool front, int64_t* i) {
+        uint64_t r = range[t].v.load();
+        for (;;) {
+            const int64_t lo = int64_t(r & 0xffffffffu), hi = int64_t(r >> 32);
+            if (lo >= hi) return false;
+            const uint64_t next = front ? uint64_t(lo + 1) | uint64_t(hi) << 32
+                                        : uint64_t(lo) | uint64_t(hi - 1) << 32;
+            if (range[t].v.compare_exchange_weak(r, next)) {
+                *i = front ? lo : hi - 1;
+                return true;
+            }
+        }
+    };
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();  // a team smaller than nt leaves ranges to steal
+        int64_t i = 0;
+        while (take(t, true, &i)) f(i);
+        for (int k = 1; k < nt; ++k)
+            while (take((t + k) % nt, false, &i)) f(i);
     }
 }
 

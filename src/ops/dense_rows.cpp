@@ -269,7 +269,8 @@ bool dense_rows_forward(const DenseRowsJob* jobs, int n_jobs, const float* in, i
         first[j + 1] = first[j] + nt * std::max<int64_t>(1, (jobs[j].O + kRowsPerTask * nt - 1) /
                                                                 (kRowsPerTask * nt));
     const int64_t tasks = first[n_jobs];
-    parallel_for(tasks, par, [&](int64_t t) {
+    // Each thread streams its own tasks in order, then helps with the rest of the other's.
+    parallel_for_balanced(tasks, par, [&](int64_t t) {
         int j = 0;
         while (t >= first[j + 1]) ++j;
         const DenseRowsJob& job = jobs[j];
