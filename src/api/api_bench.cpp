@@ -123,14 +123,14 @@ BenchResult bench(const BenchOptions& o) {
     switch (o.workload) {
         case BenchWorkload::PREFILL: {
             const int64_t P = o.prompt ? o.prompt : 128;
-            r.tok_s_reps = perf::run_prefill(*m, P, ctx, o.reps ? o.reps : 3 + 7 * small, o.warmup,
-                                             o.between_reps);
+            r.tok_s_reps =
+                perf::run_prefill(*m, P, ctx, o.reps ? o.reps : 10, o.warmup, o.between_reps);
             r.flops_per_token = perf::forward_flops(m->cfg, 1, P, 1) / double(P);
             break;
         }
         case BenchWorkload::DECODE: {
             const int64_t P = o.prompt ? o.prompt : 32;
-            const int reps = o.reps ? o.reps : (o.cache == CacheMode::NONE ? 1 : 3);
+            const int reps = o.reps ? o.reps : (o.cache == CacheMode::NONE ? 1 : 5);
             if (o.pair_batch1 && o.batch > 1) {
                 const perf::PairedDecode p =
                     perf::run_decode_paired(*m, internal(o.cache), o.batch, P, o.n_new, ctx, reps,
@@ -152,7 +152,8 @@ BenchResult bench(const BenchOptions& o) {
             break;
         }
         case BenchWorkload::TRAIN: {
-            const int reps = o.reps ? o.reps : (small ? 20 : 3);
+            // S steps take tens of milliseconds, M's under a second, 110M's seconds.
+            const int reps = o.reps ? o.reps : (small ? 20 : m->cfg.hidden_size < 512 ? 8 : 3);
             double loss = 0;
             r.tok_s_reps = perf::run_train(*m, o.train_batch, std::min(o.train_seq, ctx), reps,
                                            o.warmup, &loss, precision, recompute, o.between_reps);
