@@ -18,8 +18,8 @@ namespace {
 
 using pldr::parallel_for;
 using pldr::parallel_for_2d;
-using pldr::parallel_for_dynamic;
 using pldr::parallel_for_balanced;
+using pldr::parallel_for_dynamic;
 
 TEST(ParallelFor, BelowTheThresholdRunsInOrderWithoutARegion) {
     std::vector<int64_t> seen;
