@@ -319,7 +319,8 @@ void packed_forward(float* out, const float* in, const LinearWeight<float>& W, c
             static thread_local Q8Rows xq;
             q8_quantize_rows(in, N, I, xq);
             const Q8Rows& x = xq;
-            parallel_for(tasks, par, [&](int64_t t) {
+            // Each thread streams its own tasks in order, then helps with the rest of the other's.
+            parallel_for_balanced(tasks, par, [&](int64_t t) {
                 const int64_t o0 = t * kRowsPerTask, o1 = std::min(O, o0 + kRowsPerTask);
                 rows_q8(k, out, x, W, b, O, o0, o1);
             });
