@@ -124,4 +124,5 @@ TEST(CliBench, LimitsAtTheStartAreMeasuredOnce) {
     EXPECT_NEAR(r["limit_tok_s"].get<double>(), limit, 1e-9 * limit);
     EXPECT_DOUBLE_EQ(r["fraction"].get<double>(), r["fraction_run_start"].get<double>());
     cli_test::expect_error("bench --config S --limits nearby", "--limits");
+    cli_test::expect_error("bench --probe write", "unknown limit 'write' (read, sgemm or bf16)");
 }
