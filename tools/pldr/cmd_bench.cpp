@@ -439,8 +439,9 @@ int run_bench(const BenchArgs& a) {
     std::printf("\n");
     if (a.limits == "adjacent")
         std::printf(
-            "each row's limit: measured before each repetition and after the last (the larger of "
-            "the two around each), median over the repetitions\n");
+            "each row's limit: measured around its repetitions (before the warm-up, between "
+            "repetitions a second apart, after the last); each repetition against the larger of "
+            "the two around it, the median over the repetitions\n");
     std::printf("\n");
     std::printf(
         "| model | workload | tok/s median (min–max) | limit tok/s | fraction | peak RSS |\n"
@@ -540,8 +541,8 @@ void add_bench(CLI::App& app) {
     cmd->add_flag("--check-bandwidth", a->check_bandwidth,
                   "also measure the read bandwidth with likwid-bench (load_avx)");
     cmd->add_option("--limits", a->limits,
-                    "where each workload's limit is measured: adjacent (before each repetition "
-                    "and after the last, for a machine whose speed drifts) or start (once, at the "
+                    "where each workload's limit is measured: adjacent (around its repetitions, "
+                    "for a machine whose speed drifts; bench/README.md) or start (once, at the "
                     "start of the run)")
         ->check(CLI::IsMember({"adjacent", "start"}))
         ->capture_default_str();
