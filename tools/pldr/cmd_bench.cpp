@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench_report.h"
 #include "common.h"
 #include "pldr/bench.hpp"
 
@@ -154,13 +155,6 @@ double now_s() {
         .count();
 }
 
-double median_of(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // likwid-bench's load_avx read bandwidth on `threads` threads (GB/s), or -1 when unavailable.
 double likwid_read_gbs(int threads) {
     const std::string cmd =
@@ -181,12 +175,6 @@ std::vector<std::string> split(const std::string& s) {
     for (std::string x; std::getline(ss, x, ',');)
         if (!x.empty()) out.push_back(x);
     return out;
-}
-
-std::string fmt(const char* f, double v) {
-    char b[64];
-    std::snprintf(b, sizeof b, f, v);
-    return b;
 }
 
 int run_bench(const BenchArgs& a) {
@@ -321,99 +309,10 @@ int run_bench(const BenchArgs& a) {
                 args.insert(args.end(), {k, v});
             r = run_child(args);
         }
-        // The limit this workload could reach on this machine: from the limits measured next to
-        // each repetition where there are (the larger of those before and after it), else from
-        // those measured at the start of the run.
-        auto limit_of = [&r](double read_gbs, double sgemm_gflops, double bf16_gflops,
-                             std::string* bound) {
-            if (r["workload"] == "decode") {
-                const double bytes = r["bytes_per_token"].get<double>();
-                const double B = double(r["batch"].get<int64_t>());
-                const double bw_limit = B * read_gbs * 1e9 / bytes;
-                const double flops = r["flops_per_token"].get<double>();  // 2 per weight read
-                const double flop_limit = sgemm_gflops * 1e9 / (flops > 0 ? flops : bytes / 2);
-                *bound = bw_limit <= flop_limit ? "read" : "sgemm";
-                return std::min(bw_limit, flop_limit);
-            }
-            if (r["bf16_products"].get<bool>() && bf16_gflops > 0) {
-                *bound = "bf16 gemm";
-                return bf16_gflops * 1e9 / r["flops_per_token"].get<double>();
-            }
-            *bound = "sgemm";
-            return sgemm_gflops * 1e9 / r["flops_per_token"].get<double>();
-        };
-        const double tps = r["tok_s"]["median"].get<double>();
-        std::string bound;
-        const double start_limit =
-            limit_of(lim.read_gbs, lim.sgemm_gflops, lim.bf16_gflops, &bound);
-        r["limit_tok_s_run_start"] = start_limit;
-        r["fraction_run_start"] = tps / start_limit;
-        const auto reps = r["tok_s_reps"].get<std::vector<double>>();
-        if (r.contains("probes") && !reps.empty()) {
-            // Repetition i lies between the last probe before it and the next one after it.
-            const json& p = r["probes"];
-            auto near = [&](size_t i, const char* k, double fallback) {
-                double v = 0;
-                for (size_t j = 0; j < p.size(); ++j) {
-                    const auto before = [&](size_t x) { return p[x]["before"].get<size_t>(); };
-                    const bool last_before =
-                        before(j) <= i && (j + 1 == p.size() || before(j + 1) > i);
-                    const bool first_after = before(j) > i && (j == 0 || before(j - 1) <= i);
-                    if ((last_before || first_after) && p[j].contains(k))
-                        v = std::max(v, p[j][k].get<double>());
-                }
-                return v > 0 ? v : fallback;
-            };
-            std::vector<double> limits, fractions;
-            for (size_t i = 0; i < reps.size(); ++i) {
-                limits.push_back(limit_of(near(i, "read", lim.read_gbs),
-                                          near(i, "sgemm", lim.sgemm_gflops),
-                                          near(i, "bf16", lim.bf16_gflops), &bound));
-                fractions.push_back(reps[i] / limits.back());
-            }
-            r["limit_tok_s"] = median_of(limits);
-            r["fraction"] = median_of(fractions);
-            r["limits_measured"] = "adjacent";
-        } else {
-            r["limit_tok_s"] = start_limit;
-            r["fraction"] = tps / start_limit;
-            r["limits_measured"] = "run start";
-        }
-        r["bound"] = bound;
+        add_limit_fractions(r, lim);
         results.push_back(r);
     }
-    // Each low-precision row against its float32 twin (same workload, cache and batch).
-    auto same_shape = [](const json& x, const json& y) {
-        return x["workload"] == y["workload"] && x.value("cache", "") == y.value("cache", "") &&
-               x.value("batch", int64_t(0)) == y.value("batch", int64_t(0));
-    };
-    auto recompute_of = [](const json& x) { return x.value("recompute", "selective"); };
-    for (auto& r : results) {
-        const double t = r["tok_s"]["median"].get<double>();
-        for (const auto& q : results) {
-            const double u = q["tok_s"]["median"].get<double>();
-            if (u <= 0) continue;
-            if (r["workload"] == "decode" && r["batch"].get<int64_t>() > 1 &&
-                q["workload"] == "decode" && q["cache"] == "kvg" && q["batch"] == 1 &&
-                q["weights"] == r["weights"])
-                r["x_batch1_separate"] = t / u;
-            const bool low = r["weights"] != "f32" || r["precision"] != "fp32";
-            if (low && same_shape(r, q) && q["weights"] == "f32" && q["precision"] == "fp32" &&
-                recompute_of(q) == recompute_of(r))
-                r["x_fp32"] = t / u;
-            // No or full recomputation against the selective plan of the same precision.
-            if (recompute_of(r) != "selective" && same_shape(r, q) &&
-                recompute_of(q) == "selective" && q["precision"] == r["precision"])
-                r["x_selective"] = t / u;
-        }
-        // Batched decode against batch 1 (same weights): the median ratio of the pairs that ran
-        // together (each batch-B repetition right after a batch-1 one), else the ratio to the
-        // batch-1 row of this run.
-        if (r.contains("x_batch1_pairs"))
-            r["x_batch1"] = r["x_batch1_pairs"]["median"];
-        else if (r.contains("x_batch1_separate"))
-            r["x_batch1"] = r["x_batch1_separate"];
-    }
+    add_ratios(results);
 
     json out;
     out["limits"] = {{"threads", lim.threads},           {"read_gbs", lim.read_gbs},
@@ -427,54 +326,7 @@ int run_bench(const BenchArgs& a) {
         std::printf("%s\n", out.dump(2).c_str());
         return 0;
     }
-    std::printf("limits at the start (%d threads): read %.1f GB/s", lim.threads, lim.read_gbs);
-    if (likwid > 0)
-        std::printf(" (likwid-bench load_avx %.1f GB/s, ratio %.2f)", likwid,
-                    lim.read_gbs / likwid);
-    std::printf(", SGEMM %.0f GFLOP/s (%s)", lim.sgemm_gflops, lim.sgemm_kernels.c_str());
-    if (lim.bf16_gflops > 0)
-        std::printf(", bf16 GEMM %.0f GFLOP/s (%s)", lim.bf16_gflops, lim.bf16_backend.c_str());
-    else
-        std::printf(", bf16 GEMM: none (%s)", lim.bf16_backend.c_str());
-    std::printf("\n");
-    if (a.limits == "adjacent")
-        std::printf(
-            "each row's limit: measured around its repetitions (before the warm-up, between "
-            "repetitions a second apart, after the last); each repetition against the larger of "
-            "the two around it, the median over the repetitions\n");
-    std::printf("\n");
-    std::printf(
-        "| model | workload | tok/s median (min–max) | limit tok/s | fraction | peak RSS |\n"
-        "|---|---|---|---|---|---|\n");
-    for (const auto& r : results) {
-        std::string w = r["workload"].get<std::string>();
-        if (w == "decode")
-            w += " " + r["cache"].get<std::string>() + " batch " +
-                 std::to_string(r["batch"].get<int64_t>());
-        else if (w == "prefill")
-            w += " " + std::to_string(r["prompt"].get<int64_t>());
-        else
-            w += " " + std::to_string(r["batch"].get<int64_t>()) + "×" +
-                 std::to_string(r["seq"].get<int64_t>());
-        std::string frac =
-            fmt("%.2f", r["fraction"].get<double>()) + " of " + r["bound"].get<std::string>();
-        if (r.contains("x_batch1")) frac += fmt(" (%.2f× batch 1)", r["x_batch1"].get<double>());
-        if (r.contains("x_fp32")) frac += fmt(" (%.2f× f32)", r["x_fp32"].get<double>());
-        if (r.contains("x_selective"))
-            frac += fmt(" (%.2f× selective)", r["x_selective"].get<double>());
-        std::string model = r["model"].get<std::string>();
-        if (r.value("weights", "f32") != "f32")
-            model += " (" + r["weights"].get<std::string>() + ")";
-        if (r.value("precision", "fp32") != "fp32")
-            model += " (" + r["precision"].get<std::string>() + " mixed)";
-        if (recompute_of(r) != "selective") model += " (recompute " + recompute_of(r) + ")";
-        std::printf("| %s | %s | %s (%s–%s) | %s | %s | %.0f MB |\n", model.c_str(), w.c_str(),
-                    fmt("%.1f", r["tok_s"]["median"].get<double>()).c_str(),
-                    fmt("%.1f", r["tok_s"]["min"].get<double>()).c_str(),
-                    fmt("%.1f", r["tok_s"]["max"].get<double>()).c_str(),
-                    fmt("%.1f", r["limit_tok_s"].get<double>()).c_str(), frac.c_str(),
-                    r["peak_rss_bytes"].get<double>() / 1e6);
-    }
+    print_report(out, a.limits == "adjacent");
     return 0;
 }
 
