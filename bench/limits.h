@@ -45,8 +45,8 @@ inline Limits measure_limits(int threads_after, bool with_dgemm = true, bool wit
         L.bw1 = read_bandwidth_gbs(1);
         L.bw2 = read_bandwidth_gbs(2);
     }
-    L.sgemm1 = gemm_gflops<float>(1);
-    L.sgemm2 = gemm_gflops<float>(2);
+    L.sgemm1 = perf::sgemm_peak_gflops(1);
+    L.sgemm2 = perf::sgemm_peak_gflops(2);
     if (with_dgemm) {
         L.dgemm1 = gemm_gflops<double>(1);
         L.dgemm2 = gemm_gflops<double>(2);

@@ -2,7 +2,10 @@
 # The golden tests (float32 and float64) under forced OpenBLAS kernels: the float32 allowances
 # come from measured conditioning and must hold whatever kernel runs. Every x86-64 CPU runs the
 # Haswell, Zen and Sandybridge kernels; SkylakeX and Cooperlake run where the CPU has AVX-512
-# (and AVX512-BF16). Usage: scripts/test-coretypes.sh [BUILD_DIR] [CORETYPE ...]
+# (and AVX512-BF16). These passes run every float32 product through OpenBLAS
+# (PLDR_SGEMM=openblas); then, in a build with oneDNN, the large float32 products that oneDNN
+# takes (core/blas.h) run once on its AVX2 kernels and once on the best the CPU has.
+# Usage: scripts/test-coretypes.sh [BUILD_DIR] [CORETYPE ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -25,7 +28,7 @@ for t in "${types[@]}"; do
     continue
   fi
   echo "== golden tests with OPENBLAS_CORETYPE=$t (OpenBLAS reports Core: $core)"
-  if OPENBLAS_CORETYPE=$t OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+  if PLDR_SGEMM=openblas OPENBLAS_CORETYPE=$t OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
        "$BUILD/tests/pldr_tests" --gtest_filter="$filter" --gtest_brief=1 >"$BUILD/coretype-$t.log" 2>&1; then
     tail -2 "$BUILD/coretype-$t.log"
   else
@@ -34,4 +37,17 @@ for t in "${types[@]}"; do
     status=1
   fi
 done
+if grep -q '^PLDR_DNNL:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+  for isa in AVX2 ALL; do
+    echo "== golden tests with oneDNN's float32 products, ONEDNN_MAX_CPU_ISA=$isa"
+    if ONEDNN_MAX_CPU_ISA=$isa "$BUILD/tests/pldr_tests" --gtest_filter="$filter" \
+         --gtest_brief=1 >"$BUILD/coretype-onednn-$isa.log" 2>&1; then
+      tail -2 "$BUILD/coretype-onednn-$isa.log"
+    else
+      tail -40 "$BUILD/coretype-onednn-$isa.log"
+      echo "coretypes: golden tests FAILED with ONEDNN_MAX_CPU_ISA=$isa" >&2
+      status=1
+    fi
+  done
+fi
 exit $status

@@ -21,9 +21,11 @@ namespace pldr::api {
 
 struct BenchLimits {
     int threads = 0;
-    double read_gbs = 0;        // STREAM-style multi-threaded read of 1 GiB, best of 5, GB/s
-    double sgemm_gflops = 0;    // float32 2048³ matrix product through OpenBLAS, best of 4
-    std::string sgemm_kernels;  // the BLAS kernels that product (and pldr's) ran on
+    double read_gbs = 0;  // STREAM-style multi-threaded read of 1 GiB, best of 5, GB/s
+    // float32 2048³ matrix product, best of 4 through each library pldr's float32 products run
+    // on (OpenBLAS, and oneDNN where pldr hands it products of that size), the better of them
+    double sgemm_gflops = 0;
+    std::string sgemm_kernels;  // the kernels pldr's float32 products run on
     // bf16 2048³ matrix product (float32 accumulation) through oneDNN, best of 4; 0 where the
     // machine has no bf16 products (or PLDR_FORCE_FP32=1). bf16_backend says which it used.
     double bf16_gflops = 0;

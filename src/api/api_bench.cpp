@@ -34,7 +34,7 @@ double measure_bench_limit(const std::string& which, int threads) {
     if (which == "read")
         v = perf::read_bandwidth_gbs(threads);
     else if (which == "sgemm")
-        v = perf::gemm_gflops<float>(threads);
+        v = perf::sgemm_peak_gflops(threads);
     else if (which == "bf16")
         v = perf::bf16_gemm_gflops(threads);
     else

@@ -1,10 +1,57 @@
-// The BLAS kernel set in use (blas.h).
+// The BLAS kernel set in use and the float32 product's engine (blas.h).
 #include "core/blas.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/onednn.h"
 
 namespace pldr {
 
+namespace {
+
+SgemmEngine engine_from_env() {
+    const char* e = std::getenv("PLDR_SGEMM");
+    return e && std::strcmp(e, "openblas") == 0 ? SgemmEngine::OPENBLAS : SgemmEngine::AUTO;
+}
+
+std::atomic<SgemmEngine> g_engine{engine_from_env()};
+
+// The LM head's backward products run over the vocabulary (K = V for the input gradient, M = V
+// rows of a transposed A for the weight gradient): there OpenBLAS measured 10–15 % faster.
+constexpr int64_t kVocabDim = 8192;
+
+}  // namespace
+
+SgemmEngine sgemm_engine() {
+    return g_engine.load(std::memory_order_relaxed);
+}
+
+void set_sgemm_engine(SgemmEngine e) {
+    g_engine.store(e, std::memory_order_relaxed);
+}
+
+bool sgemm_uses_onednn(bool ta, int64_t M, int64_t N, int64_t K) {
+    return sgemm_engine() == SgemmEngine::AUTO && onednn::built() && !omp_in_parallel() &&
+           M * N * K >= kBlasParallelWork && K < kVocabDim && !(ta && M >= kVocabDim);
+}
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    if (M > 0 && N > 0 && K > 0 && sgemm_uses_onednn(ta, M, N, K) &&
+        onednn::matmul(onednn::Type::F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+        return;
+    blas_call(M * N * K, [&] {
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+    });
+}
+
 std::string blas_kernels() {
-    return std::string("OpenBLAS ") + openblas_get_corename();
+    std::string s = std::string("OpenBLAS ") + openblas_get_corename();
+    if (sgemm_engine() == SgemmEngine::AUTO && onednn::built()) s += " + oneDNN " + onednn::isa();
+    return s;
 }
 
 }  // namespace pldr

@@ -1,4 +1,5 @@
-// GEMM through OpenBLAS (cblas), overloaded on float and double. Row-major throughout.
+// GEMM through OpenBLAS (cblas) and, for large float32 products, oneDNN; overloaded on float and
+// double. Row-major throughout.
 #pragma once
 #include <cblas.h>
 #include <omp.h>
@@ -33,14 +34,23 @@ inline void blas_call(int64_t work, F&& f) {
     if (n > 1) omp_set_num_threads(n);
 }
 
+// Which library runs the float32 products. AUTO: oneDNN's matmul (core/onednn.h) where it
+// measured faster than OpenBLAS (sgemm_uses_onednn below), OpenBLAS elsewhere. OPENBLAS: every
+// float32 product through OpenBLAS, as PLDR_SGEMM=openblas in the environment asks (benchmarks
+// compare the two; tests of OpenBLAS's kernel sets use it). Double precision is always OpenBLAS.
+enum class SgemmEngine : uint8_t { AUTO, OPENBLAS };
+SgemmEngine sgemm_engine();
+void set_sgemm_engine(SgemmEngine e);  // for the whole process
+
+// Whether a float32 product of this shape runs through oneDNN: AUTO, built with oneDNN, outside
+// an OpenMP parallel region (the per-head products inside one stay with OpenBLAS), at least
+// kBlasParallelWork multiply-adds, and not one of the LM head's backward products over the
+// vocabulary (K ≥ 8192, or a transposed A of ≥ 8192 rows), where OpenBLAS measured faster.
+bool sgemm_uses_onednn(bool ta, int64_t M, int64_t N, int64_t K);
+
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major with leading dimensions.
-inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-    blas_call(M * N * K, [&] {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
-    });
-}
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
                  int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
     blas_call(M * N * K, [&] {

@@ -18,6 +18,7 @@
 
 #include "core/blas.h"
 #include "core/error.h"
+#include "core/onednn.h"
 #include "core/parallel.h"
 
 #ifdef PLDR_WITH_DNNL
@@ -65,60 +66,6 @@ bool cpu_has_bf16() {
     return has;
 }
 
-std::string isa_label() {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-    return (isa & amx) == amx ? "avx512_core_amx" : "avx512_core_bf16";
-}
-
-dnnl::engine& engine() {
-    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-    return e;
-}
-
-// One matmul primitive per problem: shapes, layouts, alpha, beta and the thread count (a
-// primitive's blocking is chosen for the team it will run on).
-using Key =
-    std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, int>;
-struct Prim {
-    dnnl::matmul mm;
-    dnnl::memory::desc a, b, c;
-    bool native = true;  // false: oneDNN has only its reference kernel for it (then widen)
-};
-std::mutex g_mu;
-// Shared pointers: a caller keeps its primitive while another thread may clear the cache.
-std::map<Key, std::shared_ptr<const Prim>> g_prims;
-constexpr size_t kMaxPrims = 512;
-
-std::shared_ptr<const Prim> prim(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                                 int64_t lda, int64_t ldb, float beta, int64_t ldc) {
-    using dt = dnnl::memory::data_type;
-    using dims = dnnl::memory::dims;
-    const Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, omp_get_max_threads()};
-    std::lock_guard<std::mutex> lock(g_mu);
-    auto it = g_prims.find(key);
-    if (it != g_prims.end()) return it->second;
-    if (g_prims.size() >= kMaxPrims) g_prims.clear();
-    Prim p;
-    p.a = dnnl::memory::desc(dims{M, K}, dt::bf16, ta ? dims{1, lda} : dims{lda, 1});
-    p.b = dnnl::memory::desc(dims{K, N}, dt::bf16, tb ? dims{1, ldb} : dims{ldb, 1});
-    p.c = dnnl::memory::desc(dims{M, N}, dt::f32, dims{ldc, 1});
-    dnnl::primitive_attr attr;
-    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    if (beta != 0.0f) {
-        dnnl::post_ops po;
-        po.append_sum(beta);
-        attr.set_post_ops(po);
-    }
-    try {
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.c), attr, engine());
-        p.native = std::strncmp(pd.impl_info_str(), "ref", 3) != 0;
-        p.mm = dnnl::matmul(pd);
-    } catch (const dnnl::error& e) {
-        fail("oneDNN bf16 matmul ", M, "x", N, "x", K, ": ", e.what());
-    }
-    return g_prims.emplace(key, std::make_shared<const Prim>(std::move(p))).first->second;
-}
 #endif
 
 // The float32 product of bf16 operands (exact widening), for a problem oneDNN has no native
@@ -194,7 +141,7 @@ std::string unavailable_reason() {
 
 std::string backend_name() {
 #ifdef PLDR_WITH_DNNL
-    if (available()) return "onednn " + isa_label();
+    if (available()) return "onednn " + onednn::isa();
 #endif
     return "fp32 (" + unavailable_reason() + ")";
 }
@@ -222,24 +169,11 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
                 C[m * ldc + n] = beta == 0 ? 0.0f : beta * C[m * ldc + n];
         return;
     }
-#ifdef PLDR_WITH_DNNL
     blas_call(M * N * K, [&] {
-        const std::shared_ptr<const Prim> pp = prim(ta, tb, M, N, K, alpha, lda, ldb, beta, ldc);
-        const Prim& p = *pp;
-        if (!p.native) {
+        if (!onednn::matmul(onednn::Type::BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                            ldc))  // oneDNN has only its reference kernel for it: widen
             gemm_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-            return;
-        }
-        thread_local dnnl::stream s(engine());
-        dnnl::memory am(p.a, engine(), const_cast<uint16_t*>(A));
-        dnnl::memory bm(p.b, engine(), const_cast<uint16_t*>(B));
-        dnnl::memory cm(p.c, engine(), C);
-        p.mm.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-        s.wait();
     });
-#else
-    gemm_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-#endif
 }
 
 void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -143,11 +143,21 @@ double bf16_gemm_gflops(int threads, int64_t n, int reps) {
 template double gemm_gflops<float>(int, int64_t, int);
 template double gemm_gflops<double>(int, int64_t, int);
 
+double sgemm_peak_gflops(int threads, int64_t n, int reps) {
+    double best = gemm_gflops<float>(threads, n, reps);
+    if (sgemm_uses_onednn(false, n, n, n)) {  // that was oneDNN's: OpenBLAS's too
+        set_sgemm_engine(SgemmEngine::OPENBLAS);
+        best = std::max(best, gemm_gflops<float>(threads, n, reps));
+        set_sgemm_engine(SgemmEngine::AUTO);
+    }
+    return best;
+}
+
 Limits measure_limits(int threads, bool with_dgemm) {
     Limits L;
     L.threads = threads;
     L.read_gbs = read_bandwidth_gbs(threads);
-    L.sgemm_gflops = gemm_gflops<float>(threads);
+    L.sgemm_gflops = sgemm_peak_gflops(threads);
     L.bf16_gflops = bf16_gemm_gflops(threads);
     if (with_dgemm) L.dgemm_gflops = gemm_gflops<double>(threads);
     set_threads(threads);

@@ -30,13 +30,17 @@ double read_bandwidth_gbs(int threads, size_t bytes = size_t(1) << 30, int reps 
 // GEMM peak in GFLOP/s (2n³ FLOPs per product), best of `reps`, on `threads` threads.
 template <typename T>
 double gemm_gflops(int threads, int64_t n = 2048, int reps = 4);
+// The float32 peak: the better of gemm_gflops<float> through each engine pldr's float32 products
+// run on (OpenBLAS, and oneDNN where it takes a product of this size: core/blas.h), so that a
+// product is never compared with a limit slower than the best it could have had.
+double sgemm_peak_gflops(int threads, int64_t n = 2048, int reps = 4);
 // The same for bf16 operands with float32 accumulation (core/gemm_bf16.h); 0 where unavailable.
 double bf16_gemm_gflops(int threads, int64_t n = 2048, int reps = 4);
 
 struct Limits {
     int threads = 0;
     double read_gbs = 0;      // read bandwidth on `threads` threads
-    double sgemm_gflops = 0;  // SGEMM 2048³ on `threads` threads
+    double sgemm_gflops = 0;  // sgemm_peak_gflops: float32 2048³ on `threads` threads
     double dgemm_gflops = 0;  // DGEMM (0 when not measured)
     double bf16_gflops = 0;   // bf16 products (0 where the machine has none)
 };

@@ -1,0 +1,147 @@
+// oneDNN matmul primitives, cached per problem (see onednn.h).
+#include "core/onednn.h"
+
+#include <omp.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+
+#ifdef PLDR_WITH_DNNL
+#include <dnnl.hpp>
+#endif
+
+namespace pldr::onednn {
+
+namespace {
+std::atomic<int64_t> g_f32_calls{0};
+}  // namespace
+
+int64_t f32_calls() {
+    return g_f32_calls.load(std::memory_order_relaxed);
+}
+
+#ifdef PLDR_WITH_DNNL
+
+namespace {
+
+dnnl::engine& engine() {
+    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+}
+
+// A primitive's blocking is chosen for the team it will run on: the thread count is in the key.
+using Key = std::tuple<Type, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       float, float, int>;
+struct Prim {
+    dnnl::matmul mm;
+    dnnl::memory::desc a, b, c, scratch;
+    bool native = true;  // false: oneDNN has only its reference kernel for it
+};
+std::mutex g_mu;
+// Shared pointers: a caller keeps its primitive while another thread may clear the cache.
+std::map<Key, std::shared_ptr<const Prim>> g_prims;
+constexpr size_t kMaxPrims = 512;
+
+std::shared_ptr<const Prim> prim(const Key& key) {
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_prims.find(key);
+    if (it != g_prims.end()) return it->second;
+    if (g_prims.size() >= kMaxPrims) g_prims.clear();
+    const auto [type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, threads] = key;
+    (void)threads;
+    const dt ab = type == Type::BF16 ? dt::bf16 : dt::f32;
+    Prim p;
+    p.a = dnnl::memory::desc(dims{M, K}, ab, ta ? dims{1, lda} : dims{lda, 1});
+    p.b = dnnl::memory::desc(dims{K, N}, ab, tb ? dims{1, ldb} : dims{ldb, 1});
+    p.c = dnnl::memory::desc(dims{M, N}, dt::f32, dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+        dnnl::post_ops po;
+        po.append_sum(beta);
+        attr.set_post_ops(po);
+    }
+    try {
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.c), attr, engine());
+        p.native = std::strncmp(pd.impl_info_str(), "ref", 3) != 0;
+        p.scratch = pd.scratchpad_desc();
+        p.mm = dnnl::matmul(pd);
+    } catch (const dnnl::error& e) {
+        fail("oneDNN matmul ", M, "x", N, "x", K, ": ", e.what());
+    }
+    return g_prims.emplace(key, std::make_shared<const Prim>(std::move(p))).first->second;
+}
+
+}  // namespace
+
+bool built() {
+    return true;
+}
+
+std::string isa() {
+    using I = dnnl::cpu_isa;
+    const auto have = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    for (const auto& [isa, name] : {std::pair{I::avx512_core_amx, "avx512_core_amx"},
+                                    std::pair{I::avx512_core_bf16, "avx512_core_bf16"},
+                                    std::pair{I::avx512_core, "avx512_core"},
+                                    std::pair{I::avx2, "avx2"}, std::pair{I::sse41, "sse41"}}) {
+        const auto need = static_cast<unsigned>(isa);
+        if ((have & need) == need) return name;
+    }
+    return "any";
+}
+
+bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+            const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
+            int64_t ldc) {
+    PLDR_CHECK(M > 0 && N > 0 && K > 0);
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const std::shared_ptr<const Prim> pp =
+        prim(Key{type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, threads});
+    const Prim& p = *pp;
+    if (!p.native) return false;
+    thread_local dnnl::stream s(engine());
+    thread_local std::vector<char> scratch;  // grows to this thread's largest problem, then stays
+    const size_t bytes = p.scratch.get_size();
+    if (scratch.size() < bytes) scratch.resize(bytes);
+    dnnl::memory am(p.a, engine(), const_cast<void*>(A));
+    dnnl::memory bm(p.b, engine(), const_cast<void*>(B));
+    dnnl::memory cm(p.c, engine(), C);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+    if (bytes) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, engine(), scratch.data()));
+    p.mm.execute(s, args);
+    s.wait();
+    if (type == Type::F32) g_f32_calls.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+#else  // built without oneDNN
+
+bool built() {
+    return false;
+}
+
+std::string isa() {
+    return "";
+}
+
+bool matmul(Type, bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*,
+            int64_t, float, float*, int64_t) {
+    return false;
+}
+
+#endif
+
+}  // namespace pldr::onednn

@@ -1,0 +1,38 @@
+// Matrix products through oneDNN's matmul primitive (Debian's libdnnl), shared by the bf16
+// products (core/gemm_bf16.h) and the float32 ones that run faster there than in OpenBLAS
+// (core/blas.h: oneDNN's brgemm kernels reach 190–220 GFLOP/s on the projections of a 128-token
+// prefill where OpenBLAS gives 150–170, bench/README.md).
+//
+// One primitive per problem (shapes, strides, alpha, beta, element type, thread count), created
+// on first use and cached. Each call brings its own scratchpad (a buffer per calling thread,
+// grown to the largest problem it has run), so that two threads may run the same primitive at
+// once: a server's sessions call from threads of their own.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace pldr::onednn {
+
+// The element type of A and B (C is float32).
+enum class Type : uint8_t { F32, BF16 };
+
+// Whether pldr was built with oneDNN.
+bool built();
+
+// oneDNN's effective instruction set, e.g. "avx512_core_amx", "avx512_core_bf16",
+// "avx512_core", "avx2"; "" without oneDNN.
+std::string isa();
+
+// C[M,N] = alpha·op(A)[M,K]·op(B)[K,N] + beta·C, row-major with leading dimensions; A and B of
+// `type` (float or bf16 bits), C float32. Runs on omp_get_max_threads() threads (one inside a
+// parallel region). Returns false, having done nothing, where oneDNN has only its reference
+// kernel for the problem (or pldr was built without oneDNN): the caller then runs its own.
+// Requires M, N, K > 0.
+bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+            const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
+            int64_t ldc);
+
+// Products run through matmul() with Type::F32 so far (tests: which engine a product took).
+int64_t f32_calls();
+
+}  // namespace pldr::onednn

@@ -1,0 +1,195 @@
+// The float32 product's two engines (core/blas.h, core/onednn.h): which products oneDNN takes,
+// each engine against float64 maths within the float32 accumulation bound (every transpose,
+// padded leading dimensions, alpha and beta), the same bits on a second call, and the same bits
+// when two threads run the same product at once (a server's sessions do).
+//
+// The oneDNN checks need a build with oneDNN (PLDR_DNNL) and skip elsewhere, saying why.
+#include <gtest/gtest.h>
+
+#include <omp.h>
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "core/blas.h"
+#include "core/onednn.h"
+#include "core/rng.h"
+
+using namespace pldr;
+
+namespace {
+
+// Restores the engine a test changed.
+struct EngineScope {
+    SgemmEngine was = sgemm_engine();
+    explicit EngineScope(SgemmEngine e) { set_sgemm_engine(e); }
+    ~EngineScope() { set_sgemm_engine(was); }
+};
+
+std::vector<float> random_vec(size_t n, uint64_t seed) {
+    Rng r(seed);
+    std::vector<float> v(n);
+    for (auto& x : v) x = float(r.normal());
+    return v;
+}
+
+float at(const float* X, bool t, int64_t ld, int64_t r, int64_t c) {
+    return t ? X[c * ld + r] : X[r * ld + c];
+}
+
+struct Problem {
+    bool ta, tb;
+    int64_t M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    std::vector<float> A, B, C0;
+    Problem(bool ta_, bool tb_, int64_t M_, int64_t N_, int64_t K_, float alpha_, float beta_,
+            uint64_t seed)
+        : ta(ta_),
+          tb(tb_),
+          M(M_),
+          N(N_),
+          K(K_),
+          lda((ta_ ? M_ : K_) + 3),
+          ldb((tb_ ? K_ : N_) + 1),
+          ldc(N_ + 2),
+          alpha(alpha_),
+          beta(beta_),
+          A(random_vec(size_t((ta_ ? K_ : M_) * lda), seed)),
+          B(random_vec(size_t((tb_ ? N_ : K_) * ldb), seed + 1)),
+          C0(random_vec(size_t(M_ * ldc), seed + 2)) {}
+    std::vector<float> run() const {
+        std::vector<float> C = C0;
+        gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+        return C;
+    }
+    // The worst error in units of the float32 accumulation bound, (K + 4)·2⁻²⁴·Σ|terms|, over
+    // a sample of elements (every 7th row and column); the padding of C must be untouched.
+    double worst_error(const std::vector<float>& C) const {
+        double worst = 0;
+        for (int64_t m = 0; m < M; m += 7)
+            for (int64_t n = 0; n < N; n += 7) {
+                double s = 0, g = 0;
+                for (int64_t k = 0; k < K; ++k) {
+                    const double p =
+                        double(at(A.data(), ta, lda, m, k)) * double(at(B.data(), tb, ldb, k, n));
+                    s += p;
+                    g += std::abs(p);
+                }
+                const double c0 = double(C0[size_t(m * ldc + n)]);
+                const double want = double(alpha) * s + double(beta) * c0;
+                const double mag = std::abs(double(alpha)) * g + std::abs(double(beta) * c0);
+                const double e = std::abs(double(C[size_t(m * ldc + n)]) - want);
+                worst = std::max(worst, e / (double(K + 4) * 0x1p-24 * mag + 1e-30));
+            }
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = N; n < ldc; ++n)
+                if (C[size_t(m * ldc + n)] != C0[size_t(m * ldc + n)]) return 1e30;
+        return worst;
+    }
+};
+
+// Products of at least kBlasParallelWork multiply-adds (oneDNN's under AUTO), every transpose.
+std::vector<Problem> large_problems() {
+    std::vector<Problem> ps;
+    uint64_t seed = 1;
+    const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, -0.75f}};
+    int i = 0;
+    for (int t = 0; t < 4; ++t)
+        for (const auto& p : ab) {
+            const bool ta = t & 1, tb = t & 2;
+            // 128 × 200 × 264 and 97 × 301 × 160: past the threshold, ragged against any blocking
+            if (i++ % 2 == 0)
+                ps.emplace_back(ta, tb, 128, 200, 264, p[0], p[1], seed);
+            else
+                ps.emplace_back(ta, tb, 97, 301, 160, p[0], p[1], seed);
+            seed += 3;
+        }
+    return ps;
+}
+
+#define REQUIRE_ONEDNN() \
+    if (!onednn::built()) GTEST_SKIP() << "built without oneDNN: every product is OpenBLAS's"
+
+}  // namespace
+
+TEST(SgemmEngine, OneDnnTakesLargeProductsOutsideParallelRegionsOnly) {
+    REQUIRE_ONEDNN();
+    EngineScope auto_(SgemmEngine::AUTO);
+    EXPECT_TRUE(sgemm_uses_onednn(false, 128, 256, 256));   // 8M multiply-adds
+    EXPECT_TRUE(sgemm_uses_onednn(true, 2048, 896, 2048));  // a weight gradient
+    EXPECT_FALSE(sgemm_uses_onednn(false, 64, 64, 64));     // small
+    static_assert(kBlasParallelWork == 1024 * 4096);
+    EXPECT_FALSE(sgemm_uses_onednn(false, 1, 1023, 4096));    // just below the threshold
+    EXPECT_TRUE(sgemm_uses_onednn(false, 1, 1024, 4096));     // at it
+    EXPECT_FALSE(sgemm_uses_onednn(false, 262, 896, 32000));  // head: K = V
+    EXPECT_FALSE(sgemm_uses_onednn(true, 32000, 896, 262));   // head: dW
+    EXPECT_TRUE(sgemm_uses_onednn(false, 262, 32000, 896));   // head forward
+    bool inside = true;
+#pragma omp parallel num_threads(2)
+    {
+        if (sgemm_uses_onednn(false, 2048, 2048, 2048)) {
+#pragma omp atomic write
+            inside = false;
+        }
+    }
+    EXPECT_TRUE(inside) << "a product inside a parallel region went to oneDNN";
+    EngineScope openblas(SgemmEngine::OPENBLAS);
+    EXPECT_FALSE(sgemm_uses_onednn(false, 2048, 2048, 2048));
+}
+
+TEST(SgemmEngine, BothEnginesEqualFloat64MathsWithinTheAccumulationBound) {
+    for (SgemmEngine e : {SgemmEngine::AUTO, SgemmEngine::OPENBLAS}) {
+        EngineScope scope(e);
+        const int64_t calls0 = onednn::f32_calls();
+        const auto problems = large_problems();
+        for (const Problem& p : problems) {
+            const std::vector<float> C = p.run();
+            EXPECT_LE(p.worst_error(C), 1.0)
+                << (e == SgemmEngine::AUTO ? "auto" : "openblas") << " M N K " << p.M << " " << p.N
+                << " " << p.K << " ta " << p.ta << " tb " << p.tb << " alpha " << p.alpha
+                << " beta " << p.beta;
+        }
+        // Each product ran where the rule says (the count would stay put had a product fallen
+        // back to OpenBLAS).
+        const int64_t want =
+            e == SgemmEngine::AUTO && onednn::built() ? int64_t(problems.size()) : 0;
+        EXPECT_EQ(onednn::f32_calls() - calls0, want);
+    }
+}
+
+TEST(SgemmEngine, OneDnnWrongOperandsAreCaughtByTheBound) {
+    // The bound above is tight enough to see a wrong product: the same call with one operand
+    // element changed by 1 % of its row's scale fails it.
+    Problem p(false, true, 128, 200, 264, 1.0f, 0.0f, 77);
+    std::vector<float> C = p.run();
+    EXPECT_LE(p.worst_error(C), 1.0);
+    Problem q = p;
+    q.A[0] += 0.05f;
+    EXPECT_GT(p.worst_error(q.run()), 1.0);
+}
+
+TEST(SgemmEngine, OneDnnGivesTheSameBitsAgainAndFromTwoThreadsAtOnce) {
+    REQUIRE_ONEDNN();
+    EngineScope scope(SgemmEngine::AUTO);
+    const auto problems = large_problems();
+    std::vector<std::vector<float>> first;
+    for (const Problem& p : problems) first.push_back(p.run());
+    for (size_t i = 0; i < problems.size(); ++i)
+        EXPECT_EQ(problems[i].run(), first[i]) << "problem " << i << " changed on a second call";
+    // Two threads of their own (as a server's sessions), each running every problem a few
+    // times: each result must be the sequential one (the primitives are shared, each call
+    // brings its own scratchpad).
+    std::vector<int> mismatches(2, 0);
+    const int threads = omp_get_max_threads();  // the same team size, so the same primitives
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 2; ++t)
+        ts.emplace_back([&, t] {
+            omp_set_num_threads(threads);
+            for (int r = 0; r < 3; ++r)
+                for (size_t i = 0; i < problems.size(); ++i)
+                    if (problems[i].run() != first[i]) ++mismatches[size_t(t)];
+        });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(mismatches[0] + mismatches[1], 0);
+}
