@@ -2,15 +2,16 @@
 #include "core/onednn.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <tuple>
 #include <unordered_map>
-#include <vector>
 
 #include "core/error.h"
 
@@ -83,6 +84,58 @@ std::shared_ptr<const Prim> prim(const Key& key) {
     return g_prims.emplace(key, std::make_shared<const Prim>(std::move(p))).first->second;
 }
 
+// The scratchpad of this thread: its own pages (mapped outside the heap, so that a buffer that
+// grows in the middle of a training step leaves no hole among the step's activations), grown to
+// the largest problem the thread has run and kept.
+struct Scratch {
+    void* p = nullptr;
+    size_t bytes = 0;
+    ~Scratch() {
+        if (p) munmap(p, bytes);
+    }
+    void* reserve(size_t want) {
+        if (want <= bytes) return p;
+        const size_t n = (want + 4095) / 4096 * 4096;
+        void* q = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (q == MAP_FAILED) throw std::bad_alloc();
+        if (p) munmap(p, bytes);
+        p = q;
+        bytes = n;
+        return p;
+    }
+};
+
+// A primitive's arguments as memory objects of this thread, bound once (the data handles are
+// set per call): a product allocates nothing.
+struct Bound {
+    dnnl::memory a, b, c;
+    std::unordered_map<int, dnnl::memory> args;
+};
+
+Bound& bound(const std::shared_ptr<const Prim>& pp) {
+    thread_local Scratch scratch;
+    thread_local std::map<std::shared_ptr<const Prim>, Bound> bound;
+    auto it = bound.find(pp);
+    if (it != bound.end()) return it->second;
+    if (bound.size() >= kMaxPrims) bound.clear();
+    const Prim& p = *pp;
+    const size_t bytes = p.scratch.get_size();
+    // Every primitive of the thread shares its one scratchpad: grow it first, and rebind the
+    // primitives bound before to the new pages.
+    if (bytes > scratch.bytes) {
+        scratch.reserve(bytes);
+        for (auto& [q, bq] : bound)
+            if (q->scratch.get_size()) bq.args[DNNL_ARG_SCRATCHPAD].set_data_handle(scratch.p);
+    }
+    Bound b;
+    b.a = dnnl::memory(p.a, engine(), DNNL_MEMORY_NONE);
+    b.b = dnnl::memory(p.b, engine(), DNNL_MEMORY_NONE);
+    b.c = dnnl::memory(p.c, engine(), DNNL_MEMORY_NONE);
+    b.args = {{DNNL_ARG_SRC, b.a}, {DNNL_ARG_WEIGHTS, b.b}, {DNNL_ARG_DST, b.c}};
+    if (bytes) b.args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, engine(), scratch.p));
+    return bound.emplace(pp, std::move(b)).first->second;
+}
+
 }  // namespace
 
 bool built() {
@@ -112,16 +165,11 @@ bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
     const Prim& p = *pp;
     if (!p.native) return false;
     thread_local dnnl::stream s(engine());
-    thread_local std::vector<char> scratch;  // grows to this thread's largest problem, then stays
-    const size_t bytes = p.scratch.get_size();
-    if (scratch.size() < bytes) scratch.resize(bytes);
-    dnnl::memory am(p.a, engine(), const_cast<void*>(A));
-    dnnl::memory bm(p.b, engine(), const_cast<void*>(B));
-    dnnl::memory cm(p.c, engine(), C);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-    if (bytes) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, engine(), scratch.data()));
-    p.mm.execute(s, args);
+    Bound& b = bound(pp);
+    b.a.set_data_handle(const_cast<void*>(A));
+    b.b.set_data_handle(const_cast<void*>(B));
+    b.c.set_data_handle(C);
+    p.mm.execute(s, b.args);
     s.wait();
     if (type == Type::F32) g_f32_calls.fetch_add(1, std::memory_order_relaxed);
     return true;

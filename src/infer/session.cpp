@@ -161,6 +161,11 @@ void Session<T>::run(const int64_t* ids, int64_t S, bool first) {
             keep(gl.A_P, la.A_P);
             keep(gl.G, la.G);
         }
+        if (!keep_acts_ && S > 1) {  // a prefill: of this layer, only its output is read again
+            Tensor<T> out = std::move(la.hidden);
+            la = LayerActs<T>();
+            la.hidden = std::move(out);
+        }
         x = &la.hidden;
     }
     logits_.resize(size_t(V));
