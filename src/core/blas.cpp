@@ -19,7 +19,8 @@ SgemmEngine engine_from_env() {
 std::atomic<SgemmEngine> g_engine{engine_from_env()};
 
 // The LM head's backward products run over the vocabulary (K = V for the input gradient, M = V
-// rows of a transposed A for the weight gradient): there OpenBLAS measured 10–15 % faster.
+// rows of a transposed A for the weight gradient): there OpenBLAS measured 10–15 % faster
+// (blas.h).
 constexpr int64_t kVocabDim = 8192;
 
 }  // namespace
@@ -34,7 +35,8 @@ void set_sgemm_engine(SgemmEngine e) {
 
 bool sgemm_uses_onednn(bool ta, int64_t M, int64_t N, int64_t K) {
     return sgemm_engine() == SgemmEngine::AUTO && onednn::built() && !omp_in_parallel() &&
-           M * N * K >= kBlasParallelWork && K < kVocabDim && !(ta && M >= kVocabDim);
+           M * N * K >= kBlasParallelWork && K < kVocabDim &&
+           !(ta && (M >= kVocabDim || N >= 2 * M));
 }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
