@@ -40,10 +40,10 @@ dnnl::engine& engine() {
 
 // A primitive's blocking is chosen for the team it will run on: the thread count is in the key.
 using Key = std::tuple<Type, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       float, float, int>;
+                       float, float, bool, int>;
 struct Prim {
     dnnl::matmul mm;
-    dnnl::memory::desc a, b, c, scratch;
+    dnnl::memory::desc a, b, c, bias, scratch;
     bool native = true;  // false: oneDNN has only its reference kernel for it
 };
 std::mutex g_mu;
@@ -58,13 +58,14 @@ std::shared_ptr<const Prim> prim(const Key& key) {
     auto it = g_prims.find(key);
     if (it != g_prims.end()) return it->second;
     if (g_prims.size() >= kMaxPrims) g_prims.clear();
-    const auto [type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, threads] = key;
+    const auto [type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, has_bias, threads] = key;
     (void)threads;
     const dt ab = type == Type::BF16 ? dt::bf16 : dt::f32;
     Prim p;
     p.a = dnnl::memory::desc(dims{M, K}, ab, ta ? dims{1, lda} : dims{lda, 1});
     p.b = dnnl::memory::desc(dims{K, N}, ab, tb ? dims{1, ldb} : dims{ldb, 1});
     p.c = dnnl::memory::desc(dims{M, N}, dt::f32, dims{ldc, 1});
+    if (has_bias) p.bias = dnnl::memory::desc(dims{1, N}, dt::f32, dims{N, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -74,7 +75,9 @@ std::shared_ptr<const Prim> prim(const Key& key) {
         attr.set_post_ops(po);
     }
     try {
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.c), attr, engine());
+        const dnnl::matmul::desc md = has_bias ? dnnl::matmul::desc(p.a, p.b, p.bias, p.c)
+                                               : dnnl::matmul::desc(p.a, p.b, p.c);
+        dnnl::matmul::primitive_desc pd(md, attr, engine());
         p.native = std::strncmp(pd.impl_info_str(), "ref", 3) != 0;
         p.scratch = pd.scratchpad_desc();
         p.mm = dnnl::matmul(pd);
@@ -108,7 +111,7 @@ struct Scratch {
 // A primitive's arguments as memory objects of this thread, bound once (the data handles are
 // set per call): a product allocates nothing.
 struct Bound {
-    dnnl::memory a, b, c;
+    dnnl::memory a, b, c, bias;
     std::unordered_map<int, dnnl::memory> args;
 };
 
@@ -132,6 +135,10 @@ Bound& bound(const std::shared_ptr<const Prim>& pp) {
     b.b = dnnl::memory(p.b, engine(), DNNL_MEMORY_NONE);
     b.c = dnnl::memory(p.c, engine(), DNNL_MEMORY_NONE);
     b.args = {{DNNL_ARG_SRC, b.a}, {DNNL_ARG_WEIGHTS, b.b}, {DNNL_ARG_DST, b.c}};
+    if (!p.bias.is_zero()) {
+        b.bias = dnnl::memory(p.bias, engine(), DNNL_MEMORY_NONE);
+        b.args.emplace(DNNL_ARG_BIAS, b.bias);
+    }
     if (bytes) b.args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, engine(), scratch.p));
     return bound.emplace(pp, std::move(b)).first->second;
 }
@@ -157,11 +164,12 @@ std::string isa() {
 
 bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
             const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
-            int64_t ldc) {
+            int64_t ldc, const float* bias) {
     PLDR_CHECK(M > 0 && N > 0 && K > 0);
+    PLDR_CHECK(!bias || (alpha == 1.0f && beta == 0.0f));
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     const std::shared_ptr<const Prim> pp =
-        prim(Key{type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, threads});
+        prim(Key{type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr, threads});
     const Prim& p = *pp;
     if (!p.native) return false;
     thread_local dnnl::stream s(engine());
@@ -169,6 +177,7 @@ bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
     b.a.set_data_handle(const_cast<void*>(A));
     b.b.set_data_handle(const_cast<void*>(B));
     b.c.set_data_handle(C);
+    if (bias) b.bias.set_data_handle(const_cast<float*>(bias));
     p.mm.execute(s, b.args);
     s.wait();
     if (type == Type::F32) g_f32_calls.fetch_add(1, std::memory_order_relaxed);
@@ -186,7 +195,7 @@ std::string isa() {
 }
 
 bool matmul(Type, bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*,
-            int64_t, float, float*, int64_t) {
+            int64_t, float, float*, int64_t, const float*) {
     return false;
 }
 

@@ -24,13 +24,14 @@ bool built();
 std::string isa();
 
 // C[M,N] = alpha·op(A)[M,K]·op(B)[K,N] + beta·C, row-major with leading dimensions; A and B of
-// `type` (float or bf16 bits), C float32. Runs on omp_get_max_threads() threads (one inside a
-// parallel region). Returns false, having done nothing, where oneDNN has only its reference
-// kernel for the problem (or pldr was built without oneDNN): the caller then runs its own.
-// Requires M, N, K > 0.
+// `type` (float or bf16 bits), C float32. With `bias` (N floats; alpha = 1 and beta = 0 only)
+// C = op(A)·op(B) + bias on every row, the bias added in the kernel. Runs on omp_get_max_threads()
+// threads (one inside a parallel region). Returns false, having done nothing, where oneDNN has only
+// its reference kernel for the problem (or pldr was built without oneDNN): the caller then runs its
+// own. Requires M, N, K > 0.
 bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
             const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
-            int64_t ldc);
+            int64_t ldc, const float* bias = nullptr);
 
 // Products run through matmul() with Type::F32 so far (tests: which engine a product took).
 int64_t f32_calls();
