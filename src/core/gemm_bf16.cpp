@@ -2,17 +2,10 @@
 // core/gemm_bf16.h.
 #include "core/gemm_bf16.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdlib>
-#include <cstring>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 

@@ -47,7 +47,8 @@ struct Prim {
     bool native = true;  // false: oneDNN has only its reference kernel for it
 };
 std::mutex g_mu;
-// Shared pointers: a caller keeps its primitive while another thread may clear the cache.
+// Shared by the threads (one JIT compilation per problem); each thread keeps the primitives it
+// has run (bound() below), so a clear here drops none that is in use.
 std::map<Key, std::shared_ptr<const Prim>> g_prims;
 constexpr size_t kMaxPrims = 512;
 
@@ -108,39 +109,46 @@ struct Scratch {
     }
 };
 
-// A primitive's arguments as memory objects of this thread, bound once (the data handles are
-// set per call): a product allocates nothing.
+// A primitive with its arguments as memory objects of this thread, bound once (the data handles
+// are set per call): after the first call of a problem on a thread, a product allocates nothing
+// and takes no lock.
 struct Bound {
+    std::shared_ptr<const Prim> prim;
     dnnl::memory a, b, c, bias;
     std::unordered_map<int, dnnl::memory> args;
 };
 
-Bound& bound(const std::shared_ptr<const Prim>& pp) {
+Bound& bound(const Key& key) {
     thread_local Scratch scratch;
-    thread_local std::map<std::shared_ptr<const Prim>, Bound> bound;
-    auto it = bound.find(pp);
+    thread_local std::map<Key, Bound> bound;
+    auto it = bound.find(key);
     if (it != bound.end()) return it->second;
     if (bound.size() >= kMaxPrims) bound.clear();
-    const Prim& p = *pp;
+    Bound b;
+    b.prim = prim(key);
+    const Prim& p = *b.prim;
     const size_t bytes = p.scratch.get_size();
     // Every primitive of the thread shares its one scratchpad: grow it first, and rebind the
     // primitives bound before to the new pages.
     if (bytes > scratch.bytes) {
         scratch.reserve(bytes);
-        for (auto& [q, bq] : bound)
-            if (q->scratch.get_size()) bq.args[DNNL_ARG_SCRATCHPAD].set_data_handle(scratch.p);
+        for (auto& [k, bk] : bound)
+            if (bk.prim->scratch.get_size())
+                bk.args[DNNL_ARG_SCRATCHPAD].set_data_handle(scratch.p);
     }
-    Bound b;
-    b.a = dnnl::memory(p.a, engine(), DNNL_MEMORY_NONE);
-    b.b = dnnl::memory(p.b, engine(), DNNL_MEMORY_NONE);
-    b.c = dnnl::memory(p.c, engine(), DNNL_MEMORY_NONE);
-    b.args = {{DNNL_ARG_SRC, b.a}, {DNNL_ARG_WEIGHTS, b.b}, {DNNL_ARG_DST, b.c}};
-    if (!p.bias.is_zero()) {
-        b.bias = dnnl::memory(p.bias, engine(), DNNL_MEMORY_NONE);
-        b.args.emplace(DNNL_ARG_BIAS, b.bias);
+    if (p.native) {
+        b.a = dnnl::memory(p.a, engine(), DNNL_MEMORY_NONE);
+        b.b = dnnl::memory(p.b, engine(), DNNL_MEMORY_NONE);
+        b.c = dnnl::memory(p.c, engine(), DNNL_MEMORY_NONE);
+        b.args = {{DNNL_ARG_SRC, b.a}, {DNNL_ARG_WEIGHTS, b.b}, {DNNL_ARG_DST, b.c}};
+        if (!p.bias.is_zero()) {
+            b.bias = dnnl::memory(p.bias, engine(), DNNL_MEMORY_NONE);
+            b.args.emplace(DNNL_ARG_BIAS, b.bias);
+        }
+        if (bytes)
+            b.args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, engine(), scratch.p));
     }
-    if (bytes) b.args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, engine(), scratch.p));
-    return bound.emplace(pp, std::move(b)).first->second;
+    return bound.emplace(key, std::move(b)).first->second;
 }
 
 }  // namespace
@@ -168,12 +176,11 @@ bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
     PLDR_CHECK(M > 0 && N > 0 && K > 0);
     PLDR_CHECK(!bias || (alpha == 1.0f && beta == 0.0f));
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    const std::shared_ptr<const Prim> pp =
-        prim(Key{type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr, threads});
-    const Prim& p = *pp;
+    Bound& b =
+        bound(Key{type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr, threads});
+    const Prim& p = *b.prim;
     if (!p.native) return false;
     thread_local dnnl::stream s(engine());
-    Bound& b = bound(pp);
     b.a.set_data_handle(const_cast<void*>(A));
     b.b.set_data_handle(const_cast<void*>(B));
     b.c.set_data_handle(C);
