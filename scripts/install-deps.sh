@@ -12,7 +12,7 @@ PKGS=(
   libpng-dev zlib1g-dev
   libcpp-httplib-dev         # pldr serve (HTTP server)
   libsleef-dev               # torch's float32 cos/sin (the reference's RoPE table)
-  libdnnl-dev                # oneDNN: bf16 products on AVX512-BF16 / AMX (src/core/gemm_bf16.cpp)
+  libdnnl-dev                # oneDNN: bf16 products (AVX512-BF16 / AMX) and large float32 ones (src/core/onednn.cpp)
   clang-format
   pybind11-dev python3-dev python3-numpy python3-pytest   # the Python module (docs/python.md)
   libopenmpi-dev openmpi-bin  # data-parallel training (PLDR_MPI, docs/distributed.md)
