@@ -129,9 +129,13 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     // copies of a chunk out of cache cost as much as the products (S config, 2048 rows through
     // the head forward and backward, standalone: 25.8 / 28.7 ms in one chunk, 21.3 / 26.1 ms in
     // chunks of 256 rows; M's d = 256 ran 3–5 % slower in chunks of 512 rows than of 1024).
+    // The rows are a multiple of 64: at 110M, 8M logits are 262 rows, and training steps ran
+    // 2.5–7 % faster in chunks of 256 (the head's three products over 262 rows, 131 per thread,
+    // leave the GEMM libraries' row blocks a ragged tail).
     const int64_t chunk_logits = d <= 64 ? int64_t(1) << 20 : int64_t(1) << 23;
-    const int64_t want = loss_head_chunk_rows() > 0 ? loss_head_chunk_rows()
-                                                    : std::max<int64_t>(64, chunk_logits / V);
+    const int64_t want = loss_head_chunk_rows() > 0
+                             ? loss_head_chunk_rows()
+                             : std::max<int64_t>(64, chunk_logits / V / 64 * 64);
     const int64_t rows = std::max<int64_t>(1, std::min(N, want));
     const Tensor<T>& h = acts.final_hidden();
     std::vector<T> ce(static_cast<size_t>(N));
