@@ -201,28 +201,34 @@ TEST(SgemmEngine, OneDnnGivesTheSameBitsAgainAndFromTwoThreadsAtOnce) {
 TEST(SgemmEngine, BiasInTheKernelIsTheProductPlusTheBiasOnEveryRow) {
     REQUIRE_ONEDNN();
     EngineScope scope(SgemmEngine::AUTO);
-    for (const auto& [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{128, 200, 264},
-                                  std::tuple<int64_t, int64_t, int64_t>{97, 301, 160}}) {
-        Problem p(false, true, M, N, K, 1.0f, 1.0f, 500 + uint64_t(M));
-        // beta = 1 over C0 = the bias on every row is what the OpenBLAS path computes
-        const std::vector<float> bias = random_vec(size_t(N), 900 + uint64_t(N));
-        for (int64_t m = 0; m < M; ++m)
-            for (int64_t n = 0; n < N; ++n) p.C0[size_t(m * p.ldc + n)] = bias[size_t(n)];
-        std::vector<float> C = p.C0;  // the padding must stay
-        for (int64_t m = 0; m < M; ++m)
-            for (int64_t n = 0; n < N; ++n) C[size_t(m * p.ldc + n)] = -7.0f;  // overwritten
-        const int64_t calls0 = onednn::f32_calls();
-        ASSERT_TRUE(gemm_nt_bias(M, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, bias.data(),
-                                 C.data(), p.ldc));
-        EXPECT_EQ(onednn::f32_calls() - calls0, 1);
-        EXPECT_LE(p.worst_error(C), 1.0) << M << " " << N << " " << K;
-    }
+    // B as a linear weight [N,K] (tb) and as its transposed copy [K,N]; with a bias and without.
+    for (const bool tb : {true, false})
+        for (const bool with_bias : {true, false})
+            for (const auto& [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{128, 200, 264},
+                                          std::tuple<int64_t, int64_t, int64_t>{97, 301, 160}}) {
+                // beta = 1 over C0 = the bias on every row (or 0 over zeros) is the reference
+                Problem p(false, tb, M, N, K, 1.0f, 1.0f, 500 + uint64_t(M));
+                const std::vector<float> bias = random_vec(size_t(N), 900 + uint64_t(N));
+                for (int64_t m = 0; m < M; ++m)
+                    for (int64_t n = 0; n < N; ++n)
+                        p.C0[size_t(m * p.ldc + n)] = with_bias ? bias[size_t(n)] : 0.0f;
+                std::vector<float> C = p.C0;  // the padding must stay
+                for (int64_t m = 0; m < M; ++m)
+                    for (int64_t n = 0; n < N; ++n)
+                        C[size_t(m * p.ldc + n)] = -7.0f;  // overwritten
+                const int64_t calls0 = onednn::f32_calls();
+                ASSERT_TRUE(gemm_bias(tb, M, N, K, p.A.data(), p.lda, p.B.data(), p.ldb,
+                                      with_bias ? bias.data() : nullptr, C.data(), p.ldc));
+                EXPECT_EQ(onednn::f32_calls() - calls0, 1);
+                EXPECT_LE(p.worst_error(C), 1.0) << tb << with_bias << " " << M << " " << N;
+            }
     // Where oneDNN does not take the product: false, nothing written.
     std::vector<float> A(64 * 64, 1.0f), B(64 * 64, 1.0f), bias(64, 2.0f), C(64 * 64, -1.0f);
-    EXPECT_FALSE(gemm_nt_bias(64, 64, 64, A.data(), 64, B.data(), 64, bias.data(), C.data(), 64));
+    EXPECT_FALSE(
+        gemm_bias(true, 64, 64, 64, A.data(), 64, B.data(), 64, bias.data(), C.data(), 64));
     EXPECT_EQ(C, std::vector<float>(64 * 64, -1.0f));
     EngineScope openblas(SgemmEngine::OPENBLAS);
     std::vector<float> A2(128 * 256, 1.0f), B2(256 * 256, 1.0f), C2(128 * 256, -1.0f);
-    EXPECT_FALSE(
-        gemm_nt_bias(128, 256, 256, A2.data(), 256, B2.data(), 256, bias.data(), C2.data(), 256));
+    EXPECT_FALSE(gemm_bias(true, 128, 256, 256, A2.data(), 256, B2.data(), 256, bias.data(),
+                           C2.data(), 256));
 }

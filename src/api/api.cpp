@@ -250,6 +250,7 @@ Model Model::load(const std::string& dir, const LoadOptions& opt) {
         impl->m32 = std::make_unique<::pldr::Model<float>>(
             load_model<float>(dir, !opt.dequantize, opt.map_file));
         impl->m32->set_reference_numerics(opt.reference_numerics);
+        keep_transposed_weights(*impl->m32);  // an immutable model: inference only
         impl->info = info_of(*impl->m32, dir);
     } else {
         impl->m64 =

@@ -107,6 +107,8 @@ BenchResult bench(const BenchOptions& o) {
     else
         PLDR_REQUIRE(o.weights.empty(), "weights '", o.weights, "' is not f32, bf16 or q8");
     r.weights = m->packed ? weight_format_name(m->packed->format()) : "f32";
+    // Prefill and decode run on a model as Model::load gives it for inference.
+    if (o.workload != BenchWorkload::TRAIN) keep_transposed_weights(*m);
     const Precision precision = parse_precision(o.precision);
     PLDR_REQUIRE(precision == Precision::FP32 || o.workload == BenchWorkload::TRAIN,
                  "precision bf16 applies to training (inference in bf16: weights bf16)");

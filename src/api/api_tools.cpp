@@ -198,10 +198,12 @@ Model collapse(const Model& model, const std::vector<int64_t>& g_prompt) {
         auto impl = std::make_shared<Model::Impl>();
         auto c = std::make_unique<::pldr::Model<T>>(collapse_model(m, g));
         impl->info = info_of(*c, model.info().dir);
-        if constexpr (std::is_same_v<T, double>)
+        if constexpr (std::is_same_v<T, double>) {
             impl->m64 = std::move(c);
-        else
+        } else {
+            keep_transposed_weights(*c);  // as Model::load
             impl->m32 = std::move(c);
+        }
         return Model(std::move(impl));
     });
 }

@@ -50,11 +50,11 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     });
 }
 
-bool gemm_nt_bias(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                  int64_t ldb, const float* bias, float* C, int64_t ldc) {
+bool gemm_bias(bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+               const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
     return M > 0 && N > 0 && K > 0 && sgemm_uses_onednn(false, M, N, K) &&
-           onednn::matmul(onednn::Type::F32, false, true, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C,
-                          ldc, bias);
+           onednn::matmul(onednn::Type::F32, false, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc,
+                          bias);
 }
 
 std::string blas_kernels() {

@@ -54,12 +54,12 @@ bool sgemm_uses_onednn(bool ta, int64_t M, int64_t N, int64_t K);
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// C[M,N] = A[M,K]·Bᵀ + bias on every row (bias: N floats), a linear layer's forward, through
-// oneDNN with the bias added in its kernel, where oneDNN takes the product (sgemm_uses_onednn).
-// Returns false, with nothing written, elsewhere (the caller fills C with the bias rows and
-// accumulates a gemm into it).
-bool gemm_nt_bias(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                  int64_t ldb, const float* bias, float* C, int64_t ldc);
+// C[M,N] = A[M,K]·op(B) + bias on every row (op(B) = Bᵀ for tb, B [K,N] else; bias: N floats, or
+// null for none), a linear layer's forward, through oneDNN with the bias added in its kernel,
+// where oneDNN takes the product (sgemm_uses_onednn). Returns false, with nothing written,
+// elsewhere (the caller fills C with the bias rows and accumulates a gemm into it).
+bool gemm_bias(bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+               const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc);
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
                  int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
     blas_call(M * N * K, [&] {

@@ -1,9 +1,12 @@
 // Packed linear weights (see packed.h) and packing a model.
 #include "model/packed.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "core/blas.h"
 #include "core/error.h"
+#include "core/onednn.h"
 #include "model/model.h"
 #include "ops/qlinear.h"
 
@@ -117,6 +120,7 @@ std::string stored_weights(const Config& c) {
 }
 
 void pack_model(Model<float>& m, WeightFormat f) {
+    m.transposed.reset();  // of the values before packing
     auto p = std::make_shared<PackedWeights>();
     for (const ParamEntry& e : m.layout.entries) {
         if (!is_packable(m.cfg, e.name)) continue;
@@ -138,5 +142,53 @@ void unpack_model(Model<T>& m) {
 
 template void unpack_model<float>(Model<float>&);
 template void unpack_model<double>(Model<double>&);
+
+const float* TransposedWeights::find(const std::string& name) const {
+    auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : it->second.data();
+}
+
+int64_t TransposedWeights::bytes() const {
+    int64_t n = 0;
+    for (const auto& t : tensors) n += int64_t(t.second.size()) * int64_t(sizeof(float));
+    return n;
+}
+
+void keep_transposed_weights(Model<float>& m) {
+    m.transposed.reset();
+    if (onednn::built() && sgemm_engine() == SgemmEngine::AUTO) {
+        auto t = std::make_shared<TransposedWeights>();
+        const std::string layers = "decoder.dec_layers.";
+        for (const ParamEntry& e : m.layout.entries) {
+            if (e.name.compare(0, layers.size(), layers) != 0 || !is_packable(m.cfg, e.name))
+                continue;
+            if (m.packed && m.packed->find(e.name)) continue;  // read packed, never dense
+            PLDR_CHECK(e.shape.size() == 2);
+            const int64_t O = e.shape[0], I = e.shape[1];
+            if (I > kTransposeMaxInputs) continue;
+            const float* w = m.params.data() + e.offset;
+            std::vector<float> wt(static_cast<size_t>(O * I));
+            constexpr int64_t kB = 64;  // in tiles: both sides stay in cache
+            for (int64_t o0 = 0; o0 < O; o0 += kB)
+                for (int64_t i0 = 0; i0 < I; i0 += kB)
+                    for (int64_t o = o0; o < std::min(O, o0 + kB); ++o)
+                        for (int64_t i = i0; i < std::min(I, i0 + kB); ++i)
+                            wt[size_t(i * O + o)] = w[o * I + i];
+            t->tensors.emplace(e.name, std::move(wt));
+        }
+        if (!t->tensors.empty()) m.transposed = std::move(t);
+    }
+    m.bind_linears();
+}
+
+template <typename T>
+void drop_transposed_weights(Model<T>& m) {
+    if (!m.transposed) return;
+    m.transposed.reset();
+    m.bind_linears();
+}
+
+template void drop_transposed_weights<float>(Model<float>&);
+template void drop_transposed_weights<double>(Model<double>&);
 
 }  // namespace pldr

@@ -75,6 +75,10 @@ template <typename T>
 struct LinearWeight {
     WeightFormat format = WeightFormat::DENSE;
     const T* dense = nullptr;
+    // DENSE, optional: the same weight transposed, Wᵀ [I,O] (a float32 model's inference copy,
+    // model/packed.h: TransposedWeights). Products of more than kDenseRows rows then multiply
+    // it as it lies, where oneDNN takes them (core/blas.h: gemm_bias).
+    const T* dense_t = nullptr;
     const uint16_t* bf16 = nullptr;
     const int8_t* q8 = nullptr;
     const float* q8_scale = nullptr;

@@ -374,6 +374,11 @@ template <typename T>
 void linear_forward(T* out, const T* in, const LinearWeight<T>& W, const T* b, int64_t N, int64_t I,
                     int64_t O) {
     if (W.format == WeightFormat::DENSE) {
+        if constexpr (std::is_same_v<T, float>) {
+            if (W.dense_t && N > kDenseRows && !bf16::autocast_active() &&
+                gemm_bias(false, N, O, I, in, I, W.dense_t, O, b, out, O))
+                return;
+        }
         linear_forward(out, in, W.dense, b, N, I, O);
         return;
     }

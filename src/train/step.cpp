@@ -213,6 +213,8 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
 template <typename T>
 StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
     PLDR_REQUIRE(!micro.empty(), "a training step needs at least one batch");
+    // The step changes the parameters: inference's transposed copies would go stale.
+    drop_transposed_weights(model_);
     if (distributed_) return step_distributed(micro);
     grads_.zero();
     StepResult r;
