@@ -21,7 +21,8 @@ void linear_forward(T* out, const T* in, const T* W, const T* b, int64_t N, int6
     if constexpr (std::is_same_v<T, float>) {  // decode, batched decode: W streamed once
         if (!bf16::autocast_active() && dense_rows_forward(out, in, W, b, N, I, O)) return;
         // prefill, training: where oneDNN takes the product, the bias in its kernel
-        if (b && !bf16::autocast_active() && gemm_bias(true, N, O, I, in, I, W, I, b, out, O)) return;
+        if (b && !bf16::autocast_active() && gemm_bias(true, N, O, I, in, I, W, I, b, out, O))
+            return;
     }
     if (b) fill_rows(out, b, N, O);  // the products below accumulate into it (beta = 1)
     if constexpr (std::is_same_v<T, float>) {
