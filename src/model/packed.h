@@ -40,7 +40,7 @@ struct PackedWeights {
 // keep_transposed_weights). oneDNN's matmul multiplies a weight W [O,I] as the transposed
 // operand, which it first copies into its own layout on every call; for a prompt of a small
 // model that copy is a large share of the product (M config, d = 256: a 128-token prefill
-// 7–10 % faster with the copies, in 600 alternated pairs; 110M, d = 896: 1–2 %, for 190 MB).
+// 7–8 % faster with the copies, in 600 alternated pairs; 110M, d = 896: 1–2 %, for 190 MB).
 // Hence the limit on the inputs: the copies cost the memory of those weights again.
 inline constexpr int64_t kTransposeMaxInputs = 512;
 struct TransposedWeights {
