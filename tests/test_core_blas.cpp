@@ -8,6 +8,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 #include <tuple>
@@ -114,7 +115,7 @@ std::vector<Problem> large_problems() {
 
 }  // namespace
 
-TEST(SgemmEngine, OneDnnTakesLargeProductsOutsideParallelRegionsOnly) {
+TEST(SgemmEngine, OneDnnTakesLargeProductsOutsideAndSixtyFourWideOnesInsideParallelRegions) {
     REQUIRE_ONEDNN();
     EngineScope auto_(SgemmEngine::AUTO);
     EXPECT_TRUE(sgemm_uses_onednn(false, 128, 256, 256));   // 8M multiply-adds
@@ -126,17 +127,62 @@ TEST(SgemmEngine, OneDnnTakesLargeProductsOutsideParallelRegionsOnly) {
     EXPECT_FALSE(sgemm_uses_onednn(false, 262, 896, 32000));  // head: K = V
     EXPECT_FALSE(sgemm_uses_onednn(true, 32000, 896, 262));   // head: dW
     EXPECT_TRUE(sgemm_uses_onednn(false, 262, 32000, 896));   // head forward
-    bool inside = true;
+    // Inside a parallel region (one-thread products): every size at least 64, K below 8192.
+    struct Case {
+        bool ta;
+        int64_t M, N, K;
+        bool want;
+    };
+    const Case inside[] = {
+        {false, 64, 64, 64, true},       // small, yet every size 64
+        {false, 448, 170, 64, true},     // the 110M learner's GLU
+        {true, 64, 170, 512, true},      // its weight gradient
+        {false, 128, 48, 32, false},     // the M learner's GLU: K = 32
+        {true, 32, 32, 128, false},      // M's QᵀQ
+        {false, 63, 4096, 4096, false},  // one size below 64
+        {false, 64, 64, 8192, false},    // K over the vocabulary bound
+        {false, 2048, 2048, 2048, true},
+    };
+    int wrong = 0;
 #pragma omp parallel num_threads(2)
-    {
-        if (sgemm_uses_onednn(false, 2048, 2048, 2048)) {
-#pragma omp atomic write
-            inside = false;
+    for (const Case& k : inside)
+        if (sgemm_uses_onednn(k.ta, k.M, k.N, k.K) != k.want) {
+#pragma omp atomic
+            ++wrong;
         }
+    if (omp_get_max_threads() > 1) {
+        EXPECT_EQ(wrong, 0) << "a product inside a parallel region went to the wrong engine";
     }
-    EXPECT_TRUE(inside) << "a product inside a parallel region went to oneDNN";
     EngineScope openblas(SgemmEngine::OPENBLAS);
     EXPECT_FALSE(sgemm_uses_onednn(false, 2048, 2048, 2048));
+}
+
+// Each thread of a team runs its own one-thread products at once (the learner's row blocks, the
+// attention's heads): oneDNN's where every size is at least 64, OpenBLAS's where one is 32; each
+// within the float32 accumulation bound of float64 maths, every transpose, alpha and beta.
+TEST(SgemmEngine, ProductsInsideAParallelRegionEqualFloat64Maths) {
+    std::vector<Problem> ps;
+    uint64_t seed = 101;
+    for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1, tb = t & 2;
+        ps.emplace_back(ta, tb, 96, 170, 64, 1.0f, 0.0f, seed);
+        ps.emplace_back(ta, tb, 64, 72, 130, 0.5f, -0.75f, seed + 3);
+        ps.emplace_back(ta, tb, 128, 48, 32, 1.0f, 1.0f, seed + 6);
+        seed += 9;
+    }
+    int64_t want = 0;
+    for (const Problem& p : ps) want += onednn::built() && std::min({p.M, p.N, p.K}) >= 64;
+    std::vector<std::vector<float>> C(ps.size());
+    const int64_t calls0 = onednn::f32_calls();
+#pragma omp parallel for schedule(static, 1) num_threads(2)
+    for (size_t i = 0; i < ps.size(); ++i) C[i] = ps[i].run();
+    for (size_t i = 0; i < ps.size(); ++i)
+        EXPECT_LE(ps[i].worst_error(C[i]), 1.0)
+            << "M N K " << ps[i].M << " " << ps[i].N << " " << ps[i].K << " ta " << ps[i].ta
+            << " tb " << ps[i].tb;
+    if (omp_get_max_threads() > 1 && sgemm_engine() == SgemmEngine::AUTO) {
+        EXPECT_EQ(onednn::f32_calls() - calls0, want);
+    }
 }
 
 TEST(SgemmEngine, BothEnginesEqualFloat64MathsWithinTheAccumulationBound) {

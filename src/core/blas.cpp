@@ -1,6 +1,7 @@
 // The BLAS kernel set in use and the float32 product's engine (blas.h).
 #include "core/blas.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,14 @@ std::atomic<SgemmEngine> g_engine{engine_from_env()};
 // (blas.h).
 constexpr int64_t kVocabDim = 8192;
 
+// A one-thread product inside a parallel region (the metric learner's row blocks, the attention's
+// heads) goes to oneDNN when none of its sizes is below this. Measured one thread at a time on the
+// Zen 4 VM of 2026-12-04: at the 110M config's shapes (dk = 64, A_dff = 170: 448 × 170 × 64,
+// 64 × 256 × 64, 256 × 64 × 256, …) oneDNN ran 5–20 % faster than OpenBLAS, forward and backward;
+// at the M config's (dk = 32) it lost most shapes by 4–37 % (the TN products of the weight
+// gradients and QᵀQ most).
+constexpr int64_t kOnednnThreadDim = 64;
+
 }  // namespace
 
 SgemmEngine sgemm_engine() {
@@ -34,8 +43,9 @@ void set_sgemm_engine(SgemmEngine e) {
 }
 
 bool sgemm_uses_onednn(bool ta, int64_t M, int64_t N, int64_t K) {
-    return sgemm_engine() == SgemmEngine::AUTO && onednn::built() && !omp_in_parallel() &&
-           M * N * K >= kBlasParallelWork && K < kVocabDim &&
+    if (sgemm_engine() != SgemmEngine::AUTO || !onednn::built()) return false;
+    if (omp_in_parallel()) return std::min({M, N, K}) >= kOnednnThreadDim && K < kVocabDim;
+    return M * N * K >= kBlasParallelWork && K < kVocabDim &&
            !(ta && (M >= kVocabDim || N >= 2 * M));
 }
 

@@ -42,12 +42,14 @@ enum class SgemmEngine : uint8_t { AUTO, OPENBLAS };
 SgemmEngine sgemm_engine();
 void set_sgemm_engine(SgemmEngine e);  // for the whole process
 
-// Whether a float32 product of this shape runs through oneDNN: AUTO, built with oneDNN, outside
-// an OpenMP parallel region (the per-head products inside one stay with OpenBLAS), at least
-// kBlasParallelWork multiply-adds, and none of the products where OpenBLAS measured faster (the
-// Zen 4 VM of 2026-12-03, each shape alone and inside a training step): the LM head's backward
-// over the vocabulary (K ≥ 8192, or a transposed A of ≥ 8192 rows), and a transposed A with
-// N ≥ 2·M (the weight gradient of the FFN's output projection, 10–15 % slower in oneDNN).
+// Whether a float32 product of this shape runs through oneDNN: AUTO, built with oneDNN, and
+// - outside an OpenMP parallel region: at least kBlasParallelWork multiply-adds, and none of the
+//   products where OpenBLAS measured faster (the Zen 4 VM of 2026-12-03, each shape alone and
+//   inside a training step): the LM head's backward over the vocabulary (K ≥ 8192, or a
+//   transposed A of ≥ 8192 rows), and a transposed A with N ≥ 2·M (the weight gradient of the
+//   FFN's output projection, 10–15 % slower in oneDNN);
+// - inside one (a one-thread product of a per-head or per-block loop): M, N and K all at least 64
+//   and K below 8192 (blas.cpp: where oneDNN's one-thread kernels measured faster).
 bool sgemm_uses_onednn(bool ta, int64_t M, int64_t N, int64_t K);
 
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major with leading dimensions.
