@@ -24,8 +24,8 @@ TEST(InferTransposed, PromptProductsReadTheCopyAndStepsDropIt) {
     c.num_layers = 1;
     c.num_heads = 8;
     c.head_dim = 32;
-    c.hidden_size = 256;        // the projections and w1, w2: 256 inputs, copied
-    c.intermediate_size = 600;  // w3: 600 inputs > kTransposeMaxInputs, not copied
+    c.hidden_size = 256;        // the projections [256, 256]
+    c.intermediate_size = 600;  // w1, w2 [600, 256], w3 [256, 600]
     c.vocab_size = 50;
     c.max_position = 96;
     c.A_dff = 8;
@@ -36,15 +36,23 @@ TEST(InferTransposed, PromptProductsReadTheCopyAndStepsDropIt) {
     pldr::init_weights(m, 11);
     const pldr::Model<float> plain = m;  // a copy: no transposed weights
     ASSERT_FALSE(plain.transposed);
-    pldr::keep_transposed_weights(m);
+    // Layer weights of 4·256² + 3·600·256 floats (2.8 MB): within a budget of that, all of them
+    // get a copy; a byte less, none.
+    const int64_t all = int64_t(4 * 256 * 256 + 3 * 600 * 256) * 4;
+    pldr::keep_transposed_weights(m, all - 1);
+    EXPECT_FALSE(m.transposed);
+    EXPECT_EQ(m.lw.layers[0].wq.dense_t, nullptr);
+    pldr::keep_transposed_weights(m, all);
+    ASSERT_TRUE(m.transposed);
+    pldr::keep_transposed_weights(m);  // the default budget: kTransposeMaxBytes
     ASSERT_TRUE(m.transposed);
     const pldr::LayerLinears<float>& lw = m.lw.layers[0];
     const pldr::LayerView<float>& w = m.w.layers[0];
     const std::pair<const pldr::LinearWeight<float>*, std::array<int64_t, 2>> kept[] = {
-        {&lw.wq, {256, 256}}, {&lw.wk, {256, 256}}, {&lw.wv, {256, 256}},
-        {&lw.wo, {256, 256}}, {&lw.w1, {600, 256}}, {&lw.w2, {600, 256}}};
-    const float* dense[] = {w.wq, w.wk, w.wv, w.wo, w.ffn.w1, w.ffn.w2};
-    for (size_t j = 0; j < 6; ++j) {
+        {&lw.wq, {256, 256}}, {&lw.wk, {256, 256}}, {&lw.wv, {256, 256}}, {&lw.wo, {256, 256}},
+        {&lw.w1, {600, 256}}, {&lw.w2, {600, 256}}, {&lw.w3, {256, 600}}};
+    const float* dense[] = {w.wq, w.wk, w.wv, w.wo, w.ffn.w1, w.ffn.w2, w.ffn.w3};
+    for (size_t j = 0; j < 7; ++j) {
         const auto& [v, shape] = kept[j];
         ASSERT_NE(v->dense_t, nullptr) << j;
         const int64_t O = shape[0], I = shape[1];
@@ -53,9 +61,8 @@ TEST(InferTransposed, PromptProductsReadTheCopyAndStepsDropIt) {
             for (int64_t i = 0; i < I; ++i) wrong += v->dense_t[i * O + o] != dense[j][o * I + i];
         EXPECT_EQ(wrong, 0) << j;
     }
-    EXPECT_EQ(lw.w3.dense_t, nullptr);
-    EXPECT_EQ(m.lw.head.dense_t, nullptr);
-    EXPECT_EQ(m.transposed->bytes(), int64_t(4 * 256 * 256 + 2 * 600 * 256) * 4);
+    EXPECT_EQ(m.lw.head.dense_t, nullptr);  // layers only
+    EXPECT_EQ(m.transposed->bytes(), all);
 
     // A 96-token prompt: every product of the layer has ≥ 4M multiply-adds (oneDNN's).
     std::vector<int64_t> ids(96);
@@ -67,7 +74,7 @@ TEST(InferTransposed, PromptProductsReadTheCopyAndStepsDropIt) {
     const std::vector<float> want = prefill(plain);
     const int64_t calls0 = pldr::onednn::f32_calls();
     const std::vector<float> got = prefill(m);
-    EXPECT_GE(pldr::onednn::f32_calls() - calls0, 6);
+    EXPECT_GE(pldr::onednn::f32_calls() - calls0, 7);
     // Only the products' summation order differs (float32, K ≤ 600): ~1e-6 of the largest
     // logit; a wrong layout or a wrong weight moves the logits by its order.
     float top = 0, worst = 0;

@@ -96,12 +96,12 @@ void pack_model(Model<float>& m, WeightFormat f);
 template <typename T>
 void unpack_model(Model<T>& m);
 // Keeps a transposed copy, Wᵀ [I,O], of each dense layer weight (the q, k, v and output
-// projections and the FFN's three weights) with at most kTransposeMaxInputs inputs, for float32
-// inference: a prompt's rows then multiply the weights as oneDNN reads them best (ops/linear.h:
-// LinearWeight::dense_t). No copies where oneDNN does not take the products (not built, or
-// PLDR_SGEMM=openblas). The parameters must not change while the copies are kept
-// (drop_transposed_weights).
-void keep_transposed_weights(Model<float>& m);
+// projections and the FFN's three weights) for float32 inference: a prompt's rows then multiply
+// the weights as oneDNN reads them best (ops/linear.h: LinearWeight::dense_t). All of them, or
+// none where they would take more than max_bytes (model/packed.h: kTransposeMaxBytes), or where
+// oneDNN does not take the products (not built, or PLDR_SGEMM=openblas). The parameters must not
+// change while the copies are kept (drop_transposed_weights).
+void keep_transposed_weights(Model<float>& m, int64_t max_bytes = kTransposeMaxBytes);
 template <typename T>
 void drop_transposed_weights(Model<T>& m);
 

@@ -154,19 +154,25 @@ int64_t TransposedWeights::bytes() const {
     return n;
 }
 
-void keep_transposed_weights(Model<float>& m) {
+void keep_transposed_weights(Model<float>& m, int64_t max_bytes) {
     m.transposed.reset();
     if (onednn::built() && sgemm_engine() == SgemmEngine::AUTO) {
-        auto t = std::make_shared<TransposedWeights>();
         const std::string layers = "decoder.dec_layers.";
+        std::vector<const ParamEntry*> dense;
+        int64_t bytes = 0;
         for (const ParamEntry& e : m.layout.entries) {
             if (e.name.compare(0, layers.size(), layers) != 0 || !is_packable(m.cfg, e.name))
                 continue;
             if (m.packed && m.packed->find(e.name)) continue;  // read packed, never dense
             PLDR_CHECK(e.shape.size() == 2);
-            const int64_t O = e.shape[0], I = e.shape[1];
-            if (I > kTransposeMaxInputs) continue;
-            const float* w = m.params.data() + e.offset;
+            dense.push_back(&e);
+            bytes += e.shape[0] * e.shape[1] * int64_t(sizeof(float));
+        }
+        if (bytes > max_bytes) dense.clear();
+        auto t = std::make_shared<TransposedWeights>();
+        for (const ParamEntry* e : dense) {
+            const int64_t O = e->shape[0], I = e->shape[1];
+            const float* w = m.params.data() + e->offset;
             std::vector<float> wt(static_cast<size_t>(O * I));
             constexpr int64_t kB = 64;  // in tiles: both sides stay in cache
             for (int64_t o0 = 0; o0 < O; o0 += kB)
@@ -174,7 +180,7 @@ void keep_transposed_weights(Model<float>& m) {
                     for (int64_t o = o0; o < std::min(O, o0 + kB); ++o)
                         for (int64_t i = i0; i < std::min(I, i0 + kB); ++i)
                             wt[size_t(i * O + o)] = w[o * I + i];
-            t->tensors.emplace(e.name, std::move(wt));
+            t->tensors.emplace(e->name, std::move(wt));
         }
         if (!t->tensors.empty()) m.transposed = std::move(t);
     }

@@ -40,9 +40,10 @@ struct PackedWeights {
 // keep_transposed_weights). oneDNN's matmul multiplies a weight W [O,I] as the transposed
 // operand, which it first copies into its own layout on every call; for a prompt of a small
 // model that copy is a large share of the product (M config, d = 256: a 128-token prefill
-// 7–8 % faster with the copies, in 600 alternated pairs; 110M, d = 896: 1–2 %, for 190 MB).
-// Hence the limit on the inputs: the copies cost the memory of those weights again.
-inline constexpr int64_t kTransposeMaxInputs = 512;
+// 7–8 % faster with the copies of the projections and w1, w2 in 600 alternated pairs, and
+// 1–2 % more with w3's; 110M, d = 896: 1–2 %, for 190 MB). The copies cost the memory of those
+// weights again, so a model keeps them all, or none where they would total more than this.
+inline constexpr int64_t kTransposeMaxBytes = int64_t(64) << 20;
 struct TransposedWeights {
     std::map<std::string, std::vector<float>> tensors;
     const float* find(const std::string& name) const;
