@@ -110,6 +110,24 @@ TEST(CliBench, EachRepetitionIsComparedWithTheLimitsMeasuredAroundIt) {
     }
 }
 
+// --min-time: prefill and decode repeat past --reps until that many seconds have passed (an S
+// prefill takes milliseconds: hundreds of repetitions), with a probe of the limit about every
+// second between them; --min-time 0 keeps --reps exactly; out-of-range values are refused.
+TEST(CliBench, ShortRepetitionsRepeatForTheMinimumTime) {
+    const json floor = bench_json("--only prefill --prompt-prefill 32 --reps 2 --min-time 1.5");
+    ASSERT_EQ(floor["results"].size(), 1u);
+    const json& r = floor["results"][0];
+    const auto reps = r["tok_s_reps"].get<std::vector<double>>();
+    ASSERT_GT(reps.size(), 20u);
+    const json& p = r["probes"];
+    ASSERT_GE(p.size(), 3u);  // before, at least one a second in, after
+    EXPECT_EQ(p.front()["before"], 0);
+    EXPECT_EQ(p.back()["before"].get<size_t>(), reps.size());
+    const json exact = bench_json("--only prefill --prompt-prefill 32 --reps 3 --min-time 0");
+    EXPECT_EQ(exact["results"][0]["tok_s_reps"].size(), 3u);
+    cli_test::expect_error("bench --config S --min-time 4000", "--min-time");
+}
+
 // --limits start: one measurement at the start of the run for every workload, no probes.
 TEST(CliBench, LimitsAtTheStartAreMeasuredOnce) {
     const json out = bench_json(

@@ -49,6 +49,11 @@ struct BenchOptions {
     // Timed repetitions; 0 = the workload's default: prefill 10, decode 5 (no cache: 1), train
     // 20 / 8 / 3 for models of width under 256 / under 512 / larger.
     int reps = 0;
+    // Prefill and decode: after those repetitions, more until this many seconds have passed
+    // since the first (at most 100000 repetitions); negative = the default: 2 where reps is the
+    // workload's default, else 0. A 128-token prefill of a small model takes milliseconds, and
+    // the median of 10 of them measures one moment of a machine whose speed drifts.
+    double min_time = -1;
     int warmup = 1;                            // untimed repetitions first
     int64_t context = 1024;                    // session capacity (clamped to the model's context)
     int64_t prompt = 0;                        // prompt tokens; 0 = 128 for prefill, 32 for decode

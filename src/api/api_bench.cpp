@@ -1,5 +1,6 @@
 // Benchmarks in the public API (include/pldr/bench.hpp) over src/perf.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "api/api_impl.h"
@@ -85,6 +86,8 @@ BenchResult bench(const BenchOptions& o) {
     PLDR_REQUIRE(o.threads >= 1 && o.threads <= 1024, "threads ", o.threads,
                  " is outside [1, 1024]");
     PLDR_REQUIRE(o.reps >= 0 && o.reps <= 100000, "reps ", o.reps, " is outside [0, 100000]");
+    PLDR_REQUIRE(o.min_time < 0 || (o.min_time <= 3600 && std::isfinite(o.min_time)), "min_time ",
+                 o.min_time, " is outside [0, 3600] (negative: the default)");
     PLDR_REQUIRE(o.warmup >= 0 && o.warmup <= 100000, "warmup ", o.warmup,
                  " is outside [0, 100000]");
     PLDR_REQUIRE(o.context >= 2 && o.context <= (int64_t(1) << 20), "context ", o.context,
@@ -121,12 +124,13 @@ BenchResult bench(const BenchOptions& o) {
     r.threads = o.threads;
     r.num_params = m->num_params();
     const int small = m->cfg.hidden_size < 256 ? 1 : 0;  // S-sized models: more reps
+    const double floor_s = o.min_time >= 0 ? o.min_time : o.reps == 0 ? 2.0 : 0.0;
     r.load_before = perf::load_avg1();
     switch (o.workload) {
         case BenchWorkload::PREFILL: {
             const int64_t P = o.prompt ? o.prompt : 128;
-            r.tok_s_reps =
-                perf::run_prefill(*m, P, ctx, o.reps ? o.reps : 10, o.warmup, o.between_reps);
+            r.tok_s_reps = perf::run_prefill(*m, P, ctx, o.reps ? o.reps : 10, o.warmup,
+                                             o.between_reps, floor_s);
             r.flops_per_token = perf::forward_flops(m->cfg, 1, P, 1) / double(P);
             break;
         }
@@ -136,7 +140,7 @@ BenchResult bench(const BenchOptions& o) {
             if (o.pair_batch1 && o.batch > 1) {
                 const perf::PairedDecode p =
                     perf::run_decode_paired(*m, internal(o.cache), o.batch, P, o.n_new, ctx, reps,
-                                            o.warmup, o.between_reps);
+                                            o.warmup, o.between_reps, floor_s);
                 r.tok_s_reps = p.batched;
                 r.batch1_reps = p.batch1;
                 std::vector<double> x;
@@ -145,7 +149,7 @@ BenchResult bench(const BenchOptions& o) {
                 r.x_batch1 = stats(x);
             } else {
                 r.tok_s_reps = perf::run_decode(*m, internal(o.cache), o.batch, P, o.n_new, ctx,
-                                                reps, o.warmup, o.between_reps);
+                                                reps, o.warmup, o.between_reps, floor_s);
             }
             r.bytes_per_token = perf::decode_bytes_per_token(*m);
             r.flops_per_token =

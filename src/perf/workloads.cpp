@@ -97,19 +97,25 @@ std::vector<int64_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
 
 namespace {
 
-// `warmup` untimed repetitions, then `reps` timed ones; hook(i, reps) before timed repetition i
-// (i = 0: before the warm-up) and hook(reps, reps) after the last. `one` runs one repetition and
-// returns its tokens/s.
+// `warmup` untimed repetitions, then `reps` timed ones, and more until min_seconds have passed
+// since the first (at most kMaxReps); hook(i, planned) before timed repetition i (i = 0: before
+// the warm-up) and hook(n, n) after the last. `one` runs one repetition and returns its tokens/s.
 template <typename One>
-std::vector<double> timed_reps(int reps, int warmup, const RepHook& hook, One&& one) {
+std::vector<double> timed_reps(int reps, int warmup, double min_seconds, const RepHook& hook,
+                               One&& one) {
     std::vector<double> tps;
-    if (hook && reps > 0) hook(0, reps);  // before the warm-up, which then warms the caches
+    const bool open = min_seconds > 0 && reps < kMaxReps;
+    const int planned = open ? kOpenReps : reps;
+    if (hook && (reps > 0 || open)) hook(0, planned);  // before the warm-up: it warms the caches
     for (int r = 0; r < warmup; ++r) one();
-    for (int r = 0; r < reps; ++r) {
-        if (hook && r > 0) hook(r, reps);
+    const double t0 = now_s();
+    int n = 0;
+    while (n < reps || (open && n < kMaxReps && now_s() - t0 < min_seconds)) {
+        if (hook && n > 0) hook(n, planned);
         tps.push_back(one());
+        ++n;
     }
-    if (hook) hook(reps, reps);
+    if (hook) hook(n, n);
     return tps;
 }
 
@@ -152,11 +158,11 @@ void check_decode(int64_t batch, int64_t prompt, int64_t n_new, int64_t context)
 }  // namespace
 
 std::vector<double> run_prefill(const Model<float>& m, int64_t prompt, int64_t context, int reps,
-                                int warmup, const RepHook& hook) {
+                                int warmup, const RepHook& hook, double min_seconds) {
     PLDR_REQUIRE(prompt >= 1 && prompt <= context, "prefill of ", prompt,
                  " tokens does not fit the context of ", context);
     const auto ids = random_ids(prompt, m.cfg.vocab_size, 7);
-    return timed_reps(reps, warmup, hook, [&] {
+    return timed_reps(reps, warmup, min_seconds, hook, [&] {
         Session<float> s(m, CacheMode::KVG, context);
         s.keep_activations(false);
         const double t0 = now_s();
@@ -167,19 +173,19 @@ std::vector<double> run_prefill(const Model<float>& m, int64_t prompt, int64_t c
 
 std::vector<double> run_decode(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
                                int64_t n_new, int64_t context, int reps, int warmup,
-                               const RepHook& hook) {
+                               const RepHook& hook, double min_seconds) {
     check_decode(batch, prompt, n_new, context);
-    return timed_reps(reps, warmup, hook,
+    return timed_reps(reps, warmup, min_seconds, hook,
                       [&] { return decode_once(m, mode, batch, prompt, n_new, context); });
 }
 
 PairedDecode run_decode_paired(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
                                int64_t n_new, int64_t context, int reps, int warmup,
-                               const RepHook& hook) {
+                               const RepHook& hook, double min_seconds) {
     check_decode(batch, prompt, n_new, context);
     PairedDecode out;
     int calls = 0;  // the first `warmup` are the warm-up
-    out.batched = timed_reps(reps, warmup, hook, [&] {
+    out.batched = timed_reps(reps, warmup, min_seconds, hook, [&] {
         const double one = decode_once(m, mode, 1, prompt, n_new, context);
         if (calls++ >= warmup) out.batch1.push_back(one);
         return decode_once(m, mode, batch, prompt, n_new, context);
@@ -199,7 +205,7 @@ std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, i
     tc.recompute = recompute;
     Trainer<float> trainer(m, tc);
     const TokenBatch batch{tokens.data(), B, S1};
-    return timed_reps(reps, warmup, hook, [&] {
+    return timed_reps(reps, warmup, 0.0, hook, [&] {
         const double t0 = now_s();
         const double loss = trainer.step(batch).loss.value;
         const double dt = now_s() - t0;

@@ -9,6 +9,7 @@
 // (perf/limits.h) are defined here, once.
 #pragma once
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -50,17 +51,24 @@ Stats stats_of(std::vector<double> v);
 // Random token ids in [4, V) (no special ids), reproducible from `seed`.
 std::vector<int64_t> random_ids(int64_t n, int64_t V, uint64_t seed);
 
-// Called as (i, reps) before each timed repetition i = 0 … reps−1 (0: before the warm-up ones) and
-// as (reps, reps) after the last, outside the timing: `pldr bench` measures the machine's limit
-// there, so that each repetition is compared with the limit measured next to it.
+// Called as (i, reps) before each timed repetition i = 0, 1, … (0: before the warm-up ones) and
+// as (n, n) after the last, the n-th, outside the timing: `pldr bench` measures the machine's
+// limit there, so that each repetition is compared with the limit measured next to it. reps is
+// the planned count, or kOpenReps while a time floor (min_seconds) decides when to stop.
 using RepHook = std::function<void(int i, int reps)>;
+inline constexpr int kOpenReps = std::numeric_limits<int>::max();
+// The most timed repetitions a time floor runs.
+inline constexpr int kMaxReps = 100000;
 
-// Each returns one tokens/s figure per timed repetition (after `warmup` untimed ones).
+// Each returns one tokens/s figure per timed repetition (after `warmup` untimed ones): `reps` of
+// them, and more while fewer than min_seconds of wall time have passed since the first began
+// (at most kMaxReps: a floor of a few seconds makes a median of short repetitions span the
+// moments of a machine whose speed drifts).
 std::vector<double> run_prefill(const Model<float>& m, int64_t prompt, int64_t context, int reps,
-                                int warmup = 1, const RepHook& hook = {});
+                                int warmup = 1, const RepHook& hook = {}, double min_seconds = 0);
 std::vector<double> run_decode(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
                                int64_t n_new, int64_t context, int reps, int warmup = 1,
-                               const RepHook& hook = {});
+                               const RepHook& hook = {}, double min_seconds = 0);
 // Decode at `batch` with one batch-1 repetition just before each (same cache mode, prompt and
 // n_new), so that the ratio of a pair compares the same moments of a machine whose speed drifts.
 // The hook brackets each pair.
@@ -69,7 +77,7 @@ struct PairedDecode {
 };
 PairedDecode run_decode_paired(const Model<float>& m, CacheMode mode, int64_t batch, int64_t prompt,
                                int64_t n_new, int64_t context, int reps, int warmup = 1,
-                               const RepHook& hook = {});
+                               const RepHook& hook = {}, double min_seconds = 0);
 // Trains `m` in place; *last_loss gets the last step's loss.
 // precision BF16: mixed precision (TrainConfig::precision); recompute: TrainConfig::recompute.
 std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, int warmup,

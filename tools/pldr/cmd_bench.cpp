@@ -35,6 +35,7 @@ struct BenchArgs {
     std::string output = "md", json_path, weights, precision = "fp32", recompute = "selective";
     std::string save_model, limits = "adjacent", probe;
     int threads = 2, reps = 0, warmup = 1;
+    double min_time = -1;
     int64_t batch = 8, prompt_prefill = 128, prompt_decode = 32, n_new = 64, context = 1024;
     int64_t train_batch = 8, train_seq = 256;
     bool no_isolate = false, check_bandwidth = false;
@@ -46,6 +47,7 @@ api::BenchOptions options_of(const BenchArgs& a) {
     if (!a.config.empty()) o.config = a.config;
     o.threads = a.threads;
     o.reps = a.reps;
+    o.min_time = a.min_time;
     o.warmup = a.warmup;
     o.context = a.context;
     o.n_new = a.n_new;
@@ -307,6 +309,11 @@ int run_bench(const BenchArgs& a) {
                      {"--train-batch", std::to_string(a.train_batch)},
                      {"--train-seq", std::to_string(a.train_seq)}})
                 args.insert(args.end(), {k, v});
+            if (a.min_time >= 0) {  // else the child's default
+                char t[32];
+                std::snprintf(t, sizeof t, "%.17g", a.min_time);
+                args.insert(args.end(), {"--min-time", t});
+            }
             r = run_child(args);
         }
         add_limit_fractions(r, lim);
@@ -363,6 +370,11 @@ void add_bench(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--reps", a->reps, "timed repetitions (0 = per workload)")
         ->check(CLI::Range(0, 100000))
+        ->capture_default_str();
+    cmd->add_option("--min-time", a->min_time,
+                    "prefill and decode: repeat until S seconds have passed (negative = 2 with "
+                    "the default --reps, else 0)")
+        ->check(CLI::Range(-1.0, 3600.0))
         ->capture_default_str();
     cmd->add_option("--warmup", a->warmup, "untimed repetitions first")
         ->check(CLI::Range(0, 1000))
