@@ -115,7 +115,7 @@ std::vector<Problem> large_problems() {
 
 }  // namespace
 
-TEST(SgemmEngine, OneDnnTakesLargeProductsOutsideAndSixtyFourWideOnesInsideParallelRegions) {
+TEST(SgemmEngine, OneDnnTakesLargeProductsOutsideAndTallOnesInsideParallelRegions) {
     REQUIRE_ONEDNN();
     EngineScope auto_(SgemmEngine::AUTO);
     EXPECT_TRUE(sgemm_uses_onednn(false, 128, 256, 256));   // 8M multiply-adds
@@ -127,20 +127,21 @@ TEST(SgemmEngine, OneDnnTakesLargeProductsOutsideAndSixtyFourWideOnesInsideParal
     EXPECT_FALSE(sgemm_uses_onednn(false, 262, 896, 32000));  // head: K = V
     EXPECT_FALSE(sgemm_uses_onednn(true, 32000, 896, 262));   // head: dW
     EXPECT_TRUE(sgemm_uses_onednn(false, 262, 32000, 896));   // head forward
-    // Inside a parallel region (one-thread products): every size at least 64, K below 8192.
+    // Inside a parallel region (one-thread products): M from 256, N and K from 64, K below 8192.
     struct Case {
         bool ta;
         int64_t M, N, K;
         bool want;
     };
     const Case inside[] = {
-        {false, 64, 64, 64, true},       // small, yet every size 64
-        {false, 448, 170, 64, true},     // the 110M learner's GLU
-        {true, 64, 170, 512, true},      // its weight gradient
-        {false, 128, 48, 32, false},     // the M learner's GLU: K = 32
-        {true, 32, 32, 128, false},      // M's QᵀQ
-        {false, 63, 4096, 4096, false},  // one size below 64
-        {false, 64, 64, 8192, false},    // K over the vocabulary bound
+        {false, 256, 64, 64, true},       // at the bounds
+        {false, 448, 170, 64, true},      // the 110M learner's GLU
+        {false, 512, 64, 170, true},      // its input gradient
+        {false, 255, 4096, 4096, false},  // one row short
+        {false, 64, 256, 64, false},      // an attention block of 64 query rows
+        {false, 128, 48, 32, false},      // the M learner's GLU: K = 32
+        {false, 4096, 63, 4096, false},   // N below 64
+        {false, 4096, 64, 8192, false},   // K over the vocabulary bound
         {false, 2048, 2048, 2048, true},
     };
     int wrong = 0;
@@ -158,20 +159,20 @@ TEST(SgemmEngine, OneDnnTakesLargeProductsOutsideAndSixtyFourWideOnesInsideParal
 }
 
 // Each thread of a team runs its own one-thread products at once (the learner's row blocks, the
-// attention's heads): oneDNN's where every size is at least 64, OpenBLAS's where one is 32; each
-// within the float32 accumulation bound of float64 maths, every transpose, alpha and beta.
+// attention's heads): oneDNN's from 256 rows with N, K ≥ 64, OpenBLAS's below; each within the
+// float32 accumulation bound of float64 maths, every transpose, alpha and beta.
 TEST(SgemmEngine, ProductsInsideAParallelRegionEqualFloat64Maths) {
     std::vector<Problem> ps;
     uint64_t seed = 101;
     for (int t = 0; t < 4; ++t) {
         const bool ta = t & 1, tb = t & 2;
-        ps.emplace_back(ta, tb, 96, 170, 64, 1.0f, 0.0f, seed);
-        ps.emplace_back(ta, tb, 64, 72, 130, 0.5f, -0.75f, seed + 3);
+        ps.emplace_back(ta, tb, 300, 170, 64, 1.0f, 0.0f, seed);
+        ps.emplace_back(ta, tb, 256, 72, 130, 0.5f, -0.75f, seed + 3);
         ps.emplace_back(ta, tb, 128, 48, 32, 1.0f, 1.0f, seed + 6);
         seed += 9;
     }
     int64_t want = 0;
-    for (const Problem& p : ps) want += onednn::built() && std::min({p.M, p.N, p.K}) >= 64;
+    for (const Problem& p : ps) want += onednn::built() && p.M >= 256 && std::min(p.N, p.K) >= 64;
     std::vector<std::vector<float>> C(ps.size());
     const int64_t calls0 = onednn::f32_calls();
 #pragma omp parallel for schedule(static, 1) num_threads(2)

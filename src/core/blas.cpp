@@ -25,11 +25,15 @@ std::atomic<SgemmEngine> g_engine{engine_from_env()};
 constexpr int64_t kVocabDim = 8192;
 
 // A one-thread product inside a parallel region (the metric learner's row blocks, the attention's
-// heads) goes to oneDNN when none of its sizes is below this. Measured one thread at a time on the
-// Zen 4 VM of 2026-12-04: at the 110M config's shapes (dk = 64, A_dff = 170: 448 × 170 × 64,
-// 64 × 256 × 64, 256 × 64 × 256, …) oneDNN ran 5–20 % faster than OpenBLAS, forward and backward;
-// at the M config's (dk = 32) it lost most shapes by 4–37 % (the TN products of the weight
-// gradients and QᵀQ most).
+// heads) goes to oneDNN from kOnednnThreadRows rows with N and K from kOnednnThreadDim. Measured
+// one thread at a time on the Zen 4 VM of 2026-12-04: at the 110M config's shapes (dk = 64,
+// A_dff = 170: 448 × 170 × 64, 512 × 64 × 170, 256 × 64 × 256, …) oneDNN ran 5–20 % faster than
+// OpenBLAS, forward and backward; at the M config's (dk = 32) it lost most shapes by 4–37 % (the
+// TN products of the weight gradients and QᵀQ most). The attention's blocks of 64 query rows
+// gained 5–10 % alone but nothing in a 110M step or prefill (alternated runs: the learner's rows
+// alone 1.066 and 1.011, with the blocks too 1.030 and 1.013), and their many small primitives
+// raised a 110M prefill's peak memory by 5–15 MB from run to run (494 MB stable without them).
+constexpr int64_t kOnednnThreadRows = 256;
 constexpr int64_t kOnednnThreadDim = 64;
 
 }  // namespace
@@ -44,7 +48,8 @@ void set_sgemm_engine(SgemmEngine e) {
 
 bool sgemm_uses_onednn(bool ta, int64_t M, int64_t N, int64_t K) {
     if (sgemm_engine() != SgemmEngine::AUTO || !onednn::built()) return false;
-    if (omp_in_parallel()) return std::min({M, N, K}) >= kOnednnThreadDim && K < kVocabDim;
+    if (omp_in_parallel())
+        return M >= kOnednnThreadRows && std::min(N, K) >= kOnednnThreadDim && K < kVocabDim;
     return M * N * K >= kBlasParallelWork && K < kVocabDim &&
            !(ta && (M >= kVocabDim || N >= 2 * M));
 }

@@ -48,8 +48,8 @@ void set_sgemm_engine(SgemmEngine e);  // for the whole process
 //   inside a training step): the LM head's backward over the vocabulary (K ≥ 8192, or a
 //   transposed A of ≥ 8192 rows), and a transposed A with N ≥ 2·M (the weight gradient of the
 //   FFN's output projection, 10–15 % slower in oneDNN);
-// - inside one (a one-thread product of a per-head or per-block loop): M, N and K all at least 64
-//   and K below 8192 (blas.cpp: where oneDNN's one-thread kernels measured faster).
+// - inside one (a one-thread product of a per-head or per-block loop): M at least 256, N and K at
+//   least 64, K below 8192 (blas.cpp: where oneDNN's one-thread kernels measured faster).
 bool sgemm_uses_onednn(bool ta, int64_t M, int64_t N, int64_t K);
 
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major with leading dimensions.
