@@ -69,10 +69,10 @@ struct BenchOptions {
     std::string precision = "fp32";
     // train: "none", "selective" or "full" (TrainOptions::recompute).
     std::string recompute = "selective";
-    // Called as (i, reps) before each timed repetition i = 0 … reps−1 (i = 0: before the warm-up
-    // ones) and as (reps, reps) after the last, outside the timing. `pldr bench` measures the
-    // machine's limit there, so that each repetition is compared with the limit measured next to
-    // it.
+    // Called as (i, reps) before each timed repetition i = 0, 1, … (i = 0: before the warm-up
+    // ones) and as (n, n) after the last, the n-th, outside the timing; while min_time decides
+    // when to stop, reps is std::numeric_limits<int>::max(). `pldr bench` measures the machine's
+    // limit there, so that each repetition is compared with the limit measured next to it.
     std::function<void(int i, int reps)> between_reps;
     // decode with batch > 1: each timed repetition is a pair, batch 1 then `batch` (same cache
     // mode), and BenchResult::x_batch1 gives the pairs' ratios. On a machine whose speed drifts,
