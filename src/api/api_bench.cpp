@@ -85,7 +85,8 @@ void save_bench_model(const std::string& config, const std::string& dir, int64_t
 BenchResult bench(const BenchOptions& o) {
     PLDR_REQUIRE(o.threads >= 1 && o.threads <= 1024, "threads ", o.threads,
                  " is outside [1, 1024]");
-    PLDR_REQUIRE(o.reps >= 0 && o.reps <= 100000, "reps ", o.reps, " is outside [0, 100000]");
+    PLDR_REQUIRE(o.reps >= 0 && o.reps <= perf::kMaxReps, "reps ", o.reps, " is outside [0, ",
+                 perf::kMaxReps, "]");
     PLDR_REQUIRE(o.min_time < 0 || (o.min_time <= 3600 && std::isfinite(o.min_time)), "min_time ",
                  o.min_time, " is outside [0, 3600] (negative: the default)");
     PLDR_REQUIRE(o.warmup >= 0 && o.warmup <= 100000, "warmup ", o.warmup,
