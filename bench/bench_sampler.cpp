@@ -69,7 +69,7 @@ void BM_TopP09_TopK40_Penalty(benchmark::State& state) {
     cfg.temperature = 0.8;
     cfg.top_p = 0.9;
     cfg.top_k = 40;
-    cfg.repeat_penalty = 1.1;
+    cfg.repetition_penalty = 1.1;
     run(state, cfg, true);
 }
 

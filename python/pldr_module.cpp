@@ -9,6 +9,7 @@
 
 #include <optional>
 
+#include "options_py.h"
 #include "pldr/pldr.hpp"
 
 namespace py = pybind11;
@@ -129,6 +130,22 @@ api::Model load(const std::string& path, const std::string& dtype, const std::st
 }  // namespace
 
 PYBIND11_MODULE(pldr, mod) {
+    // The keyword arguments of generate and score: the rows of their option tables.
+    static const std::string generate_doc =
+        "Generates from a text prompt (or token ids) with the KV-cache and the G-cache; returns "
+        "the generated text, or a dict with details=True. callback(id, text, logprob, "
+        "text_so_far) runs per token; returning False stops.\n\nKeyword arguments "
+        "(pldr/options.h):\n" +
+        pldr_py::options_doc<api::GenerateOptions>();
+    static const std::string train_doc =
+        "Trains (or resumes) on a prepared shard directory (data_dir) with checkpoints in "
+        "out_dir; callback(step_dict) runs after every step, returning False stops (with a "
+        "checkpoint).\n\nKeyword arguments (pldr/options.h):\n" +
+        pldr_py::options_doc<api::TrainOptions>();
+    static const std::string score_doc =
+        "Log-likelihood of a continuation (text, or token ids) given a context.\n\nKeyword "
+        "arguments (pldr/options.h):\n" +
+        pldr_py::options_doc<api::ScoreOptions>();
     mod.doc() = "pldr: PLDR-LLM models (Power Law Graph Attention) with their deductive outputs";
     mod.attr("__version__") = api::version();
     static py::exception<pldr::Error> error(mod, "Error", PyExc_RuntimeError);
@@ -198,24 +215,9 @@ PYBIND11_MODULE(pldr, mod) {
             "(every intermediate under the golden naming)")
         .def(
             "generate",
-            [](const api::Model& m, const py::object& prompt, int64_t max_tokens,
-               double temperature, double top_p, int64_t top_k, double min_p,
-               double repetition_penalty, uint64_t seed, bool greedy, std::vector<std::string> stop,
-               const std::string& cache, bool stop_at_eos, const py::object& callback, bool details,
-               int64_t top_logprobs) -> py::object {
-                api::GenerateOptions o;
-                o.max_tokens = max_tokens;
-                o.sampling.temperature = temperature;
-                o.sampling.top_p = top_p;
-                o.sampling.top_k = top_k;
-                o.sampling.min_p = min_p;
-                o.sampling.repetition_penalty = repetition_penalty;
-                o.sampling.seed = seed;
-                o.sampling.greedy = greedy;
-                o.stop = std::move(stop);
-                o.cache = api::cache_mode_from_name(cache);
-                o.stop_at_eos = stop_at_eos;
-                o.top_logprobs = top_logprobs;
+            [](const api::Model& m, const py::object& prompt, const py::object& callback,
+               bool details, const py::kwargs& kw) -> py::object {
+                const auto o = pldr_py::options_from<api::GenerateOptions>(kw, "generate");
                 PendingError pending;
                 api::TokenCallback cb;
                 if (!callback.is_none())
@@ -258,22 +260,13 @@ PYBIND11_MODULE(pldr, mod) {
                 d["tokens"] = toks;
                 return d;
             },
-            py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("temperature") = 1.0,
-            py::arg("top_p") = 1.0, py::arg("top_k") = 0, py::arg("min_p") = 0.0,
-            py::arg("repetition_penalty") = 1.0, py::arg("seed") = 0, py::arg("greedy") = false,
-            py::arg("stop") = std::vector<std::string>{}, py::arg("cache") = "kvg",
-            py::arg("stop_at_eos") = true, py::arg("callback") = py::none(),
-            py::arg("details") = false, py::arg("top_logprobs") = 5,
-            "Generates from a text prompt (or token ids) with the KV-cache and the G-cache; "
-            "returns the generated text, or a dict with details=True. callback(id, text, "
-            "logprob, text_so_far) runs per token; returning False stops.")
+            py::arg("prompt"), py::kw_only(), py::arg("callback") = py::none(),
+            py::arg("details") = false, generate_doc.c_str())
         .def(
             "score",
             [](const api::Model& m, const py::object& context, const py::object& continuation,
-               const std::string& mode, int64_t top_logprobs) {
-                api::ScoreOptions o;
-                o.mode = api::score_mode_from_name(mode);
-                o.top_logprobs = top_logprobs;
+               const py::kwargs& kw) {
+                const auto o = pldr_py::options_from<api::ScoreOptions>(kw, "score");
                 api::ScoreResult r;
                 if (py::isinstance<py::str>(context) && py::isinstance<py::str>(continuation)) {
                     const auto c = context.cast<std::string>();
@@ -288,10 +281,7 @@ PYBIND11_MODULE(pldr, mod) {
                 }
                 return score_dict(r);
             },
-            py::arg("context"), py::arg("continuation"), py::arg("mode") = "block",
-            py::arg("top_logprobs") = 0,
-            "Log-likelihood of a continuation (text, or token ids) given a context; mode block, "
-            "sequential or cached")
+            py::arg("context"), py::arg("continuation"), score_doc.c_str())
         .def(
             "loss_and_grads",
             [](const api::Model& m, const py::object& batch, std::vector<double> dag) {
@@ -425,25 +415,8 @@ PYBIND11_MODULE(pldr, mod) {
         py::arg("out_dir") = "", "The collapse audit (docs/audit.md): audit.json as a dict");
     mod.def(
         "train",
-        [](const std::string& data_dir, const std::string& out_dir, const std::string& preset,
-           const std::string& config, const std::string& resume, const std::string& dtype,
-           int64_t steps, int64_t batch, int64_t ctx, uint64_t seed, double lr, int64_t warmup,
-           int64_t eval_every, int64_t save_every, const py::object& callback) {
-            api::TrainOptions o;
-            o.data_dir = data_dir;
-            o.out_dir = out_dir;
-            o.preset = preset;
-            o.config_path = config;
-            o.resume_dir = resume;
-            o.dtype = api::dtype_from_name(dtype);
-            o.steps = steps;
-            o.batch = batch;
-            o.ctx = ctx;
-            o.seed = seed;
-            o.lr = lr;
-            o.warmup = warmup;
-            o.eval_every = eval_every;
-            o.save_every = save_every;
+        [](const py::object& callback, const py::kwargs& kw) {
+            const auto o = pldr_py::options_from<api::TrainOptions>(kw, "train");
             PendingError pending;
             std::function<bool(const api::TrainStep&)> cb;
             if (!callback.is_none())
@@ -476,11 +449,5 @@ PYBIND11_MODULE(pldr, mod) {
             if (s.has_eval) d["last_eval"] = loss_dict(s.last_eval);
             return d;
         },
-        py::arg("data_dir"), py::arg("out_dir"), py::arg("preset") = "", py::arg("config") = "",
-        py::arg("resume") = "", py::arg("dtype") = "f32", py::arg("steps") = 1000,
-        py::arg("batch") = 16, py::arg("ctx") = 0, py::arg("seed") = 1234, py::arg("lr") = 1e-3,
-        py::arg("warmup") = -1, py::arg("eval_every") = 100, py::arg("save_every") = 500,
-        py::arg("callback") = py::none(),
-        "Trains (or resumes) on a prepared shard directory with checkpoints in out_dir; "
-        "callback(step_dict) runs after every step, returning False stops (with a checkpoint)");
+        py::kw_only(), py::arg("callback") = py::none(), train_doc.c_str());
 }

@@ -163,10 +163,12 @@ TEST(CliGenerate, BadInput) {
     cli_test::expect_error("generate " + kTiny + " --ids " + long_ids + " -n 10",
                            "longer than the context");
     cli_test::expect_error("generate " + kTiny + " --ids 5,50 -n 2", "outside the vocabulary");
-    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --temp -1", "--temp must be >= 0");
+    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --temp -1",
+                           "--temp: must be in [0, inf) (got -1)");
     cli_test::expect_error("generate " + kTiny + " --ids 5,6 --top-p 0", "--top-p");
     cli_test::expect_error("generate " + kTiny + " --ids 5,6 --top-p 1.5", "--top-p");
-    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --top-k -1", "--top-k");
+    cli_test::expect_error("generate " + kTiny + " --ids 5,6 --top-k -2",
+                           "--top-k: must be in [-1, inf)");
     cli_test::expect_error("generate " + kTiny + " --ids 5,6 --min-p 1", "--min-p");
     cli_test::expect_error("generate " + kTiny + " --ids 5,6 --repeat-penalty 0",
                            "--repeat-penalty");

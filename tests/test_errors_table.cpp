@@ -579,9 +579,9 @@ std::vector<Case> cases() {
     c.push_back({"SERVE-ctx", [] { return "serve " + q(kLearned) + " --ctx 100000"; },
                  "--ctx must be in [0, 64]", 1});
     c.push_back({"SERVE-parallel", [] { return "serve " + q(kLearned) + " --parallel 0 --port 0"; },
-                 "--parallel must be in [1, 256]", 1});
+                 "--parallel: must be in [1, 256] (got 0)", 1});
     c.push_back({"SERVE-queue", [] { return "serve " + q(kLearned) + " --queue 0"; },
-                 "--queue must be in [1, 100000]", 1});
+                 "--queue: must be in [1, 100000] (got 0)", 1});
     return c;
 }
 

@@ -185,7 +185,7 @@ void batch_equals_single_all_settings() {
                 o.sampler.greedy = greedy;
                 o.sampler.temperature = 0.9;
                 o.sampler.top_p = 0.95;
-                o.sampler.repeat_penalty = 1.1;
+                o.sampler.repetition_penalty = 1.1;
                 o.sampler.seed = 42;
                 const std::vector<pldr::GenerateOptions> opts(kBatchPrompts.size(), o);
                 expect_batch_equals_single(m, kBatchPrompts, opts);

@@ -150,7 +150,7 @@ TEST(SamplerTopP, ReferenceRuleHandExamples) {
 TEST(SamplerTopP, HfRuleIncludesTheCrossingToken) {
     const auto logits = log_of({0.5, 0.3, 0.15, 0.05});
     SamplerConfig cfg;
-    cfg.top_p_mode = TopPMode::HF;
+    cfg.top_p_hf = true;
     cfg.top_p = 0.6;  // smallest prefix with mass ≥ 0.6 is {0, 1}
     EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0, 1}));
     cfg.top_p = 0.4;
@@ -180,7 +180,7 @@ TEST(SamplerTopP, ExactBoundaryMass) {
     EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0}));
     cfg.top_p = c2;
     EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0, 1, 2}));
-    cfg.top_p_mode = TopPMode::HF;
+    cfg.top_p_hf = true;
     cfg.top_p = c1;  // the prefix {0, 1} has mass exactly p: nothing more
     EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0, 1}));
     cfg.top_p = std::nextafter(c1, 1.0);  // just above: the third token is needed
@@ -195,7 +195,7 @@ TEST(SamplerTopP, TiesAtTheThresholdAreKept) {
     SamplerConfig cfg;
     cfg.top_p = 0.6;  // REFERENCE: n = 2 − 1 = 1 ⇒ threshold 0.15 ⇒ all three 0.15s kept
     EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0, 1, 2, 4}));
-    cfg.top_p_mode = TopPMode::HF;
+    cfg.top_p_hf = true;
     cfg.top_p = 0.45;  // HF: crossing token is the first 0.15 ⇒ its ties kept too
     EXPECT_EQ(kept(cfg, logits), (std::set<int64_t>{0, 1, 2, 4}));
     cfg.top_p = 0.3;
@@ -222,7 +222,7 @@ TEST(SamplerTopP, MatchesFullSortBruteForceOnLargeVocab) {
                     SamplerConfig cfg;
                     cfg.top_p = p;
                     cfg.top_k = k;
-                    cfg.top_p_mode = mode;
+                    cfg.top_p_hf = mode == TopPMode::HF;
                     // brute force
                     const double m = *std::max_element(logits.begin(), logits.end());
                     double z = 0;
@@ -319,7 +319,7 @@ TEST(SamplerMinP, DropsTokensBelowFractionOfMax) {
 TEST(SamplerRepeatPenalty, DividesPositiveMultipliesNegative) {
     SamplerConfig cfg;
     cfg.greedy = true;
-    cfg.repeat_penalty = 2.0;
+    cfg.repetition_penalty = 2.0;
     // Positive logit seen: 2.0 / 2 = 1.0 < 1.5.
     {
         Sampler s(cfg);
@@ -335,7 +335,7 @@ TEST(SamplerRepeatPenalty, DividesPositiveMultipliesNegative) {
     }
     // Exact distribution: each distinct id penalized once, whatever its count.
     SamplerConfig dc;
-    dc.repeat_penalty = 2.0;
+    dc.repetition_penalty = 2.0;
     Sampler s(dc);
     const std::vector<double> l{2.0, -1.0, 0.5, 3.0, 0.0};
     const auto d = s.distribution(l.data(), 5, {0, 1, 1, 1, 4});
@@ -343,7 +343,7 @@ TEST(SamplerRepeatPenalty, DividesPositiveMultipliesNegative) {
     for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(d[i], want[i], 1e-15) << i;
     // Penalty < 1 boosts instead.
     SamplerConfig boost;
-    boost.repeat_penalty = 0.5;
+    boost.repetition_penalty = 0.5;
     Sampler sb(boost);
     const auto db = sb.distribution(l.data(), 5, {2});
     const auto wb = softmax({2.0, -1.0, 1.0, 3.0, 0.0});
@@ -352,7 +352,7 @@ TEST(SamplerRepeatPenalty, DividesPositiveMultipliesNegative) {
 
 TEST(SamplerRepeatPenalty, WindowLastN) {
     SamplerConfig cfg;
-    cfg.repeat_penalty = 4.0;
+    cfg.repetition_penalty = 4.0;
     cfg.repeat_last_n = 2;
     const std::vector<double> l{4.0, 4.0, 4.0, 1.0};
     const std::vector<int64_t> hist{0, 1, 2, 2};  // window = {2, 2}: only id 2 penalized
@@ -504,6 +504,7 @@ TEST(SamplerReport, LogSoftmaxAndTopN) {
     EXPECT_THROW(Sampler::log_softmax(nan.data(), 2, lp), pldr::Error);
 }
 
+// The ranges come from the one declaration of the sampling options (pldr/options.h).
 TEST(SamplerConfigValidation, EachInvalidValueNamesTheOption) {
     EXPECT_EQ(error_of(SamplerConfig{}), "");
     auto with = [](auto set) {
@@ -511,28 +512,30 @@ TEST(SamplerConfigValidation, EachInvalidValueNamesTheOption) {
         set(c);
         return error_of(c);
     };
-    EXPECT_EQ(with([](SamplerConfig& c) { c.temperature = -1; }), "--temp must be >= 0 (got -1)");
-    EXPECT_NE(with([](SamplerConfig& c) { c.temperature = kInf; }).find("--temp"),
+    EXPECT_EQ(with([](SamplerConfig& c) { c.temperature = -1; }),
+              "temperature must be in [0, inf) (got -1)");
+    EXPECT_EQ(with([](SamplerConfig& c) { c.temperature = kInf; }),
+              "temperature must be in [0, inf) (got inf)");
+    EXPECT_NE(with([](SamplerConfig& c) { c.temperature = std::nan(""); }).find("temperature"),
               std::string::npos);
-    EXPECT_NE(with([](SamplerConfig& c) { c.temperature = std::nan(""); }).find("--temp"),
-              std::string::npos);
-    EXPECT_EQ(with([](SamplerConfig& c) { c.top_p = 0; }), "--top-p must be in (0, 1] (got 0)");
-    EXPECT_EQ(with([](SamplerConfig& c) { c.top_p = 1.5; }), "--top-p must be in (0, 1] (got 1.5)");
-    EXPECT_EQ(with([](SamplerConfig& c) { c.top_k = -1; }), "--top-k must be >= 0 (got -1)");
-    EXPECT_EQ(with([](SamplerConfig& c) { c.min_p = 1; }), "--min-p must be in [0, 1) (got 1)");
-    EXPECT_EQ(with([](SamplerConfig& c) { c.min_p = -0.1; }),
-              "--min-p must be in [0, 1) (got -0.1)");
-    EXPECT_EQ(with([](SamplerConfig& c) { c.repeat_penalty = 0; }),
-              "--repeat-penalty must be > 0 (got 0)");
-    EXPECT_EQ(with([](SamplerConfig& c) { c.repeat_penalty = -2; }),
-              "--repeat-penalty must be > 0 (got -2)");
+    EXPECT_EQ(with([](SamplerConfig& c) { c.top_p = 0; }), "top_p must be in (0, 1] (got 0)");
+    EXPECT_EQ(with([](SamplerConfig& c) { c.top_p = 1.5; }), "top_p must be in (0, 1] (got 1.5)");
+    EXPECT_EQ(with([](SamplerConfig& c) { c.top_k = -2; }), "top_k must be in [-1, inf) (got -2)");
+    EXPECT_EQ(with([](SamplerConfig& c) { c.min_p = 1; }), "min_p must be in [0, 1) (got 1)");
+    EXPECT_EQ(with([](SamplerConfig& c) { c.min_p = -0.1; }), "min_p must be in [0, 1) (got -0.1)");
+    EXPECT_EQ(with([](SamplerConfig& c) { c.repetition_penalty = 0; }),
+              "repetition_penalty must be in (0, inf) (got 0)");
+    EXPECT_EQ(with([](SamplerConfig& c) { c.repetition_penalty = -2; }),
+              "repetition_penalty must be in (0, inf) (got -2)");
+    EXPECT_EQ(with([](SamplerConfig& c) { c.repetition_penalty = kInf; }),
+              "repetition_penalty must be in (0, inf) (got inf)");
     EXPECT_EQ(with([](SamplerConfig& c) { c.repeat_last_n = -2; }),
-              "--repeat-last-n must be >= -1 (got -2)");
+              "repeat_last_n must be in [-1, inf) (got -2)");
     // Valid edge values.
     EXPECT_EQ(with([](SamplerConfig& c) {
                   c.temperature = 0;
                   c.top_p = 1;
-                  c.top_k = 0;
+                  c.top_k = -1;
                   c.min_p = 0;
                   c.repeat_last_n = -1;
               }),
@@ -540,6 +543,20 @@ TEST(SamplerConfigValidation, EachInvalidValueNamesTheOption) {
     SamplerConfig bad;
     bad.top_p = 0;
     EXPECT_THROW(Sampler{bad}, pldr::Error);  // the constructor validates
+}
+
+// top_k -1 (the vLLM spelling) and 0 both mean no top-k: the same distribution as without it.
+TEST(SamplerTopK, MinusOneIsOff) {
+    const std::vector<double> logits{0.1, 2.0, -1.0, 0.7, 1.5};
+    SamplerConfig off, minus;
+    minus.top_k = -1;
+    Sampler a(off), b(minus);
+    EXPECT_EQ(a.distribution(logits.data(), 5, kNoHistory),
+              b.distribution(logits.data(), 5, kNoHistory));
+    SamplerConfig two;
+    two.top_k = 2;
+    const auto d = Sampler(two).distribution(logits.data(), 5, kNoHistory);
+    EXPECT_EQ(std::count_if(d.begin(), d.end(), [](double p) { return p > 0; }), 2);
 }
 
 TEST(SamplerErrors, NonFiniteLogits) {

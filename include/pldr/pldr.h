@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pldr/options.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -52,25 +54,41 @@ pldr_status pldr_tokenize(const pldr_model* m, const char* text, int64_t* ids, i
 /* Text of ids, a new string (pldr_string_free). */
 pldr_status pldr_detokenize(const pldr_model* m, const int64_t* ids, int64_t n, char** text_out);
 
+/* The option sets, each declared once in the tables of pldr/options.h: a C struct per set
+ * with a member per row (a STRS row is a pointer to n_<name> strings; CACHE and SCORE rows are
+ * mode names, NULL = the default), and a function that returns the defaults. */
+#define PLDR_C_MEMBER_F64(n) double n;
+#define PLDR_C_MEMBER_I64(n) int64_t n;
+#define PLDR_C_MEMBER_U64(n) uint64_t n;
+#define PLDR_C_MEMBER_BOOL(n) int n;
+#define PLDR_C_MEMBER_STR(n) const char* n;
+#define PLDR_C_MEMBER_STRS(n) \
+    const char* const* n;     \
+    int64_t n_##n;
+#define PLDR_C_MEMBER_CACHE(n) const char* n;
+#define PLDR_C_MEMBER_SCORE(n) const char* n;
+#define PLDR_C_MEMBER_SAMPLING(n) pldr_sampling n;
+#define PLDR_C_MEMBER_DTYPE(n) const char* n;
+#define PLDR_C_MEMBER_CLIP(n) const char* n;
+#define PLDR_C_MEMBER_DAG(n) \
+    double n##_a;            \
+    double n##_ap;           \
+    double n##_g;
+#define PLDR_C_OPTION(K, n, d, r, s, cli, help) PLDR_C_MEMBER_##K(n)
+
 typedef struct pldr_sampling {
-    double temperature; /* >= 0; 0 = greedy */
-    double top_p;       /* (0, 1]; 1 = off */
-    int64_t top_k;      /* >= 0; 0 = off */
-    double min_p;       /* [0, 1) */
-    double repetition_penalty;
-    uint64_t seed;
-    int greedy;
+    PLDR_SAMPLING_OPTIONS(PLDR_C_OPTION)
 } pldr_sampling;
-
 typedef struct pldr_generate_options {
-    int64_t max_tokens;
-    pldr_sampling sampling;
-    int stop_at_eos;
-    const char* cache; /* "kvg" | "kv" | "none"; NULL = "kvg" */
+    PLDR_GENERATE_OPTIONS(PLDR_C_OPTION)
 } pldr_generate_options;
+typedef struct pldr_score_options {
+    PLDR_SCORE_OPTIONS(PLDR_C_OPTION)
+} pldr_score_options;
 
-/* Defaults: temperature 1, top_p 1, top_k 0, min_p 0, penalty 1, seed 0; 64 tokens, EOS stop. */
+pldr_sampling pldr_sampling_default_options(void);
 pldr_generate_options pldr_generate_default_options(void);
+pldr_score_options pldr_score_default_options(void);
 
 /* Called after each token with its id, its text and the log-probability; return 0 to stop. */
 typedef int (*pldr_token_callback)(int64_t id, const char* piece, double logprob, void* user);
@@ -82,6 +100,12 @@ pldr_status pldr_generate(const pldr_model* m, const char* prompt, const pldr_ge
 /* Log-likelihood of continuation given context; mode "block" | "sequential" | "cached". */
 pldr_status pldr_score(const pldr_model* m, const char* context, const char* continuation,
                        const char* mode, double* logprob, int* is_greedy);
+/* The same with a score options struct (NULL = the defaults); token_logprobs, when not NULL,
+ * receives the log-probability of each continuation token (cap values; *n_out = their count;
+ * PLDR_ERR_BUFFER_TOO_SMALL when it exceeds cap). */
+pldr_status pldr_score_with(const pldr_model* m, const char* context, const char* continuation,
+                            const pldr_score_options* opt, double* logprob, int* is_greedy,
+                            double* token_logprobs, int64_t cap, int64_t* n_out);
 
 /* Forward pass over [batch, seq] ids; copies the tensor `name` (golden naming, e.g.
  * "fwd.logits", "fwd.layer0.G_LM") as float64 into out (cap values; *n_out = its size) and its
@@ -128,21 +152,13 @@ typedef struct pldr_shard_eval {
 pldr_status pldr_evaluate_shard(const pldr_model* m, const char* shard_path, int64_t batch,
                                 int64_t batches, int64_t ctx, pldr_shard_eval* out);
 
+/* Training: the rows of PLDR_TRAIN_OPTIONS (pldr/options.h); data_dir and out_dir are
+ * required. */
 typedef struct pldr_train_options {
-    const char* preset;                       /* "tiny", ... or NULL */
-    const char* config_path;                  /* a config.json for a new model, or NULL */
-    const char* data_dir;                     /* train.pldrtok [+ valid.pldrtok] */
-    const char* out_dir;                      /* checkpoint directory */
-    const char* resume_dir;                   /* NULL = a new run */
-    const char* dtype;                        /* "f32" | "f64"; NULL = "f32" */
-    int64_t steps, batch, accum, ctx, warmup; /* ctx 0 = the shard's; warmup -1 = default */
-    uint64_t seed;
-    double lr;
-    double dag_a, dag_ap, dag_g; /* DAG loss coefficients */
-    int64_t eval_every, eval_batches, save_every, stop_at;
+    PLDR_TRAIN_OPTIONS(PLDR_C_OPTION)
 } pldr_train_options;
-/* Defaults as pldr train: 1000 steps, batch 16, lr 1e-3, seed 1234, eval every 100 over 8
- * batches, checkpoints every 500. */
+/* The defaults of pldr train: 1000 steps, batch 16, lr 1e-3, seed 1234, validation every 100
+ * steps over 8 batches, checkpoints every 500. */
 pldr_train_options pldr_train_default_options(void);
 
 typedef struct pldr_train_summary {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "pldr/error.hpp"
+#include "pldr/options.hpp"
 
 namespace pldr::api {
 
@@ -47,15 +48,19 @@ enum class CacheMode { KVG, KV, NONE };
 // Log-likelihood scoring: block (one pass over context + continuation), sequential (one pass
 // per proper prefix), cached (KV + G cache from the context, then token by token).
 enum class ScoreMode { BLOCK, SEQUENTIAL, CACHED };
+// Gradient clipping: per element, the global 2-norm, or none.
+enum class ClipMode { VALUE, NORM, NONE };
 
 // "f32" | "f64", "kvg" | "kv" | "none", "block" | "sequential" | "cached"; throw pldr::Error on
 // anything else.
 DType dtype_from_name(const std::string& s);
 CacheMode cache_mode_from_name(const std::string& s);
 ScoreMode score_mode_from_name(const std::string& s);
+ClipMode clip_mode_from_name(const std::string& s);  // "value" | "norm" | "none"
 const char* name_of(DType d);
 const char* name_of(CacheMode m);
 const char* name_of(ScoreMode m);
+const char* name_of(ClipMode m);
 
 // A dense array owned by the library (shared, immutable): float32 or float64 values in the
 // model's compute precision, or float64 for reductions. Cheap to copy (reference counted); the
@@ -160,20 +165,27 @@ struct ForwardResult {
     const Tensor& layer(int64_t layer, const std::string& what) const;
 };
 
-// Sampling settings (applied in this order: repetition penalty, temperature, top-p, top-k,
-// min-p, then a seeded draw). temperature 0 or greedy = argmax.
+// The option sets are declared once, in the tables of pldr/options.h: each member there has its
+// default, its range, its help and the surfaces that set it (CLI flag, Python keyword, the
+// server's JSON field). for_each_option visits the members; check_options checks their ranges.
+#define PLDR_OPTION_SET(Type, visit)             \
+    template <typename V>                        \
+    void for_each_option(Type& o, V&& v) {       \
+        visit(o, v);                             \
+    }                                            \
+    template <typename V>                        \
+    void for_each_option(const Type& o, V&& v) { \
+        visit(o, v);                             \
+    }                                            \
+    template <>                                  \
+    struct is_option_set<Type> : std::true_type {};
+
+// Sampling (PLDR_SAMPLING_OPTIONS, whose comment gives the order of the logit transforms);
+// temperature 0 or greedy = argmax.
 struct SamplingOptions {
-    double temperature = 1.0;         // ≥ 0
-    double top_p = 1.0;               // (0, 1]; 1 = off
-    int64_t top_k = 0;                // ≥ 0; 0 = off
-    double min_p = 0.0;               // [0, 1)
-    double repetition_penalty = 1.0;  // > 0; 1 = off
-    int64_t repeat_last_n = 64;       // penalty window (−1 = all)
-    uint64_t seed = 0;
-    bool greedy = false;
-    bool top_p_hf =
-        false;  // top-p keeps the crossing token (Hugging Face) instead of the reference
+    PLDR_SAMPLING_OPTIONS(PLDR_CXX_OPTION)
 };
+PLDR_OPTION_SET(SamplingOptions, visit_sampling_options)
 
 struct TopLogprob {
     int64_t id = 0;
@@ -188,17 +200,13 @@ struct TokenInfo {
     std::vector<TopLogprob> top;  // the best alternatives, best first
 };
 
+// Generation (PLDR_GENERATE_OPTIONS): max_tokens, sampling, cache, stop_at_eos, stop (the
+// generated text is cut before the first stop string it contains), top_logprobs, g_cache_file
+// (a saved G-cache, Session::save_g_cache, whose fixed operator every step uses).
 struct GenerateOptions {
-    int64_t max_tokens = 64;
-    SamplingOptions sampling;
-    CacheMode cache = CacheMode::KVG;
-    bool stop_at_eos = true;
-    // Generation stops when the generated text contains one of these; the text is cut before it.
-    std::vector<std::string> stop;
-    int64_t top_logprobs = 5;  // alternatives kept per token
-    // A saved G-cache (Session::save_g_cache) whose fixed operator every step uses ("" = none).
-    std::string g_cache_file;
+    PLDR_GENERATE_OPTIONS(PLDR_CXX_OPTION)
 };
+PLDR_OPTION_SET(GenerateOptions, visit_generate_options)
 
 struct Generation {
     std::vector<int64_t> prompt_ids, ids;  // ids: the generated tokens
@@ -214,10 +222,11 @@ struct Generation {
 // to stop.
 using TokenCallback = std::function<bool(const TokenInfo&, const std::string& text)>;
 
+// Scoring (PLDR_SCORE_OPTIONS): mode, top_logprobs.
 struct ScoreOptions {
-    ScoreMode mode = ScoreMode::BLOCK;
-    int64_t top_logprobs = 0;  // alternatives per continuation token (0 = none)
+    PLDR_SCORE_OPTIONS(PLDR_CXX_OPTION)
 };
+PLDR_OPTION_SET(ScoreOptions, visit_score_options)
 
 struct ScoreResult {
     double logprob = 0;      // Σ token_logprobs
@@ -569,52 +578,18 @@ ConvertResult convert_model(const std::string& dir, const std::string& out_dir,
 
 // ---- Training --------------------------------------------------------------------------------
 
-enum class ClipMode { VALUE, NORM, NONE };  // per element, the global 2-norm, or none
-
+// Training (PLDR_TRAIN_OPTIONS): the model source (a preset or config_path for a new run; with
+// resume_dir either may be given and must then match the checkpoint), the data and output
+// directories, the maths (stored in the checkpoint: a resumed run takes them from it and refuses
+// a different value given explicitly, except steps), and the run control (may change on resume).
+// The table's comments say what each member does.
 struct TrainOptions {
-    // Model source: a preset (e.g. "tiny") or config_path for a new run; with resume_dir either
-    // may be given and must then match the checkpoint.
-    std::string preset;
-    std::string config_path;        // a config.json for a new model
-    bool fixed_g_identity = false;  // train the SDPA baseline (G_LM = I)
-    std::string data_dir;           // train.pldrtok [+ valid.pldrtok] (pldr prepare)
-    std::string out_dir;            // checkpoint directory
-    std::string resume_dir;         // continue from this checkpoint ("" = new run)
-    std::string metrics_path;       // JSON lines; "" = <out_dir>/metrics.jsonl
-    DType dtype = DType::F32;
-    bool reference_numerics = true;  // float64: the reference's float32 islands (else exact)
-    // The training maths (stored in the checkpoint; a resumed run must not change them).
-    int64_t steps = 1000, batch = 16, accum = 1, ctx = 0;  // ctx 0 = the shard's
-    uint64_t seed = 1234;
-    bool shuffle = true;  // false: chunks in file order (the reference's order)
-    double lr = 1e-3;
-    int64_t warmup = -1;  // −1: min(2000, steps / 10)
-    double lr_alpha = 0.1, weight_decay = 0.1;
-    DagCoefficients dag;
-    ClipMode clip = ClipMode::VALUE;
-    double clip_value = 1.0, clip_norm = 1.0;
-    // "fp32", or "bf16": mixed precision — the linear layers' products in bf16 with float32
-    // accumulation, float32 master weights and optimizer state (dtype F32 only). Where the CPU
-    // has no bf16 products (or PLDR_FORCE_FP32=1) the run computes in float32.
-    std::string precision = "fp32";
-    // Names of the maths options set explicitly ("lr", "dag", "clip", ...): on resume they must
-    // equal the checkpoint's (an error otherwise), except "steps", which may change the schedule
-    // length; the others come from the checkpoint.
+    PLDR_TRAIN_OPTIONS(PLDR_CXX_OPTION)
+    // The maths members set explicitly ("lr", "dag", "clip", "numerics", ...): on resume they
+    // must equal the checkpoint's. The CLI fills it from the flags given.
     std::vector<std::string> given = {"steps"};
-    // Run control (may change on resume).
-    int64_t eval_every = 100, eval_batches = 8, save_every = 500;
-    int64_t stop_at = 0;  // > 0: stop with a checkpoint after this step
-    // Data parallel under mpirun (docs/distributed.md); no effect in one process.
-    bool zero1 = false;       // ZeRO-1: the AdamW moments sharded across ranks
-    double dist_timeout = 0;  // seconds a collective may wait (0: PLDR_DIST_TIMEOUT or 300)
-    // What the forward keeps for the backward: "none" (every activation: the most memory),
-    // "selective" (the large activations that are cheap to recompute are recomputed: scores,
-    // softmax, the FFN gate, the metric learner's internals) or "full" (activation
-    // checkpointing: only each layer's input is kept and each layer runs forward again in the
-    // backward; the least memory for about a fifth more FLOPs). The same bits in every case
-    // (so it may change on resume).
-    std::string recompute = "selective";
 };
+PLDR_OPTION_SET(TrainOptions, visit_train_options)
 
 struct TrainStep {
     int64_t step = 0, total = 0;

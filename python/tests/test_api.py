@@ -90,7 +90,7 @@ def test_errors_are_pldr_errors(pldr, tmp_path):
     m = pldr.Model(EVAL_MODEL)
     with pytest.raises(pldr.Error, match="outside|vocab"):
         m.forward([1, 2, 10 ** 9])
-    with pytest.raises(pldr.Error, match="--temp must be >= 0"):
+    with pytest.raises(pldr.Error, match=r"temperature must be in \[0, inf\) \(got -1\)"):
         m.generate("Hello", temperature=-1)
     with pytest.raises(pldr.Error, match="mode must be block, sequential or cached"):
         m.score("a", " b", mode="fast")

@@ -39,7 +39,7 @@ def test_train_callback_stop_and_resume(pldr, shards, tmp_path):
     assert all(np.isfinite(s["value"]) for s in seen)
     assert seen[0]["lr"] == 0.0  # step 1 runs at λ(0) = 0 (warmup)
 
-    rest = pldr.train(out_dir=str(tmp_path / "part"), resume=str(tmp_path / "part"),
+    rest = pldr.train(out_dir=str(tmp_path / "part"), resume_dir=str(tmp_path / "part"),
                       **common)
     assert rest["start_step"] == 3 and rest["steps_done"] == 6
     a = read_safetensors(str(tmp_path / "full" / "model.safetensors"))

@@ -50,6 +50,12 @@ ScoreMode score_mode_from_name(const std::string& s) {
             return ScoreMode::CACHED;
     }
 }
+ClipMode clip_mode_from_name(const std::string& s) {
+    if (s == "value") return ClipMode::VALUE;
+    if (s == "norm") return ClipMode::NORM;
+    if (s == "none") return ClipMode::NONE;
+    fail("clip must be value, norm or none (got '", s, "')");
+}
 const char* name_of(DType d) {
     return d == DType::F64 ? "f64" : d == DType::I64 ? "i64" : "f32";
 }
@@ -58,6 +64,9 @@ const char* name_of(CacheMode m) {
 }
 const char* name_of(ScoreMode m) {
     return m == ScoreMode::BLOCK ? "block" : m == ScoreMode::SEQUENTIAL ? "sequential" : "cached";
+}
+const char* name_of(ClipMode m) {
+    return m == ClipMode::VALUE ? "value" : m == ClipMode::NORM ? "norm" : "none";
 }
 
 namespace {
@@ -69,15 +78,9 @@ namespace {
 }
 ::pldr::SamplerConfig internal(const SamplingOptions& o) {
     ::pldr::SamplerConfig c;
-    c.greedy = o.greedy;
-    c.temperature = o.temperature;
-    c.top_k = o.top_k;
-    c.top_p = o.top_p;
-    c.top_p_mode = o.top_p_hf ? ::pldr::TopPMode::HF : ::pldr::TopPMode::REFERENCE;
-    c.min_p = o.min_p;
-    c.repeat_penalty = o.repetition_penalty;
-    c.repeat_last_n = o.repeat_last_n;
-    c.seed = o.seed;
+#define PLDR_COPY_OPTION(K, n, d, r, s, cli, help) c.n = o.n;
+    PLDR_SAMPLING_OPTIONS(PLDR_COPY_OPTION)
+#undef PLDR_COPY_OPTION
     c.validate();
     return c;
 }
@@ -305,8 +308,8 @@ Generation Model::generate(const std::string& prompt, const GenerateOptions& opt
 Generation Model::generate_ids(const std::vector<int64_t>& prompt, const GenerateOptions& opt,
                                const TokenCallback& on_token) const {
     const Impl& im = impl_of(*this);
+    check_options(opt);
     const ::pldr::SamplerConfig sc = internal(opt.sampling);
-    PLDR_REQUIRE(opt.top_logprobs >= 0, "top_logprobs must be >= 0 (got ", opt.top_logprobs, ")");
     for (const auto& s : opt.stop) PLDR_REQUIRE(!s.empty(), "empty stop string");
     PLDR_REQUIRE(opt.stop.empty() || im.tok, "stop strings need a tokenizer");
     return im.visit([&](const auto& m) {
@@ -409,7 +412,7 @@ template <typename T>
 ScoreResult score_one(const ::pldr::Model<T>& m, const std::vector<int64_t>& ctx,
                       const std::vector<int64_t>& cont, const ScoreOptions& opt) {
     PLDR_REQUIRE(!cont.empty(), "empty continuation");
-    PLDR_REQUIRE(opt.top_logprobs >= 0, "top_logprobs must be >= 0 (got ", opt.top_logprobs, ")");
+    check_options(opt);
     const ::pldr::ScoreResult r = ::pldr::score_request(m, {ctx, cont}, internal(opt.mode));
     ScoreResult s;
     s.logprob = r.logprob;
@@ -443,6 +446,7 @@ std::vector<ScoreRequest> parse_score_requests(const std::string& jsonl, const s
 
 void Model::check_generation(const std::vector<int64_t>& prompt, const GenerateOptions& opt) const {
     const Impl& im = impl_of(*this);
+    check_options(opt);
     internal(opt.sampling);
     im.visit([&](const auto& m) {
         using T = scalar_t<decltype(m)>;
@@ -454,6 +458,7 @@ void Model::check_generation(const std::vector<int64_t>& prompt, const GenerateO
 std::vector<Generation> Model::generate_batch(const std::vector<std::vector<int64_t>>& prompts,
                                               const GenerateOptions& opt) const {
     const Impl& im = impl_of(*this);
+    check_options(opt);
     PLDR_REQUIRE(opt.stop.empty(), "generate_batch: stop strings are not supported (use generate)");
     ::pldr::GenerateOptions o;
     o.max_new = opt.max_tokens;

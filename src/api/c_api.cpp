@@ -142,12 +142,98 @@ pldr_status pldr_detokenize(const pldr_model* m, const int64_t* ids, int64_t n, 
     });
 }
 
+}  // extern "C"
+
+// The C option structs from the tables of pldr/options.h: their defaults, and the C++ set of
+// each (an unknown mode name or a negative string count is an invalid argument).
+namespace {
+
+#define PLDR_C_DEFAULT_F64(n, d) o.n = d;
+#define PLDR_C_DEFAULT_I64(n, d) o.n = d;
+#define PLDR_C_DEFAULT_U64(n, d) o.n = d;
+#define PLDR_C_DEFAULT_BOOL(n, d) o.n = d;
+#define PLDR_C_DEFAULT_STR(n, d) o.n = d;
+#define PLDR_C_DEFAULT_STRS(n, d) \
+    o.n = nullptr;                \
+    o.n_##n = 0;
+#define PLDR_C_DEFAULT_CACHE(n, d) o.n = d;
+#define PLDR_C_DEFAULT_SCORE(n, d) o.n = d;
+#define PLDR_C_DEFAULT_SAMPLING(n, d) o.n = pldr_sampling_default_options();
+#define PLDR_C_DEFAULT_DTYPE(n, d) o.n = d;
+#define PLDR_C_DEFAULT_CLIP(n, d) o.n = d;
+#define PLDR_C_DEFAULT_DAG(n, d) o.n##_a = o.n##_ap = o.n##_g = 0;
+#define PLDR_C_DEFAULT(K, n, d, r, s, cli, help) PLDR_C_DEFAULT_##K(n, d)
+
+#define PLDR_FROM_C_F64(n) dst.n = src.n;
+#define PLDR_FROM_C_I64(n) dst.n = src.n;
+#define PLDR_FROM_C_U64(n) dst.n = src.n;
+#define PLDR_FROM_C_BOOL(n) dst.n = src.n != 0;
+#define PLDR_FROM_C_STR(n) dst.n = src.n ? src.n : "";
+#define PLDR_FROM_C_STRS(n) dst.n = strings(src.n, src.n_##n, #n);
+#define PLDR_FROM_C_CACHE(n) \
+    if (src.n) dst.n = pldr::api::cache_mode_from_name(src.n);
+#define PLDR_FROM_C_SCORE(n) \
+    if (src.n) dst.n = pldr::api::score_mode_from_name(src.n);
+#define PLDR_FROM_C_SAMPLING(n) from_c(src.n, dst.n);
+#define PLDR_FROM_C_DTYPE(n) \
+    if (src.n) dst.n = pldr::api::dtype_from_name(src.n);
+#define PLDR_FROM_C_CLIP(n) \
+    if (src.n) dst.n = pldr::api::clip_mode_from_name(src.n);
+#define PLDR_FROM_C_DAG(n) dst.n = {src.n##_a, src.n##_ap, src.n##_g};
+#define PLDR_FROM_C(K, n, d, r, s, cli, help) PLDR_FROM_C_##K(n)
+
+std::vector<std::string> strings(const char* const* v, int64_t n, const char* what) {
+    if (n < 0) throw ArgError{std::string("n_") + what + " must be >= 0"};
+    if (n > 0 && !v) throw ArgError{std::string(what) + " is NULL but n_" + what + " > 0"};
+    std::vector<std::string> out;
+    for (int64_t i = 0; i < n; ++i) {
+        if (!v[i]) throw ArgError{std::string(what) + "[" + std::to_string(i) + "] is NULL"};
+        out.emplace_back(v[i]);
+    }
+    return out;
+}
+void from_c(const pldr_sampling& src, pldr::api::SamplingOptions& dst) {
+    PLDR_SAMPLING_OPTIONS(PLDR_FROM_C)
+}
+void from_c(const pldr_generate_options& src, pldr::api::GenerateOptions& dst) {
+    PLDR_GENERATE_OPTIONS(PLDR_FROM_C)
+}
+void from_c(const pldr_score_options& src, pldr::api::ScoreOptions& dst) {
+    PLDR_SCORE_OPTIONS(PLDR_FROM_C)
+}
+void from_c(const pldr_train_options& src, pldr::api::TrainOptions& dst) {
+    PLDR_TRAIN_OPTIONS(PLDR_FROM_C)
+}
+// The C++ set of a C struct (NULL: the defaults), its ranges checked.
+template <typename Api, typename C>
+Api options_of(const C* opt) {
+    Api o;
+    try {
+        if (opt) from_c(*opt, o);
+        pldr::api::check_options(o);
+    } catch (const pldr::Error& e) {
+        throw ArgError{e.what()};
+    }
+    return o;
+}
+
+}  // namespace
+
+extern "C" {
+
+pldr_sampling pldr_sampling_default_options(void) {
+    pldr_sampling o;
+    PLDR_SAMPLING_OPTIONS(PLDR_C_DEFAULT)
+    return o;
+}
 pldr_generate_options pldr_generate_default_options(void) {
     pldr_generate_options o;
-    o.max_tokens = 64;
-    o.sampling = {1.0, 1.0, 0, 0.0, 1.0, 0, 0};
-    o.stop_at_eos = 1;
-    o.cache = nullptr;
+    PLDR_GENERATE_OPTIONS(PLDR_C_DEFAULT)
+    return o;
+}
+pldr_score_options pldr_score_default_options(void) {
+    pldr_score_options o;
+    PLDR_SCORE_OPTIONS(PLDR_C_DEFAULT)
     return o;
 }
 
@@ -158,19 +244,7 @@ pldr_status pldr_generate(const pldr_model* m, const char* prompt, const pldr_ge
         need(prompt, "prompt");
         need(text_out, "text_out");
         *text_out = nullptr;
-        const pldr_generate_options d = pldr_generate_default_options();
-        const pldr_generate_options& o = opt ? *opt : d;
-        pldr::api::GenerateOptions g;
-        g.max_tokens = o.max_tokens;
-        g.stop_at_eos = o.stop_at_eos != 0;
-        g.cache = pldr::api::cache_mode_from_name(o.cache ? o.cache : "kvg");
-        g.sampling.temperature = o.sampling.temperature;
-        g.sampling.top_p = o.sampling.top_p;
-        g.sampling.top_k = o.sampling.top_k;
-        g.sampling.min_p = o.sampling.min_p;
-        g.sampling.repetition_penalty = o.sampling.repetition_penalty;
-        g.sampling.seed = o.sampling.seed;
-        g.sampling.greedy = o.sampling.greedy != 0;
+        const auto g = options_of<pldr::api::GenerateOptions>(opt);
         pldr::api::TokenCallback f;
         if (cb)
             f = [&](const pldr::api::TokenInfo& t, const std::string&) {
@@ -182,17 +256,35 @@ pldr_status pldr_generate(const pldr_model* m, const char* prompt, const pldr_ge
 
 pldr_status pldr_score(const pldr_model* m, const char* context, const char* continuation,
                        const char* mode, double* logprob, int* is_greedy) {
-    return guarded([&] {
+    pldr_score_options o = pldr_score_default_options();
+    if (mode) o.mode = mode;
+    return pldr_score_with(m, context, continuation, &o, logprob, is_greedy, nullptr, 0, nullptr);
+}
+
+pldr_status pldr_score_with(const pldr_model* m, const char* context, const char* continuation,
+                            const pldr_score_options* opt, double* logprob, int* is_greedy,
+                            double* token_logprobs, int64_t cap, int64_t* n_out) {
+    pldr_status st = PLDR_OK;
+    const pldr_status g = guarded([&] {
         need(m, "model");
         need(context, "context");
         need(continuation, "continuation");
         need(logprob, "logprob");
-        pldr::api::ScoreOptions o;
-        o.mode = pldr::api::score_mode_from_name(mode ? mode : "block");
+        if (token_logprobs) need(n_out, "n_out");
+        if (cap < 0) throw ArgError{"cap must be >= 0"};
+        const auto o = options_of<pldr::api::ScoreOptions>(opt);
         const auto r = m->m.score(context, continuation, o);
         *logprob = r.logprob;
         if (is_greedy) *is_greedy = r.is_greedy;
+        if (n_out) *n_out = int64_t(r.token_logprobs.size());
+        if (!token_logprobs) return;
+        if (int64_t(r.token_logprobs.size()) > cap) {
+            st = PLDR_ERR_BUFFER_TOO_SMALL;
+            return;
+        }
+        std::copy(r.token_logprobs.begin(), r.token_logprobs.end(), token_logprobs);
     });
+    return g != PLDR_OK ? g : st;
 }
 
 pldr_status pldr_forward_tensor(const pldr_model* m, const int64_t* ids, int64_t batch, int64_t seq,
@@ -318,19 +410,8 @@ pldr_status pldr_evaluate_shard(const pldr_model* m, const char* shard_path, int
 }
 
 pldr_train_options pldr_train_default_options(void) {
-    const pldr::api::TrainOptions d;
-    pldr_train_options o{};
-    o.steps = d.steps;
-    o.batch = d.batch;
-    o.accum = d.accum;
-    o.ctx = d.ctx;
-    o.warmup = d.warmup;
-    o.seed = d.seed;
-    o.lr = d.lr;
-    o.eval_every = d.eval_every;
-    o.eval_batches = d.eval_batches;
-    o.save_every = d.save_every;
-    o.stop_at = d.stop_at;
+    pldr_train_options o;
+    PLDR_TRAIN_OPTIONS(PLDR_C_DEFAULT)
     return o;
 }
 
@@ -341,26 +422,7 @@ pldr_status pldr_train(const pldr_train_options* opt, pldr_train_callback cb, vo
         need(out, "out");
         need(opt->data_dir, "opt->data_dir");
         need(opt->out_dir, "opt->out_dir");
-        auto str = [](const char* p) { return std::string(p ? p : ""); };
-        pldr::api::TrainOptions o;
-        o.preset = str(opt->preset);
-        o.config_path = str(opt->config_path);
-        o.data_dir = opt->data_dir;
-        o.out_dir = opt->out_dir;
-        o.resume_dir = str(opt->resume_dir);
-        o.dtype = pldr::api::dtype_from_name(opt->dtype ? opt->dtype : "f32");
-        o.steps = opt->steps;
-        o.batch = opt->batch;
-        o.accum = opt->accum;
-        o.ctx = opt->ctx;
-        o.warmup = opt->warmup;
-        o.seed = opt->seed;
-        o.lr = opt->lr;
-        o.dag = {opt->dag_a, opt->dag_ap, opt->dag_g};
-        o.eval_every = opt->eval_every;
-        o.eval_batches = opt->eval_batches;
-        o.save_every = opt->save_every;
-        o.stop_at = opt->stop_at;
+        const auto o = options_of<pldr::api::TrainOptions>(opt);
         std::function<bool(const pldr::api::TrainStep&)> f;
         if (cb)
             f = [&](const pldr::api::TrainStep& s) {

@@ -62,18 +62,6 @@ void require_vocab(const void* logits, int64_t V) {
 
 }  // namespace
 
-void SamplerConfig::validate() const {
-    PLDR_REQUIRE(temperature >= 0, "--temp must be >= 0 (got ", temperature, ")");
-    PLDR_REQUIRE(std::isfinite(temperature), "--temp must be finite (got ", temperature, ")");
-    PLDR_REQUIRE(top_k >= 0, "--top-k must be >= 0 (got ", top_k, ")");
-    PLDR_REQUIRE(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1] (got ", top_p, ")");
-    PLDR_REQUIRE(min_p >= 0 && min_p < 1, "--min-p must be in [0, 1) (got ", min_p, ")");
-    PLDR_REQUIRE(repeat_penalty > 0, "--repeat-penalty must be > 0 (got ", repeat_penalty, ")");
-    PLDR_REQUIRE(std::isfinite(repeat_penalty), "--repeat-penalty must be finite (got ",
-                 repeat_penalty, ")");
-    PLDR_REQUIRE(repeat_last_n >= -1, "--repeat-last-n must be >= -1 (got ", repeat_last_n, ")");
-}
-
 Sampler::Sampler(const SamplerConfig& config) : cfg_(config), rng_(config.seed) {
     cfg_.validate();
 }
@@ -102,7 +90,7 @@ std::vector<double> Sampler::distribution(const T* logits, int64_t V,
 }
 
 void Sampler::apply_repeat_penalty(int64_t V, const std::vector<int64_t>& history) {
-    const double r = cfg_.repeat_penalty;
+    const double r = cfg_.repetition_penalty;
     if (r == 1.0 || cfg_.repeat_last_n == 0 || history.empty()) return;
     const int64_t H = static_cast<int64_t>(history.size());
     const int64_t start = cfg_.repeat_last_n < 0 ? 0 : std::max<int64_t>(0, H - cfg_.repeat_last_n);
@@ -216,7 +204,7 @@ void Sampler::filter(int64_t V, const std::vector<int64_t>& history) {
         // k satisfy the rule, the top-p threshold lies at or below the k-th largest and top-k
         // (thr, already set) decides.
         const double p = cfg_.top_p;
-        const bool ref = cfg_.top_p_mode == TopPMode::REFERENCE;
+        const bool ref = cfg_.top_p_mode() == TopPMode::REFERENCE;
         size_t done = 0, L = std::min<size_t>(k, 64), cnt = 0;
         double c = 0;
         bool crossed = false;

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "pldr/options.hpp"
 
 namespace pldr {
 
@@ -47,23 +48,32 @@ enum class TopPMode {
     HF          // include it (Hugging Face TopPLogitsWarper)
 };
 
+// The sampling settings: the rows of PLDR_SAMPLING_OPTIONS (pldr/options.h), the one
+// declaration of their names, defaults and ranges (the public SamplingOptions has the same
+// members).
 struct SamplerConfig {
-    bool greedy = false;       // argmax (lowest index on ties) — deterministic
-    double temperature = 1.0;  // 0 ⇒ greedy; must be ≥ 0
-    int64_t top_k = 0;         // 0 = off; ≥ 0
-    double top_p = 1.0;        // in (0, 1]; 1 = off
-    TopPMode top_p_mode = TopPMode::REFERENCE;
-    double min_p = 0.0;           // in [0, 1): drop tokens with p < min_p · p_max
-    double repeat_penalty = 1.0;  // > 0; 1 = off
-    int64_t repeat_last_n = 64;   // window of previous tokens the penalty looks at (−1 = all)
-    uint64_t seed = 0;
+    PLDR_SAMPLING_OPTIONS(PLDR_CXX_OPTION)
 
-    // Throws a one-line pldr::Error naming the option for each invalid value,
-    // e.g. "--temp must be >= 0 (got -1)".
+    // Throws a one-line pldr::Error naming the member for the first value outside its declared
+    // range, e.g. "temperature must be in [0, inf) (got -1)".
     void validate() const;
     // True when sampling reduces to the deterministic argmax.
     bool is_greedy() const { return greedy || temperature == 0.0; }
+    TopPMode top_p_mode() const { return top_p_hf ? TopPMode::HF : TopPMode::REFERENCE; }
 };
+
+// The members of a SamplerConfig, for the option visitors (pldr/options.hpp).
+template <typename V>
+void for_each_option(SamplerConfig& o, V&& v) {
+    api::visit_sampling_options(o, v);
+}
+template <typename V>
+void for_each_option(const SamplerConfig& o, V&& v) {
+    api::visit_sampling_options(o, v);
+}
+inline void SamplerConfig::validate() const {
+    api::check_options(*this);
+}
 
 class Sampler {
   public:

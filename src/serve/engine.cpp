@@ -62,13 +62,9 @@ Slot::~Slot() = default;
 
 void Slot::prefill(const std::vector<int64_t>& ids, const SamplingParams& sp) {
     SamplerConfig c;
-    c.temperature = sp.temperature;
-    c.top_p = sp.top_p;
-    c.top_k = sp.top_k;
-    c.min_p = sp.min_p;
-    c.repeat_penalty = sp.repetition_penalty;
-    c.seed = sp.seed;
-    c.top_p_mode = TopPMode::HF;  // OpenAI clients mean the Hugging Face rule
+#define PLDR_COPY_OPTION(K, n, d, r, s, cli, help) c.n = sp.n;
+    PLDR_SAMPLING_OPTIONS(PLDR_COPY_OPTION)
+#undef PLDR_COPY_OPTION
     c.validate();
     p_->sampler = std::make_unique<Sampler>(c);
     p_->s.reset();

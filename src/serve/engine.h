@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "pldr/pldr.hpp"
+
 namespace pldr::serve {
 
 // How echo prompt log-probabilities are computed (pldr serve --mode):
@@ -19,14 +21,8 @@ namespace pldr::serve {
 //            also see the last prompt token).
 enum class EchoMode { BLOCK, CACHED };
 
-struct SamplingParams {
-    double temperature = 1.0;  // 0 = greedy
-    double top_p = 1.0;
-    int64_t top_k = 0;
-    double min_p = 0.0;
-    double repetition_penalty = 1.0;
-    uint64_t seed = 0;
-};
+// A request's sampling settings (the server reads their JSON fields from the option table).
+using SamplingParams = api::SamplingOptions;
 
 // One token's log-probability and the best alternatives (id, logprob), best first.
 struct TokenLogprob {

@@ -118,6 +118,47 @@ int64_t get_int(const json& b, const char* k, int64_t def, int64_t lo, int64_t h
     return x;
 }
 
+// The JSON fields of an option set (the rows of pldr/options.h with PLDR_OPT_JSON), each read
+// with its type and checked against its declared range; absent or null fields keep the value.
+class JsonOptions {
+  public:
+    explicit JsonOptions(const json& body) : b_(body) {}
+    template <typename T>
+    void operator()(const api::OptionSpec& s, T& v) const {
+        if constexpr (api::is_option_set<T>::value) {
+            api::for_each_option(v, *this);
+        } else if (s.on(PLDR_OPT_JSON) && b_.contains(s.name) && !b_[s.name].is_null()) {
+            read(s, v);
+            try {
+                if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+                    api::check_option_value(s, v, std::string("'") + s.name + "'");
+            } catch (const pldr::Error& e) {
+                bad(e.what());
+            }
+        }
+    }
+
+  private:
+    void read(const api::OptionSpec& s, bool& v) const { v = get_bool(b_, s.name, v); }
+    void read(const api::OptionSpec& s, double& v) const {
+        v = get_num(b_, s.name, v, -HUGE_VAL, HUGE_VAL);
+    }
+    void read(const api::OptionSpec& s, int64_t& v) const {
+        v = get_int(b_, s.name, v, INT64_MIN, INT64_MAX);
+    }
+    // A seed: any integer of int64 or uint64 (a negative one wraps, as C's conversion does).
+    void read(const api::OptionSpec& s, uint64_t& v) const {
+        const json& x = b_[s.name];
+        v = x.is_number_unsigned() ? x.get<uint64_t>()
+                                   : uint64_t(get_int(b_, s.name, 0, INT64_MIN, INT64_MAX));
+    }
+    template <typename T>
+    void read(const api::OptionSpec& s, T&) const {
+        bad(std::string("'") + s.name + "' is not a request field");  // no such row is JSON
+    }
+    const json& b_;
+};
+
 std::vector<int64_t> id_list(const json& a, const Engine& e, const char* what) {
     std::vector<int64_t> ids;
     for (const auto& x : a) {
@@ -298,14 +339,10 @@ std::vector<std::shared_ptr<Job>> Server::make_jobs(const json& b,
     const int64_t max_tokens = get_int(
         b, chat && b.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
         chat ? std::min<int64_t>(256, max_tokens_) : 16, 0, max_tokens_);
-    SamplingParams sp;
-    sp.temperature = get_num(b, "temperature", 1.0, 0.0, 100.0);
-    sp.top_p = get_num(b, "top_p", 1.0, 0.0, 1.0, true);
-    const int64_t tk = get_int(b, "top_k", 0, -1, int64_t(1) << 30);
-    sp.top_k = tk < 0 ? 0 : tk;
-    sp.min_p = get_num(b, "min_p", 0.0, 0.0, 0.999999);
-    sp.repetition_penalty = get_num(b, "repetition_penalty", 1.0, 0.0, 100.0, true);
-    const int64_t seed = get_int(b, "seed", 0, INT64_MIN, INT64_MAX);
+    api::SamplingOptions sp;
+    sp.top_p_hf = true;  // OpenAI clients mean the Hugging Face rule
+    api::for_each_option(sp, JsonOptions(b));
+    const uint64_t seed = sp.seed;
     const int64_t n = get_int(b, "n", 1, 1, o_.max_n);
     int64_t top_n = 0;
     bool want_lp = false;
@@ -326,7 +363,7 @@ std::vector<std::shared_ptr<Job>> Server::make_jobs(const json& b,
             auto j = std::make_shared<Job>();
             j->prompt = p.ids;
             j->sp = sp;
-            j->sp.seed = uint64_t(seed) + uint64_t(k);
+            j->sp.seed = seed + uint64_t(k);
             j->max_tokens = max_tokens;
             j->top_n = want_lp ? std::max<int64_t>(top_n, 1) : 0;
             j->echo = echo && want_lp;
@@ -940,7 +977,7 @@ LocalResponse Server::local(const std::string& method, const std::string& path,
 }
 
 int Server::run() {
-    const int threads = o_.threads > 0 ? o_.threads : int(o_.parallel + o_.queue + 4);
+    const int threads = int(o_.threads > 0 ? o_.threads : o_.parallel + o_.queue + 4);
     svr_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     svr_.set_payload_max_length(size_t(o_.max_body));
     svr_.set_keep_alive_timeout(2);
@@ -955,7 +992,7 @@ int Server::run() {
             svr_.Get(r.path, r.f);
     }
 
-    int port = o_.port;
+    int port = int(o_.port);
     if (port == 0) {
         port = svr_.bind_to_any_port(o_.host.c_str());
         PLDR_REQUIRE(port > 0, "cannot listen on ", o_.host, " (any port)");
@@ -997,16 +1034,9 @@ int Server::run() {
 namespace {
 
 void check_options(const ServeOptions& o) {
-    PLDR_REQUIRE(o.mode == "block" || o.mode == "cached", "--mode must be block or cached (got '",
+    PLDR_REQUIRE(o.mode == "block" || o.mode == "cached", "mode must be block or cached (got '",
                  o.mode, "')");
-    PLDR_REQUIRE(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got ", o.port);
-    PLDR_REQUIRE(o.parallel >= 1 && o.parallel <= 256, "--parallel must be in [1, 256], got ",
-                 o.parallel);
-    PLDR_REQUIRE(o.queue >= 1 && o.queue <= 100000, "--queue must be in [1, 100000], got ",
-                 o.queue);
-    PLDR_REQUIRE(o.max_body >= 1024, "--max-body must be >= 1024 bytes, got ", o.max_body);
-    PLDR_REQUIRE(o.max_tokens >= 0, "--max-tokens must be >= 0, got ", o.max_tokens);
-    PLDR_REQUIRE(o.max_n >= 1 && o.max_n <= 128, "--max-n must be in [1, 128], got ", o.max_n);
+    for_each_option(o, api::OptionRangeCheck{});
 }
 
 }  // namespace

@@ -6,17 +6,17 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "options_cli.h"
 
 namespace pldr::cli {
 
 namespace {
 
 struct GenArgs {
-    std::string dir, tokenizer, cache = "kvg", g_cache, save_g_cache, top_p_mode = "reference";
+    std::string dir, tokenizer, save_g_cache;
     std::vector<std::string> prompts, ids;
-    int64_t max_new = 64;
-    bool greedy = false, json = false, no_eos_stop = false;
-    api::SamplingOptions sc;
+    bool json = false;
+    api::GenerateOptions opt;  // the flags of PLDR_GENERATE_OPTIONS (pldr/options.h)
     ModelOptions mo;
 };
 
@@ -28,7 +28,7 @@ int run_generate(const GenArgs& a) {
     api::Inputs()
         .dir(a.dir)
         .file(a.tokenizer)
-        .file(a.g_cache)
+        .file(a.opt.g_cache_file)
         .check_file(a.save_g_cache, "--save-g-cache");
     if (a.tokenizer.empty() && !api::file_exists(a.dir + "/tokenizer.model"))
         require(!text, "no tokenizer: ", a.dir,
@@ -46,14 +46,7 @@ int run_generate(const GenArgs& a) {
     } else {
         for (const auto& s : a.ids) prompts.push_back(parse_ids(s, "--ids"));
     }
-    api::GenerateOptions opt;
-    opt.max_tokens = a.max_new;
-    opt.cache = api::cache_mode_from_name(a.cache);
-    opt.stop_at_eos = !a.no_eos_stop;
-    opt.sampling = a.sc;
-    opt.sampling.greedy = a.greedy;
-    opt.sampling.top_p_hf = a.top_p_mode == "hf";
-    opt.g_cache_file = a.g_cache;
+    const api::GenerateOptions& opt = a.opt;
     for (const auto& p : prompts) m.check_generation(p, opt);
 
     std::vector<api::Generation> results;
@@ -124,11 +117,11 @@ int run_generate(const GenArgs& a) {
                      i, r.prompt_ids.size(), r.prefill_seconds,
                      double(r.prompt_ids.size()) / std::max(r.prefill_seconds, 1e-9), r.ids.size(),
                      decode_calls ? double(decode_calls) / std::max(r.decode_seconds, 1e-9) : 0.0,
-                     a.cache.c_str(), api::name_of(m.info().dtype));
+                     api::name_of(opt.cache), api::name_of(m.info().dtype));
     }
     if (!a.save_g_cache.empty()) {
         api::Session s(m, opt.cache);
-        if (!a.g_cache.empty()) s.load_g_cache(a.g_cache);
+        if (!opt.g_cache_file.empty()) s.load_g_cache(opt.g_cache_file);
         s.prefill(prompts[0]);
         s.save_g_cache(a.save_g_cache);
         std::fprintf(stderr, "saved the G-cache of prompt 0 to %s\n", a.save_g_cache.c_str());
@@ -146,31 +139,8 @@ void add_generate(CLI::App& app) {
     cmd->add_option("--ids", a->ids, "prompt token ids, comma separated (repeat for a batch)");
     cmd->add_option("--tokenizer", a->tokenizer,
                     "SentencePiece model (default MODEL_DIR/tokenizer.model)");
-    cmd->add_option("-n,--max-new", a->max_new, "tokens to generate at most")
-        ->capture_default_str();
-    cmd->add_flag("--greedy", a->greedy, "argmax decoding");
-    cmd->add_option("--temp", a->sc.temperature, "temperature (0 = greedy)")->capture_default_str();
-    cmd->add_option("--top-k", a->sc.top_k, "keep the k best tokens (0 = off)")
-        ->capture_default_str();
-    cmd->add_option("--top-p", a->sc.top_p, "nucleus mass in (0,1] (1 = off)")
-        ->capture_default_str();
-    cmd->add_option("--top-p-mode", a->top_p_mode,
-                    "reference: exclude the token that crosses p (spec §4.4); hf: include it")
-        ->check(CLI::IsMember({"reference", "hf"}))
-        ->capture_default_str();
-    cmd->add_option("--min-p", a->sc.min_p, "drop tokens below min_p·p_max")->capture_default_str();
-    cmd->add_option("--repeat-penalty", a->sc.repetition_penalty,
-                    "penalty for repeated tokens (1 = off)")
-        ->capture_default_str();
-    cmd->add_option("--repeat-last-n", a->sc.repeat_last_n, "penalty window (-1 = all)")
-        ->capture_default_str();
-    cmd->add_option("--seed", a->sc.seed, "sampling seed")->capture_default_str();
-    cmd->add_option("--cache", a->cache, "kvg (KV + G cache), kv (KV only) or none")
-        ->check(CLI::IsMember({"kvg", "kv", "none"}))
-        ->capture_default_str();
-    cmd->add_option("--g-cache", a->g_cache, "run with the fixed operator of a saved G-cache");
+    add_option_flags(cmd, a->opt);
     cmd->add_option("--save-g-cache", a->save_g_cache, "save prompt 0's G-cache to this file");
-    cmd->add_flag("--no-eos-stop", a->no_eos_stop, "do not stop at EOS");
     cmd->add_flag("--json", a->json, "one JSON object per prompt on stdout (timings on stderr)");
     a->mo.add_to(cmd);
     cmd->callback([a]() { return run_generate(*a); });

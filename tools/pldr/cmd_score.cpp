@@ -1,22 +1,24 @@
-// pldr score MODEL_DIR --requests FILE.jsonl [--mode block|sequential|cached] [--out FILE.jsonl]:
+// pldr score MODEL_DIR --requests FILE.jsonl [--mode block|sequential|cached] [--top-logprobs N]
+// [--out FILE.jsonl]:
 // lm-eval style log-likelihood requests, one JSON object per line, scored in order.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "options_cli.h"
 
 namespace pldr::cli {
 
 namespace {
 
 struct ScoreArgs {
-    std::string dir, requests, out, mode = "block", tokenizer;
+    std::string dir, requests, out, tokenizer;
+    api::ScoreOptions so;  // the flags of PLDR_SCORE_OPTIONS (pldr/options.h)
     ModelOptions mo;
 };
 
 int run_score(const ScoreArgs& a) {
-    api::ScoreOptions so;
-    so.mode = api::score_mode_from_name(a.mode);
+    const api::ScoreOptions& so = a.so;
     api::Inputs().dir(a.dir).file(a.requests).file(a.tokenizer).check_file(a.out, "--out");
     const std::string tp = a.tokenizer.empty() ? a.dir + "/tokenizer.model" : a.tokenizer;
     const bool have_tok = api::file_exists(tp);
@@ -48,13 +50,22 @@ int run_score(const ScoreArgs& a) {
         j["logprob"] = r.logprob;
         j["is_greedy"] = r.is_greedy;
         j["token_logprobs"] = r.token_logprobs;
+        if (so.top_logprobs > 0) {
+            auto top = nlohmann::ordered_json::array();
+            for (const auto& alts : r.top) {
+                auto row = nlohmann::ordered_json::array();
+                for (const auto& t : alts) row.push_back({t.id, t.logprob});
+                top.push_back(row);
+            }
+            j["top"] = top;
+        }
         outs += j.dump() + "\n";
     }
     if (a.out.empty())
         std::fputs(outs.c_str(), stdout);
     else
         api::write_file_atomic(a.out, outs);
-    std::fprintf(stderr, "scored %zu requests (%s mode, %s)\n", res.size(), a.mode.c_str(),
+    std::fprintf(stderr, "scored %zu requests (%s mode, %s)\n", res.size(), api::name_of(so.mode),
                  api::name_of(m.info().dtype));
     return 0;
 }
@@ -67,9 +78,7 @@ void add_score(CLI::App& app) {
     cmd->add_option("MODEL_DIR", a->dir, "model directory")->required();
     cmd->add_option("--requests", a->requests, "JSONL: {context, continuation} or token ids")
         ->required();
-    cmd->add_option("--mode", a->mode, "block, sequential or cached")
-        ->check(CLI::IsMember({"block", "sequential", "cached"}))
-        ->capture_default_str();
+    add_option_flags(cmd, a->so);
     cmd->add_option("--out", a->out, "output JSONL (default stdout)");
     cmd->add_option("--tokenizer", a->tokenizer,
                     "SentencePiece model (default MODEL_DIR/tokenizer.model)");

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "common.h"
+#include "options_cli.h"
 
 namespace pldr::cli {
 
@@ -22,13 +23,13 @@ extern "C" void on_stop_signal(int) {
 }
 
 struct TrainArgs {
-    api::TrainOptions o;
-    std::string dtype = "f32", numerics = "reference";
-    std::string dag, fixed_g;
-    double clip_value = 1.0, clip_norm = 0;
-    bool no_clip = false, no_shuffle = false;
+    api::TrainOptions o;                        // the flags of PLDR_TRAIN_OPTIONS (pldr/options.h)
+    std::map<std::string, CLI::Option*> flags;  // member → its flag
+    // The CLI's spellings of three members: --numerics reference|exact, --fixed-g identity,
+    // --no-clip (with --clip-norm choosing the norm).
+    std::string numerics = "reference", fixed_g;
+    CLI::Option *numerics_flag = nullptr, *fixed_g_flag = nullptr, *no_clip_flag = nullptr;
     int64_t log_every = 10;
-    std::map<std::string, CLI::Option*> maths;  // maths key → its option
 };
 
 std::string hms(double s) {
@@ -44,28 +45,26 @@ std::string hms(double s) {
 
 int run_train(TrainArgs& a) {
     api::TrainOptions& o = a.o;
-    o.dtype = api::dtype_from_name(a.dtype);
     o.reference_numerics = a.numerics == "reference";
-    if (!a.dag.empty()) o.dag = parse_dag(a.dag);
     if (!a.fixed_g.empty()) {
         require(a.fixed_g == "identity", "--fixed-g supports only 'identity' (got '", a.fixed_g,
                 "')");
         o.fixed_g_identity = true;
     }
-    o.shuffle = !a.no_shuffle;
-    if (a.no_clip) {
-        o.clip = api::ClipMode::NONE;
-    } else if (a.clip_norm > 0 || a.maths["clip_norm"]->count() > 0) {
-        o.clip = api::ClipMode::NORM;
-        o.clip_norm = a.clip_norm;
-    } else {
-        o.clip = api::ClipMode::VALUE;
-        o.clip_value = a.clip_value;
-    }
+    const bool no_clip = a.no_clip_flag->count() > 0;
+    o.clip = no_clip                             ? api::ClipMode::NONE
+             : a.flags["clip_norm"]->count() > 0 ? api::ClipMode::NORM
+                                                 : api::ClipMode::VALUE;
+    // The maths members given on the command line (a resume refuses a different value).
     o.given.clear();
-    for (const auto& [k, opt] : a.maths)
-        if (opt->count() > 0) o.given.push_back(k);
-    if (a.no_clip || a.maths["clip_value"]->count() || a.maths["clip_norm"]->count())
+    api::for_each_option(o, [&](const api::OptionSpec& s, const auto&) {
+        const auto f = a.flags.find(s.name);
+        if (s.on(PLDR_OPT_MATHS) && f != a.flags.end() && f->second->count() > 0)
+            o.given.push_back(s.name);
+    });
+    if (a.fixed_g_flag->count() > 0) o.given.push_back("fixed_g_identity");
+    if (a.numerics_flag->count() > 0) o.given.push_back("numerics");
+    if (no_clip || a.flags["clip_value"]->count() > 0 || a.flags["clip_norm"]->count() > 0)
         o.given.push_back("clip");
 
     const bool tty = ::isatty(STDOUT_FILENO) != 0;
@@ -152,76 +151,22 @@ void add_train(CLI::App& app) {
     auto* cmd = app.add_subcommand("train",
                                    "train a PLDR-LLM (or its SDPA baseline) on token "
                                    "shards, with checkpoints and exact resume");
-    auto* pre = cmd->add_option("--preset", o.preset, "model shape: tiny, small or v51-110M")
-                    ->check(CLI::IsMember({"tiny", "small", "v51-110M"}));
-    auto* cfg = cmd->add_option("--config", o.config_path, "model config.json");
-    pre->excludes(cfg);
-    cmd->add_option("--data", o.data_dir, "shard directory from pldr prepare")->required();
-    cmd->add_option("--out", o.out_dir, "checkpoint directory (a loadable model directory)")
-        ->required();
-    cmd->add_option("--resume", o.resume_dir, "continue from this checkpoint directory");
-    auto& m = a->maths;
-    m["steps"] =
-        cmd->add_option("--steps", o.steps, "total optimizer steps")->capture_default_str();
-    m["batch"] = cmd->add_option("--batch", o.batch, "chunks per batch")->capture_default_str();
-    m["accum"] = cmd->add_option("--accum", o.accum, "micro-batches per step (accumulation)")
-                     ->capture_default_str();
-    m["ctx"] = cmd->add_option("--ctx", o.ctx, "tokens per chunk (default: the shard's)");
-    m["seed"] =
-        cmd->add_option("--seed", o.seed, "init and data-order seed")->capture_default_str();
-    m["shuffle"] = cmd->add_flag("--no-shuffle", a->no_shuffle,
-                                 "serve chunks in file order (the reference's order)");
-    m["lr"] = cmd->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
-    m["warmup"] =
-        cmd->add_option("--warmup", o.warmup, "warmup steps (default: min(2000, steps/10))");
-    m["lr_alpha"] = cmd->add_option("--lr-alpha", o.lr_alpha, "final LR fraction of the cosine")
-                        ->capture_default_str();
-    m["weight_decay"] = cmd->add_option("--weight-decay", o.weight_decay, "AdamW weight decay")
-                            ->capture_default_str();
-    m["dag"] = cmd->add_option("--dag", a->dag, "DAG loss coefficients c_A,c_Ap,c_G");
-    auto* cv = cmd->add_option("--clip-value", a->clip_value, "clip each gradient element")
-                   ->capture_default_str();
-    auto* cn = cmd->add_option("--clip-norm", a->clip_norm, "clip the gradient's global 2-norm");
-    auto* nc = cmd->add_flag("--no-clip", a->no_clip, "no gradient clipping");
-    cv->excludes(cn);
-    nc->excludes(cv);
-    nc->excludes(cn);
-    m["clip_value"] = cv;
-    m["clip_norm"] = cn;
-    m["fixed_g_identity"] =
+    add_option_flags(cmd, o, &a->flags);
+    auto& f = a->flags;
+    f["preset"]->excludes(f["config_path"]);
+    f["data_dir"]->required();
+    f["out_dir"]->required();
+    f["clip_value"]->excludes(f["clip_norm"]);
+    a->no_clip_flag = cmd->add_flag("--no-clip")->description("no gradient clipping");
+    a->no_clip_flag->excludes(f["clip_value"])->excludes(f["clip_norm"]);
+    a->fixed_g_flag =
         cmd->add_option("--fixed-g", a->fixed_g, "identity: train the SDPA baseline (G_LM = I)");
-    m["dtype"] = cmd->add_option("--dtype", a->dtype, "compute precision: f32 or f64")
-                     ->check(CLI::IsMember({"f32", "f64"}))
-                     ->capture_default_str();
-    m["precision"] = cmd->add_option("--precision", o.precision,
-                                     "fp32, or bf16: mixed precision (bf16 products, float32 "
-                                     "master weights; float32 where the CPU has no bf16)")
-                         ->check(CLI::IsMember({"fp32", "bf16"}))
-                         ->capture_default_str();
-    m["numerics"] = cmd->add_option("--numerics", a->numerics,
-                                    "f64: reference (the reference's float32 islands) or exact")
-                        ->check(CLI::IsMember({"reference", "exact"}))
-                        ->capture_default_str();
-    cmd->add_option("--stop-at", o.stop_at, "stop after this step (as an interruption would)");
-    cmd->add_option("--eval-every", o.eval_every, "validation period (0 = only at the end)")
-        ->capture_default_str();
-    cmd->add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str();
-    cmd->add_option("--save-every", o.save_every, "checkpoint period (0 = at the end / on stop)")
-        ->capture_default_str();
-    cmd->add_option("--metrics", o.metrics_path, "metrics JSONL (default: OUT/metrics.jsonl)");
+    a->numerics_flag = cmd->add_option("--numerics", a->numerics,
+                                       "f64: reference (the reference's float32 islands) or exact")
+                           ->check(CLI::IsMember({"reference", "exact"}))
+                           ->capture_default_str();
     cmd->add_option("--log-every", a->log_every, "log-line period when stdout is not a terminal")
         ->capture_default_str();
-    cmd->add_option("--recompute", o.recompute,
-                    "activations the backward recomputes: none (keep all: most memory), "
-                    "selective (cheap ones) or full (checkpoint each layer: least memory, ~1/5 "
-                    "more FLOPs); same result")
-        ->check(CLI::IsMember({"none", "selective", "full"}))
-        ->capture_default_str();
-    cmd->add_flag("--zero1", o.zero1,
-                  "under mpirun: shard the AdamW moments across ranks (ZeRO-1, same result)");
-    cmd->add_option("--dist-timeout", o.dist_timeout,
-                    "under mpirun: seconds a collective may wait before every rank is stopped "
-                    "(default: PLDR_DIST_TIMEOUT or 300)");
     cmd->callback([a]() { return run_train(*a); });
 }
 
