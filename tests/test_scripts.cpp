@@ -1,8 +1,11 @@
 // scripts/check-readme.sh checks something: a README without any ./build/pldr command fails, a
-// failing command fails, and a good one passes and is counted.
+// failing command fails, and a good one passes and is counted. scripts/check-sizes.py finds
+// exactly the planted files and functions over the size limits of a tree.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "cli_util.h"
 
@@ -34,6 +37,118 @@ TEST(CheckReadme, FailsWithoutCommandsOrOnAFailingCommand) {
         "./build/pldr outside a code block is not run\n");
     EXPECT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.out.find("README: 1 commands ran"), std::string::npos) << r.out;
+}
+
+// scripts/check-sizes.py --root ROOT: its exit code and its output.
+cli_test::Result check_sizes(const std::string& root) {
+    const std::string cmd = "/usr/bin/python3 " + std::string(PLDR_SOURCE_DIR) +
+                            "/scripts/check-sizes.py --root " + root + " >" + root + "/out 2>" +
+                            root + "/err";
+    const int st = std::system(cmd.c_str());
+    cli_test::Result r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.out = cli_test::slurp(root + "/out");
+    r.err = cli_test::slurp(root + "/err");
+    return r;
+}
+
+void write(const std::string& root, const std::string& rel, const std::string& text) {
+    const std::filesystem::path p = std::filesystem::path(root) / rel;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+}
+
+// `n` lines of plain statements.
+std::string statements(int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += "    x += " + std::to_string(i) + ";\n";
+    return s;
+}
+
+// A function of exactly `lines` lines: the signature line, the body, the closing brace.
+std::string function_of(const std::string& name, int lines) {
+    return "int " + name + "(int x) {\n" + statements(lines - 3) + "    return x;\n}\n";
+}
+
+TEST(CheckSizes, FindsExactlyThePlantedFilesAndFunctions) {
+    const std::string root = cli_test::tmp_dir("sizes");
+    // At the limits: nothing to report.
+    write(root, "src/a/at_limit.cpp", function_of("at_limit", 150) + "\n");
+    std::string lines600;
+    for (int i = 0; i < 600; ++i) lines600 += "// line\n";
+    write(root, "src/a/six_hundred.h", lines600);
+    // Over them: a 151-line function (with a template head, counted from it) and a 601-line
+    // file (its functions short), in subdirectories of src/ and tools/.
+    write(root, "src/a/long.cpp",
+          "// header\n\ntemplate <typename T>\nT long_one(T x) {\n" + statements(147) +
+              "    return x;\n}\n");
+    write(root, "tools/deep/er/big.h", function_of("short_one", 10) + lines600.substr(0, 591 * 8));
+    // A function whose lambdas (short, one nested in another, one with a trailing return type
+    // and mutable) count toward it: 160 lines, reported once under its own name.
+    std::string lam = "void Outer::lambdas(int n) const {\n";
+    lam += "    auto a = [&](int k) {\n" + statements(40) + "    };\n";
+    lam += "    auto b = [=](int k) mutable -> int {\n        auto c = [](int j) { return j; };\n" +
+           statements(40) + "        return c(k);\n    };\n";
+    lam += "    std::sort(v.begin(), v.end(), [](int p, int q) { return p < q; });\n";
+    lam += statements(160 - 1 - 42 - 44 - 1 - 1) + "}\n";
+    write(root, "python/module.cpp", lam);
+    // Braces inside a raw string, a comment, string and character literals, and a digit
+    // separator: none of them opens or closes anything (155 and 152 lines).
+    write(root, "src/b/literals.cpp",
+          "namespace n {\n"
+          "const char* raw() {\n"
+          "    const char* s = R\"js(}} { \"}\" )\" }})js\";\n" +
+              statements(150) +
+              "    const char* t = u8R\"(}})\";\n"
+              "    return s + t;\n"
+              "}\n"
+              "int commented(int x) {\n"
+              "    // } } }\n"
+              "    /* { {\n"
+              "       } */\n"
+              "    x += '}' + '{' + 1'000 + \"}\\\"}\";\n" +
+              statements(145) +
+              "    return x;\n"
+              "}\n"
+              "}  // namespace n\n");
+    // Classes, namespaces and brace initializers are not functions; a constructor with an
+    // initializer list is (151 lines); a table behind the marker is exempt, one whose marker is
+    // not on the line just before it is not.
+    write(root, "src/c/classes.h",
+          "struct S {\n  public:\n    int a{1}, b = 2;\n    S(int x) : a{x}, b(x) {\n" +
+              statements(149) + "    }\n" +
+              "};\nenum class E { A, B };\nconst int k[] = {1, 2};\n" + "// size-limit: table\n" +
+              function_of("table", 200) + "// size-limit: table\n\n" +
+              function_of("not_marked", 151));
+    // Files outside src/, tools/ and python/, or not C/C++, are not read.
+    write(root, "tests/t.cpp", function_of("ignored", 700));
+    write(root, "src/notes.txt", lines600 + "x\n");
+
+    cli_test::Result r = check_sizes(root);
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    EXPECT_EQ(r.out,
+              "python/module.cpp:1: function Outer::lambdas is 160 lines (limit 150)\n"
+              "src/a/long.cpp:3: function long_one is 151 lines (limit 150)\n"
+              "src/b/literals.cpp:2: function raw is 155 lines (limit 150)\n"
+              "src/b/literals.cpp:157: function commented is 152 lines (limit 150)\n"
+              "src/c/classes.h:4: function S is 151 lines (limit 150)\n"
+              "src/c/classes.h:361: function not_marked is 151 lines (limit 150)\n"
+              "tools/deep/er/big.h: 601 lines (limit 600)\n");
+    EXPECT_EQ(r.err, "");
+
+    // Within the limits: OK, exit 0.
+    for (const char* f : {"python/module.cpp", "src/a/long.cpp", "src/b/literals.cpp",
+                          "src/c/classes.h", "tools/deep/er/big.h"})
+        std::filesystem::remove(root + "/" + f);
+    r = check_sizes(root);
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_EQ(r.out.rfind("check-sizes: OK (2 files, 1 functions;", 0), 0u) << r.out;
+
+    // Unbalanced braces cannot be measured: exit 2, naming the file.
+    write(root, "src/open.cpp", "void f() {\n");
+    r = check_sizes(root);
+    EXPECT_EQ(r.code, 2) << r.out << r.err;
+    EXPECT_NE(r.err.find("src/open.cpp"), std::string::npos) << r.err;
 }
 
 }  // namespace

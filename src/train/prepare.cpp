@@ -104,10 +104,8 @@ nlohmann::ordered_json split_json(const std::string& file, const SplitStats& s, 
     return j;
 }
 
-}  // namespace
-
-PrepareStats prepare_corpus(const PrepareOptions& o) {
-    const std::string who = "prepare";
+// The options, and every input a file listed once.
+void check_options(const PrepareOptions& o, const std::string& who) {
     PLDR_REQUIRE(o.ctx >= 2, who, ": ctx ", o.ctx, " must be at least 2");
     PLDR_REQUIRE(o.ctx <= (int64_t{1} << 31), who, ": ctx ", o.ctx, " is too large");
     PLDR_REQUIRE(o.block_docs >= 1, who, ": block_docs ", o.block_docs, " must be at least 1");
@@ -124,15 +122,41 @@ PrepareStats prepare_corpus(const PrepareOptions& o) {
     if (o.tokenizer_path.empty()) fail(who, ": no tokenizer given");
     if (!file_exists(o.tokenizer_path))
         fail(who, ": tokenizer ", o.tokenizer_path, ": file not found");
-    {
-        std::set<std::string> seen;
-        for (const auto* list : {&o.input_files, &o.valid_files})
-            for (const auto& f : *list) {
-                if (!file_exists(f)) fail(who, ": input ", f, ": file not found");
-                if (!seen.insert(std::filesystem::weakly_canonical(f).string()).second)
-                    fail(who, ": input ", f, " is listed twice");
-            }
-    }
+    std::set<std::string> seen;
+    for (const auto* list : {&o.input_files, &o.valid_files})
+        for (const auto& f : *list) {
+            if (!file_exists(f)) fail(who, ": input ", f, ": file not found");
+            if (!seen.insert(std::filesystem::weakly_canonical(f).string()).second)
+                fail(who, ": input ", f, " is listed twice");
+        }
+}
+
+// The tokenizer in meta.json: its file (size, checksum), special ids and a few pieces.
+nlohmann::ordered_json tokenizer_json(const Tokenizer& tok, const std::string& path) {
+    const std::string bytes = read_file(path);
+    nlohmann::ordered_json t;
+    t["file"] = std::filesystem::path(path).filename().string();
+    t["path"] = path;
+    t["bytes"] = bytes.size();
+    t["fnv1a64"] = hex64(fnv1a64(bytes.data(), bytes.size()));
+    t["vocab_size"] = tok.vocab_size();
+    t["pad_id"] = tok.pad_id();
+    t["unk_id"] = tok.unk_id();
+    t["bos_id"] = tok.bos_id();
+    t["eos_id"] = tok.eos_id();
+    nlohmann::ordered_json pieces;
+    for (int64_t id : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5},
+                       int64_t{100}, int64_t{1000}, tok.vocab_size() - 1})
+        if (id < tok.vocab_size()) pieces[std::to_string(id)] = tok.piece(id);
+    t["pieces"] = pieces;
+    return t;
+}
+
+}  // namespace
+
+PrepareStats prepare_corpus(const PrepareOptions& o) {
+    const std::string who = "prepare";
+    check_options(o, who);
 
     const Tokenizer tok(o.tokenizer_path);
     const int threads = o.num_threads > 0 ? o.num_threads : omp_get_max_threads();
@@ -212,25 +236,7 @@ PrepareStats prepare_corpus(const PrepareOptions& o) {
     nlohmann::ordered_json meta;
     meta["format"] = "pldr-prepared-corpus";
     meta["version"] = 1;
-    {
-        const std::string bytes = read_file(o.tokenizer_path);
-        nlohmann::ordered_json t;
-        t["file"] = std::filesystem::path(o.tokenizer_path).filename().string();
-        t["path"] = o.tokenizer_path;
-        t["bytes"] = bytes.size();
-        t["fnv1a64"] = hex64(fnv1a64(bytes.data(), bytes.size()));
-        t["vocab_size"] = tok.vocab_size();
-        t["pad_id"] = tok.pad_id();
-        t["unk_id"] = tok.unk_id();
-        t["bos_id"] = tok.bos_id();
-        t["eos_id"] = tok.eos_id();
-        nlohmann::ordered_json pieces;
-        for (int64_t id : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5},
-                           int64_t{100}, int64_t{1000}, tok.vocab_size() - 1})
-            if (id < tok.vocab_size()) pieces[std::to_string(id)] = tok.piece(id);
-        t["pieces"] = pieces;
-        meta["tokenizer"] = t;
-    }
+    meta["tokenizer"] = tokenizer_json(tok, o.tokenizer_path);
     meta["ctx"] = o.ctx;
     meta["block_docs"] = o.block_docs;
     meta["one_doc_per_line"] = o.one_doc_per_line;

@@ -1,6 +1,7 @@
 // The training step (see step.h).
 #include "train/step.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -103,14 +104,17 @@ void Trainer<T>::set_optimizer(AdamWState<T>&& full) {
     }
 }
 
-template <typename T>
-StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
-    const dist::World& w = dist::world();
-    const int P = w.size;
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Data parallel: the global count of scored targets of each micro-batch (every rank gets every
+// count and sums them in rank order, so all ranks hold the same bits).
+std::vector<double> global_counts(const std::vector<TokenBatch>& micro, int64_t pad) {
+    const int P = dist::world().size;
     const size_t k = micro.size();
-    const int64_t pad = model_.cfg.pad_token_id;
-    // 1. The global count of scored targets of each micro-batch (every rank gets every count
-    //    and sums them in rank order, so all ranks hold the same bits).
     std::vector<double> mine(k), all(k * size_t(P));
     for (size_t j = 0; j < k; ++j) {
         const TokenBatch& b = micro[j];
@@ -126,18 +130,50 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
         for (size_t j = 0; j < k; ++j) N[j] += all[size_t(r) * k + j];
     for (size_t j = 0; j < k; ++j)
         PLDR_REQUIRE(N[j] > 0, "no scored target tokens in the global batch (all are pad)");
+    return N;
+}
 
-    // 2. Local forward and backward: rank r's part of d(mean over the global batch)/dθ.
-    grads_.zero();
-    const double w_micro = 1.0 / double(k);
+// What the step decides on: the loss, the gradient's sum of squares, its count over the clip
+// limit, and whether it holds a non-finite element (over every rank when data parallel).
+struct StepStats {
+    LossResult loss;
+    double sum_sq = 0;
+    int64_t clipped = 0;
+    bool non_finite_grad = false;
+};
+
+// One process: the mean of the micro-batch losses.
+StepStats local_stats(const std::vector<LossResult>& losses, const GradPass& gp, bool non_finite) {
+    StepStats s;
+    const double w = 1.0 / double(losses.size());
+    for (const LossResult& l : losses) {
+        s.loss.value += w * l.value;
+        s.loss.ce += w * l.ce;
+        s.loss.accuracy += w * l.accuracy;
+        s.loss.dagA += w * l.dagA;
+        s.loss.dagAp += w * l.dagAp;
+        s.loss.dagG += w * l.dagG;
+        s.loss.dag_loss += w * l.dag_loss;
+        s.loss.scored += l.scored;
+        s.loss.correct += l.correct;
+    }
+    s.sum_sq = gp.sum_sq;
+    s.clipped = gp.over;
+    s.non_finite_grad = non_finite;
+    return s;
+}
+
+// Data parallel: every rank's share of the global batch's loss (each micro-batch's CE over its
+// global count N), its shard's sum of squares and clipped count, summed in rank order on every
+// rank.
+StepStats global_stats(const std::vector<LossResult>& losses, const std::vector<double>& N,
+                       const GradPass& gp, bool non_finite) {
+    const int P = dist::world().size;
+    const double w_micro = 1.0 / double(losses.size());
     enum { CE, ACC, DAGA, DAGAP, DAGG, DAGL, SCORED, CORRECT, SUMSQ, NONFINITE, CLIPPED, NSTAT };
     double st[NSTAT] = {};
-    for (size_t j = 0; j < k; ++j) {
-        const TokenBatch& b = micro[j];
-        const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
-        const LossResult l =
-            loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, grads_.data(), w_micro / P,
-                           N[j] / P, keep_of(cfg_.recompute), /*consume=*/true);
+    for (size_t j = 0; j < losses.size(); ++j) {
+        const LossResult& l = losses[j];
         st[CE] += w_micro * l.ce * double(l.scored) / N[j];
         st[ACC] += w_micro * double(l.correct) / N[j];
         st[DAGA] += w_micro * l.dagA / P;
@@ -147,67 +183,112 @@ StepResult Trainer<T>::step_distributed(const std::vector<TokenBatch>& micro) {
         st[SCORED] += double(l.scored);
         st[CORRECT] += double(l.correct);
     }
-
-    // 3. Reduce-scatter: this rank's shard of the summed gradient.
-    const int64_t n = int64_t(grads_.size());
-    using clock = std::chrono::steady_clock;
-    auto t0 = clock::now();
-    dist::reduce_scatter_sum(grads_.data(), gshard_.data(), n, "the gradient reduce-scatter");
-    double comm_s = std::chrono::duration<double>(clock::now() - t0).count();
-    T* g = gshard_.data();
-    const T limit = T(cfg_.clip_value);
-    const GradPass gp = grad_pass(
-        g, shard_n_, cfg_.clip == ClipMode::VALUE ? limit : std::numeric_limits<T>::infinity());
     st[SUMSQ] = gp.sum_sq;
     st[CLIPPED] = double(gp.over);
-    st[NONFINITE] = std::isfinite(gp.sum_sq) || all_finite(g, shard_n_) ? 0.0 : 1.0;
-
-    // 4. The step's statistics, summed in rank order on every rank.
+    st[NONFINITE] = non_finite ? 1.0 : 0.0;
     std::vector<double> stats(size_t(NSTAT) * size_t(P));
     dist::allgather_values(st, stats.data(), NSTAT, "gathering the step statistics");
     double sum[NSTAT] = {};
     for (int r = 0; r < P; ++r)
         for (int i = 0; i < NSTAT; ++i) sum[i] += stats[size_t(r) * NSTAT + size_t(i)];
-    StepResult r;
-    r.loss.ce = sum[CE];
-    r.loss.accuracy = sum[ACC];
-    r.loss.dagA = sum[DAGA];
-    r.loss.dagAp = sum[DAGAP];
-    r.loss.dagG = sum[DAGG];
-    r.loss.dag_loss = sum[DAGL];
-    r.loss.value = r.loss.ce + r.loss.dag_loss;
-    r.loss.scored = int64_t(sum[SCORED]);
-    r.loss.correct = int64_t(sum[CORRECT]);
-    PLDR_REQUIRE(std::isfinite(r.loss.value), "non-finite loss (", r.loss.value, ") at step ",
-                 opt_.step + 1, ": step refused, parameters unchanged");
-    PLDR_REQUIRE(sum[NONFINITE] == 0, "non-finite gradient at step ", opt_.step + 1,
-                 ": step refused, parameters unchanged");
-    r.grad_norm = std::sqrt(sum[SUMSQ]);
+    StepStats s;
+    s.loss.ce = sum[CE];
+    s.loss.accuracy = sum[ACC];
+    s.loss.dagA = sum[DAGA];
+    s.loss.dagAp = sum[DAGAP];
+    s.loss.dagG = sum[DAGG];
+    s.loss.dag_loss = sum[DAGL];
+    s.loss.value = s.loss.ce + s.loss.dag_loss;
+    s.loss.scored = int64_t(sum[SCORED]);
+    s.loss.correct = int64_t(sum[CORRECT]);
+    s.sum_sq = sum[SUMSQ];
+    s.clipped = int64_t(sum[CLIPPED]);
+    s.non_finite_grad = sum[NONFINITE] != 0;
+    return s;
+}
 
-    // 5. Clip the shard (element-wise, or by the global norm), then the AdamW step.
-    if (cfg_.clip == ClipMode::VALUE) {
-        if (gp.over > 0) clip_by_value(g, shard_n_, limit);
-        r.clipped = int64_t(sum[CLIPPED]);
-    } else if (cfg_.clip == ClipMode::NORM) {
-        scale_to_norm(g, shard_n_, cfg_.clip_norm, r.grad_norm);  // by the global norm
+}  // namespace
+
+template <typename T>
+std::vector<LossResult> Trainer<T>::forward_backward(const std::vector<TokenBatch>& micro,
+                                                     const std::vector<double>& counts) {
+    // Each micro-batch weighs 1/k; data parallel, each rank's part of the global batch's mean
+    // also weighs 1/P, and its CE gradient is divided by the global count of scored targets
+    // (a count of 0: the micro-batch's own).
+    const double P = counts.empty() ? 1.0 : double(dist::world().size);
+    const double w = 1.0 / double(micro.size());
+    grads_.zero();
+    std::vector<LossResult> losses;
+    const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
+    for (size_t j = 0; j < micro.size(); ++j) {
+        const TokenBatch& b = micro[j];
+        losses.push_back(loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, grads_.data(),
+                                        w / P, counts.empty() ? 0 : counts[j] / P,
+                                        keep_of(cfg_.recompute), /*consume=*/true));
     }
-    r.lr = cfg_.schedule.lr(opt_.step);
+    return losses;
+}
+
+template <typename T>
+T* Trainer<T>::reduce(double& comm_s) {
+    if (!distributed_) return grads_.data();
+    const auto t0 = std::chrono::steady_clock::now();
+    dist::reduce_scatter_sum(grads_.data(), gshard_.data(), int64_t(grads_.size()),
+                             "the gradient reduce-scatter");
+    comm_s += seconds_since(t0);
+    return gshard_.data();
+}
+
+template <typename T>
+void Trainer<T>::refuse_non_finite(const LossResult& loss, bool non_finite_grad,
+                                   const std::vector<TokenBatch>& micro, const T* g) {
+    if (!std::isfinite(loss.value)) {
+        // Where in this rank's forward passes (as the step ran them) the non-finite values
+        // appear first.
+        const Bf16Autocast cast(cfg_.precision);
+        std::string bad;
+        for (const TokenBatch& b : micro)
+            if (bad.empty()) bad = non_finite_origin(model_, b.tokens, b.B, b.S1);
+        fail("non-finite loss (", loss.value, ") at step ", opt_.step + 1,
+             bad.empty() ? std::string() : "; non-finite values first appear in " + bad,
+             ": step refused, parameters unchanged");
+    }
+    if (!non_finite_grad) return;
+    // Backward order (head first): where the blow-up appears first, in this rank's gradient.
+    std::string where;
+    for (auto e = model_.layout.entries.rbegin(); e != model_.layout.entries.rend(); ++e) {
+        const int64_t a = std::max(e->offset, lo_),
+                      b = std::min(e->offset + e->numel, lo_ + shard_n_);
+        if (a < b && !all_finite(g + (a - lo_), b - a)) {
+            where = e->name;
+            break;
+        }
+    }
+    fail("non-finite gradient at step ", opt_.step + 1,
+         where.empty() ? std::string() : " (first, in backward order, in grad." + where + ")",
+         ": step refused, parameters unchanged");
+}
+
+template <typename T>
+void Trainer<T>::update(T* g, double lr, double& comm_s) {
     T* params = model_.params.data();
+    const int64_t n = model_.layout.total;
     if (sharded_) {
-        ++opt_.step;
-        adamw_update(params + lo_, g, opt_.m.data(), opt_.v.data(), shard_n_, opt_.step, r.lr,
-                     cfg_.adam);
-        t0 = clock::now();
+        // ZeRO-1: this rank's shard of the parameters with its shard of the moments, then every
+        // shard to every rank.
+        adamw_step(opt_, params + lo_, g, shard_n_, lr, cfg_.adam);
+        const auto t0 = std::chrono::steady_clock::now();
         dist::allgather(params + lo_, params, n, "the parameter all-gather");
-    } else {
-        t0 = clock::now();
-        dist::allgather(g, grads_.data(), n, "the gradient all-gather");
+        comm_s += seconds_since(t0);
+        return;
     }
-    comm_s += std::chrono::duration<double>(clock::now() - t0).count();
-    if (!sharded_) adamw_step(opt_, params, grads_.data(), n, r.lr, cfg_.adam);
-    r.step = opt_.step;
-    r.comm_s = comm_s;
-    return r;
+    if (distributed_) {
+        // Every rank gets the whole clipped gradient and takes the same full step.
+        const auto t0 = std::chrono::steady_clock::now();
+        dist::allgather(g, grads_.data(), n, "the gradient all-gather");
+        comm_s += seconds_since(t0);
+    }
+    adamw_step(opt_, params, grads_.data(), n, lr, cfg_.adam);
 }
 
 template <typename T>
@@ -215,59 +296,42 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
     PLDR_REQUIRE(!micro.empty(), "a training step needs at least one batch");
     // The step changes the parameters: inference's transposed copies would go stale.
     drop_transposed_weights(model_);
-    if (distributed_) return step_distributed(micro);
-    grads_.zero();
     StepResult r;
-    const double w = 1.0 / double(micro.size());
-    const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
-    for (const TokenBatch& b : micro) {
-        LossResult l = loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, grads_.data(),
-                                      w, 0, keep_of(cfg_.recompute), /*consume=*/true);
-        r.loss.value += w * l.value;
-        r.loss.ce += w * l.ce;
-        r.loss.accuracy += w * l.accuracy;
-        r.loss.dagA += w * l.dagA;
-        r.loss.dagAp += w * l.dagAp;
-        r.loss.dagG += w * l.dagG;
-        r.loss.dag_loss += w * l.dag_loss;
-        r.loss.scored += l.scored;
-        r.loss.correct += l.correct;
-    }
-    const int64_t n = int64_t(grads_.size());
-    if (!std::isfinite(r.loss.value)) {
-        std::string bad;
-        for (const TokenBatch& b : micro)
-            if (bad.empty()) bad = non_finite_origin(model_, b.tokens, b.B, b.S1);
-        fail("non-finite loss (", r.loss.value, ") at step ", opt_.step + 1,
-             bad.empty() ? std::string() : "; non-finite values first appear in " + bad,
-             ": step refused, parameters unchanged");
-    }
-    // One read of the gradients for the norm, the finiteness check and the clipped count; a
-    // second (writing) pass only where something is clipped. A finite sum of squares means
-    // every element is finite; all_finite decides otherwise (float64 squares can overflow).
+    // 1. Forward and backward over the micro-batches, the gradients summed into grads_ (data
+    //    parallel: each micro-batch's loss over the global batch's count of scored targets).
+    const std::vector<double> counts =
+        distributed_ ? global_counts(micro, model_.cfg.pad_token_id) : std::vector<double>();
+    const std::vector<LossResult> losses = forward_backward(micro, counts);
+
+    // 2. Reduce: the gradient this rank clips (the whole buffer, or data parallel its shard of
+    //    the ranks' sum).
+    T* g = reduce(r.comm_s);
+
+    // 3. One read of the gradient for the norm, the finiteness check and the clipped count; a
+    //    second (writing) pass only where something is clipped. A finite sum of squares means
+    //    every element is finite; all_finite decides otherwise (float64 squares can overflow).
+    //    Data parallel, the statistics of every rank are summed in rank order.
     const bool by_value = cfg_.clip == ClipMode::VALUE;
     const T limit = by_value ? T(cfg_.clip_value) : std::numeric_limits<T>::infinity();
-    const GradPass gp = grad_pass(grads_.data(), n, limit);
-    if (!std::isfinite(gp.sum_sq) && !all_finite(grads_.data(), n)) {
-        std::string where = "?";
-        // Backward order (head first): where the blow-up appears first.
-        for (auto e = model_.layout.entries.rbegin(); e != model_.layout.entries.rend(); ++e)
-            if (!all_finite(grads_.data() + e->offset, e->numel)) {
-                where = e->name;
-                break;
-            }
-        fail("non-finite gradient at step ", opt_.step + 1, " (first, in backward order, in grad.",
-             where, "): step refused, parameters unchanged");
-    }
-    r.grad_norm = std::sqrt(gp.sum_sq);  // the norm before clipping
+    const GradPass gp = grad_pass(g, shard_n_, limit);
+    const bool non_finite = !std::isfinite(gp.sum_sq) && !all_finite(g, shard_n_);
+    const StepStats st = distributed_ ? global_stats(losses, counts, gp, non_finite)
+                                      : local_stats(losses, gp, non_finite);
+    refuse_non_finite(st.loss, st.non_finite_grad, micro, g);
+    r.loss = st.loss;
+    r.grad_norm = std::sqrt(st.sum_sq);  // the global norm before clipping
+
+    // 4. Clip: element-wise, or by the global norm.
     if (cfg_.clip == ClipMode::NORM) {
-        scale_to_norm(grads_.data(), n, cfg_.clip_norm, r.grad_norm);
+        scale_to_norm(g, shard_n_, cfg_.clip_norm, r.grad_norm);
     } else if (by_value) {
-        r.clipped = gp.over;
-        if (gp.over > 0) clip_by_value(grads_.data(), n, limit);
+        r.clipped = st.clipped;
+        if (gp.over > 0) clip_by_value(g, shard_n_, limit);
     }
+
+    // 5. The AdamW update at lr = schedule(steps done).
     r.lr = cfg_.schedule.lr(opt_.step);
-    adamw_step(opt_, model_.params.data(), grads_.data(), n, r.lr, cfg_.adam);
+    update(g, r.lr, r.comm_s);
     r.step = opt_.step;
     return r;
 }

@@ -107,7 +107,19 @@ class Trainer {
     void set_optimizer(AdamWState<T>&& full);
 
   private:
-    StepResult step_distributed(const std::vector<TokenBatch>& micro);
+    // The steps of step(). Forward and backward over the micro-batches into grads_ (`counts`:
+    // data parallel, each micro-batch's global count of scored targets; empty: one process).
+    std::vector<LossResult> forward_backward(const std::vector<TokenBatch>& micro,
+                                             const std::vector<double>& counts);
+    // The gradient this rank clips and applies: grads_, or data parallel its reduce-scattered
+    // shard of the ranks' sum ([lo_, lo_ + shard_n_) either way). Adds the seconds waited.
+    T* reduce(double& comm_s);
+    // Throws (the step refused) on a non-finite loss or gradient, naming where it appears.
+    void refuse_non_finite(const LossResult& loss, bool non_finite_grad,
+                           const std::vector<TokenBatch>& micro, const T* g);
+    // AdamW on the parameters whose moments this rank holds (all, or with zero1 its shard),
+    // then data parallel the all-gather that gives every rank the same parameters.
+    void update(T* g, double lr, double& comm_s);
 
     Model<T>& model_;
     TrainConfig cfg_;
@@ -115,7 +127,8 @@ class Trainer {
     ZeroPages<T> grads_;  // zeroed by handing the pages back (core/alloc.h)
     Activations<T> acts_;
     bool distributed_ = false, sharded_ = false;
-    int64_t lo_ = 0, shard_n_ = 0;  // this rank's shard of the flat parameter buffer
+    int64_t lo_ = 0, shard_n_ = 0;  // this rank's shard of the flat parameter buffer (one
+                                    // process: all of it)
     std::vector<T> gshard_;         // the reduced gradient of the shard
 };
 

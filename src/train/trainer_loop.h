@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
 #include "train/data_loader.h"
 #include "train/step.h"
 
@@ -112,6 +113,20 @@ struct CheckpointInfo;
 // field's type and range (an unknown clip mode or dtype is an error). Errors name `where`.
 void apply_checkpoint_options(TrainOptions& o, const std::string& options_json,
                               const std::string& where);
+// The options of a run resumed from a checkpoint whose stored options are `options_json`: the
+// checkpoint's maths, with `o`'s run control and model source (or else the checkpoint's).
+// Refuses a maths option named in o.given that differs from the checkpoint's, except "steps",
+// whose change it reports through `note`.
+TrainOptions resumed_options(const TrainOptions& o, const std::string& options_json,
+                             const std::function<void(const std::string&)>& note);
+// The model config asked for by the preset / config and fixed_g options, with the data's
+// vocabulary (`shard_path` names the data in errors).
+Config requested_config(const TrainOptions& o, int64_t vocab, const std::string& shard_path);
+// The first line where two configs' JSON differ ("" when they agree), their dtypes aside.
+std::string config_difference(Config want, Config have);
+// The options that need no file (an output, data, exactly one model source), and the output: this
+// run's own checkpoint directory, never an input, never another model's directory.
+void check_output_options(const TrainOptions& o);
 // A checkpoint's data position must be step × batch × accum (the chunks its steps consumed).
 void check_checkpoint_position(const CheckpointInfo& ck, const TrainOptions& o,
                                const std::string& where);

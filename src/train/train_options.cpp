@@ -1,0 +1,294 @@
+// The training options (see trainer_loop.h): the maths fields as JSON, a checkpoint's options
+// read back with every field checked, the options of a resumed run, the model config they ask
+// for, and the checks of the output directory.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "io/config_json.h"
+#include "io/json_util.h"
+#include "train/checkpoint.h"
+#include "train/presets.h"
+#include "train/trainer_loop.h"
+
+namespace pldr {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+int64_t TrainOptions::warmup_steps() const {
+    return warmup >= 0 ? warmup : std::min<int64_t>(2000, steps / 10);
+}
+
+TrainConfig TrainOptions::train_config() const {
+    TrainConfig c;
+    c.adam.weight_decay = weight_decay;
+    c.schedule.lr_max = lr;
+    c.schedule.warmup = warmup_steps();
+    c.schedule.total = steps;
+    c.schedule.alpha = lr_alpha;
+    c.dag = dag;
+    c.clip = clip;
+    c.clip_value = clip_value;
+    c.clip_norm = clip_norm;
+    c.precision = parse_precision(precision);
+    c.recompute = parse_recompute(recompute);
+    return c;
+}
+
+namespace {
+
+const char* clip_name(ClipMode m) {
+    return m == ClipMode::VALUE ? "value" : m == ClipMode::NORM ? "norm" : "none";
+}
+
+ojson maths(const TrainOptions& o) {
+    ojson j;
+    j["steps"] = o.steps;
+    j["batch"] = o.batch;
+    j["accum"] = o.accum;
+    j["ctx"] = o.ctx;
+    j["seed"] = o.seed;
+    j["shuffle"] = o.shuffle;
+    j["lr"] = o.lr;
+    j["warmup"] = o.warmup_steps();
+    j["lr_alpha"] = o.lr_alpha;
+    j["weight_decay"] = o.weight_decay;
+    j["dag"] = {o.dag.A, o.dag.Ap, o.dag.G};
+    j["clip"] = clip_name(o.clip);
+    j["clip_value"] = o.clip_value;
+    j["clip_norm"] = o.clip_norm;
+    j["dtype"] = o.dtype;
+    j["fixed_g_identity"] = o.fixed_g_identity;
+    if (o.numerics != "reference") j["numerics"] = o.numerics;  // older checkpoints lack it
+    if (o.precision != "fp32") j["precision"] = o.precision;    // likewise
+    j["preset"] = o.preset;
+    j["config"] = o.config_path;
+    return j;
+}
+
+// Overwrites the maths fields of `o` with the checkpoint's.
+void apply_maths(TrainOptions& o, const ojson& j, const std::string& where) {
+    // Every field is checked for its type and range: a hand-edited or corrupt state must not
+    // change the maths silently (an unknown clip mode is not "no clipping").
+    auto bad = [&](const char* k, const std::string& why) {
+        fail(where, ": the training state's option '", k, "' ", why);
+    };
+    auto at = [&](const char* k) -> const ojson& {
+        if (!j.contains(k))
+            fail(where, ": the training state's options are incomplete (no '", k, "')");
+        return j.at(k);
+    };
+    auto geti = [&](const char* k, int64_t lo) {
+        const ojson& v = at(k);
+        if (!v.is_number_integer()) bad(k, "is not an integer");
+        if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+            bad(k, "is too large");
+        const int64_t x = v.get<int64_t>();
+        if (x < lo) bad(k, cat("is ", x, ", below ", lo));
+        return x;
+    };
+    auto getd = [&](const char* k) {
+        const ojson& v = at(k);
+        if (!v.is_number() || !std::isfinite(v.get<double>())) bad(k, "is not a finite number");
+        return v.get<double>();
+    };
+    auto getb = [&](const char* k) {
+        const ojson& v = at(k);
+        if (!v.is_boolean()) bad(k, "is not true or false");
+        return v.get<bool>();
+    };
+    auto gets = [&](const char* k) {
+        const ojson& v = at(k);
+        if (!v.is_string()) bad(k, "is not a string");
+        return v.get<std::string>();
+    };
+    o.steps = geti("steps", 1);
+    o.batch = geti("batch", 1);
+    o.accum = geti("accum", 1);
+    o.ctx = geti("ctx", 0);
+    {
+        const ojson& v = at("seed");
+        if (!v.is_number_unsigned()) bad("seed", "is not a non-negative integer");
+        o.seed = v.get<uint64_t>();
+    }
+    o.shuffle = getb("shuffle");
+    o.lr = getd("lr");
+    o.warmup = geti("warmup", -1);
+    o.lr_alpha = getd("lr_alpha");
+    o.weight_decay = getd("weight_decay");
+    const ojson& dag = at("dag");
+    if (!dag.is_array() || dag.size() != 3) bad("dag", "is not an array of three numbers");
+    for (const auto& x : dag)
+        if (!x.is_number() || !std::isfinite(x.get<double>()))
+            bad("dag", "is not an array of three numbers");
+    o.dag = {dag[0].get<double>(), dag[1].get<double>(), dag[2].get<double>()};
+    const std::string c = gets("clip");
+    if (c == "value")
+        o.clip = ClipMode::VALUE;
+    else if (c == "norm")
+        o.clip = ClipMode::NORM;
+    else if (c == "none")
+        o.clip = ClipMode::NONE;
+    else
+        bad("clip", "'" + c + "' is not a clip mode (value, norm or none)");
+    o.clip_value = getd("clip_value");
+    o.clip_norm = getd("clip_norm");
+    o.dtype = gets("dtype");
+    if (o.dtype != "f32" && o.dtype != "f64") bad("dtype", "'" + o.dtype + "' is not f32 or f64");
+    o.fixed_g_identity = getb("fixed_g_identity");
+    o.numerics = j.contains("numerics") ? gets("numerics") : "reference";
+    if (o.numerics != "reference" && o.numerics != "exact")
+        bad("numerics", "'" + o.numerics + "' is not reference or exact");
+    o.precision = j.contains("precision") ? gets("precision") : "fp32";
+    if (o.precision != "fp32" && o.precision != "bf16")
+        bad("precision", "'" + o.precision + "' is not fp32 or bf16");
+}
+
+// First line where two texts differ, for "does not match" messages.
+std::string first_difference(const std::string& a, const std::string& b) {
+    std::istringstream sa(a), sb(b);
+    std::string la, lb;
+    while (true) {
+        const bool ga = bool(std::getline(sa, la)), gb = bool(std::getline(sb, lb));
+        if (!ga && !gb) return "";
+        if (!ga || !gb || la != lb) {
+            auto trim = [](std::string s) {
+                s.erase(0, s.find_first_not_of(' '));
+                if (!s.empty() && s.back() == ',') s.pop_back();
+                return s;
+            };
+            return trim(la) + " vs " + trim(lb);
+        }
+    }
+}
+
+}  // namespace
+
+void apply_checkpoint_options(TrainOptions& o, const std::string& options_json,
+                              const std::string& where) {
+    const ojson j = parse_json_strict(options_json, where + ": the training state's options");
+    PLDR_REQUIRE(j.is_object(), where, ": the training state's options are not a JSON object");
+    apply_maths(o, j, where);
+}
+
+void check_checkpoint_position(const CheckpointInfo& ck, const TrainOptions& o,
+                               const std::string& where) {
+    // Each optimizer step serves ranks × batch × accum chunks of the global stream (the batch
+    // stored is per rank, the world size the checkpoint's): any other position is a corrupt or
+    // hand-edited state (and a far one would replay or skip data silently).
+    PLDR_REQUIRE(o.batch > 0 && o.accum > 0, where, ": batch and accum must be positive");
+    PLDR_REQUIRE(ck.world_size > 0, where, ": the training state's world_size must be positive");
+    int64_t per_rank = 0, per_step = 0, want = 0;
+    const bool overflow = __builtin_mul_overflow(o.batch, o.accum, &per_rank) ||
+                          __builtin_mul_overflow(per_rank, ck.world_size, &per_step) ||
+                          __builtin_mul_overflow(ck.step, per_step, &want);
+    PLDR_REQUIRE(!overflow && ck.data.position == want, where,
+                 ": the training state's data_position ", ck.data.position, " disagrees with step ",
+                 ck.step, " x ranks ", ck.world_size, " x batch ", o.batch, " x accum ", o.accum,
+                 " (corrupt or edited train_state.safetensors)");
+}
+
+std::string TrainOptions::maths_json() const {
+    return maths(*this).dump();
+}
+
+TrainOptions resumed_options(const TrainOptions& o, const std::string& options_json,
+                             const std::function<void(const std::string&)>& note) {
+    const ojson stored =
+        parse_json_strict(options_json, o.resume_dir + ": the training state's options");
+    PLDR_REQUIRE(stored.is_object(), o.resume_dir,
+                 ": the training state's options are not a JSON object");
+    const ojson given = maths(o);
+    const int64_t new_steps = o.steps;
+    TrainOptions merged = o;
+    apply_maths(merged, stored, o.resume_dir);
+    // Explicitly changed maths options are refused (the caller passes them via o.given).
+    for (const std::string& k : o.given) {
+        if (k == "numerics") {
+            const std::string was = stored.value("numerics", "reference");
+            PLDR_REQUIRE(was == o.numerics, "--numerics ", o.numerics,
+                         " differs from the checkpoint's ", was, " (", o.resume_dir,
+                         "); a resumed run keeps its training options");
+        }
+        if (k == "precision") {
+            const std::string was = stored.value("precision", "fp32");
+            PLDR_REQUIRE(was == o.precision, "--precision ", o.precision,
+                         " differs from the checkpoint's ", was, " (", o.resume_dir,
+                         "); a resumed run keeps its training options");
+        }
+        if (k == "steps" || !stored.contains(k) || !given.contains(k)) continue;
+        if (k == "warmup" && o.warmup < 0) continue;
+        PLDR_REQUIRE(stored[k] == given[k], "--", k, " ", given[k].dump(),
+                     " differs from the checkpoint's ", stored[k].dump(), " (", o.resume_dir,
+                     "); a resumed run keeps its training options");
+    }
+    if (std::find(o.given.begin(), o.given.end(), "steps") != o.given.end() &&
+        new_steps != merged.steps) {
+        note("note: --steps " + std::to_string(new_steps) + " replaces the checkpoint's " +
+             std::to_string(merged.steps) + " (the LR schedule now spans " +
+             std::to_string(new_steps) + " steps)");
+        merged.steps = new_steps;
+    }
+    // The model source: the one given now (checked by the caller), else the checkpoint's.
+    if (!o.preset.empty() || !o.config_path.empty()) {
+        merged.preset = o.preset;
+        merged.config_path = o.config_path;
+    } else {
+        merged.preset = stored.value("preset", "");
+        merged.config_path = stored.value("config", "");
+    }
+    return merged;
+}
+
+Config requested_config(const TrainOptions& o, int64_t vocab, const std::string& shard_path) {
+    Config c;
+    if (!o.config_path.empty()) {
+        c = load_config(o.config_path);
+        PLDR_REQUIRE(c.vocab_size == vocab, "the data's vocabulary size (", vocab, " in ",
+                     shard_path, ") differs from vocab_size ", c.vocab_size, " in ", o.config_path);
+    } else {
+        c = preset_config(o.preset, vocab);
+    }
+    if (o.fixed_g_identity) c = sdpa_twin(c);
+    return c;
+}
+
+std::string config_difference(Config want, Config have) {
+    want.dtype = have.dtype = "float32";
+    return first_difference(config_to_json(want), config_to_json(have));
+}
+
+void check_output_options(const TrainOptions& o) {
+    PLDR_REQUIRE(!o.out_dir.empty(), "--out is required");
+    PLDR_REQUIRE(!o.data_dir.empty(), "--data is required");
+    const bool resume = !o.resume_dir.empty();
+    PLDR_REQUIRE(resume || o.preset.empty() != o.config_path.empty(),
+                 "give exactly one of --preset and --config");
+    PLDR_REQUIRE(o.preset.empty() || o.config_path.empty(),
+                 "give only one of --preset and --config");
+    // The output is this run's own checkpoint directory: never an input, never another model's
+    // directory.
+    const bool own = resume && fs::exists(o.out_dir) && fs::exists(o.resume_dir) &&
+                     fs::equivalent(o.out_dir, o.resume_dir);
+    InputSet in;
+    in.add_dir(o.data_dir);
+    in.add_file(o.config_path);
+    if (resume && !own) in.add_dir(o.resume_dir);
+    require_dir_not_input(
+        o.out_dir, in, "--out",
+        {"config.json", "model.safetensors", kTrainStateFile, "metrics.jsonl", "tokenizer.model"});
+    if (!o.metrics_path.empty()) require_not_input(o.metrics_path, in, "--metrics");
+    PLDR_REQUIRE(!is_model_dir(o.out_dir) || fs::exists(fs::path(o.out_dir) / kTrainStateFile) ||
+                     fs::exists(fs::path(o.out_dir) / ".ckpt-new"),
+                 "--out ", o.out_dir,
+                 " is a model directory that is not a pldr training checkpoint (no ",
+                 kTrainStateFile, "); training would overwrite its model; choose another --out");
+}
+
+}  // namespace pldr
