@@ -15,29 +15,22 @@
 #include <string>
 #include <vector>
 
-#include "configs.h"
 #include "core/alloc.h"
-#include "core/rng.h"
 #include "infer/generate.h"
-#include "limits.h"
 #include "model/init.h"
 #include "ops/qlinear.h"
+#include "perf/limits.h"
+#include "perf/workloads.h"
 
 namespace {
 
 using namespace pldr;
-using bench::now_s;
+using perf::now_s;
+using perf::random_ids;
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
-}
-
-std::vector<int64_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
-    Rng r(seed);
-    std::vector<int64_t> ids(static_cast<size_t>(n));
-    for (auto& x : ids) x = 4 + int64_t(r.below(uint64_t(V - 4)));
-    return ids;
 }
 
 struct Row {
@@ -125,8 +118,8 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    const bench::Shape* shape = nullptr;
-    for (const auto& s : bench::kShapes)
+    const perf::BenchShape* shape = nullptr;
+    for (const auto& s : perf::bench_shapes())
         if (name == s.name) shape = &s;
     if (!shape) {
         std::fprintf(stderr, "unknown config %s\n", name.c_str());
@@ -141,8 +134,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "unknown --dtype %s (f32, bf16, q8 or all)\n", dtype.c_str());
         return 1;
     }
-    bench::set_threads(threads);
-    const Config cfg = bench::make_config(*shape);
+    perf::set_threads(threads);
+    const Config cfg = perf::bench_config(name, 256);
     Model<float> base(cfg);
     init_weights(base, 1);
     const int64_t V = cfg.vocab_size, d = cfg.hidden_size;
@@ -154,9 +147,9 @@ int main(int argc, char** argv) {
         if (dt == "q8") pack_model(m, WeightFormat::Q8_0);
         results.push_back(run(m, dt, reps, dt == "f32", batch8));
     }
-    const double rss = bench::peak_rss_bytes();
-    const double load = bench::load_avg1();
-    const bench::Limits L = bench::measure_limits(threads, false, true);
+    const double rss = perf::peak_rss_bytes();
+    const double load = perf::load_avg1();
+    const perf::LimitsTable L = perf::measure_limits_table(threads, false, true);
     const double flops_tok = 2.0 * double(base.num_params() - V * d);  // matrix work per token
     const double prefill_limit = L.sgemm2 * 1e9 / flops_tok;
     std::printf(

@@ -1,23 +1,24 @@
 // Machine limits (perf only, not a test): read bandwidth over a 1 GiB float buffer and the
 // SGEMM/DGEMM peak (2048³ through pldr::gemm), each on 1 and 2 threads, best of several.
 // Output: a markdown table and one JSON line. Usage: bench_limits [--reps N]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
-#include "limits.h"
+#include "perf/limits.h"
 
 int main(int argc, char** argv) {
     int reps = 3;
     for (int i = 1; i < argc; ++i)
         if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
-    using namespace pldr::bench;
+    using namespace pldr::perf;
     const double load0 = load_avg1();
     // Best over `reps` full measurements (each is itself a best of several).
-    Limits best;
+    LimitsTable best;
     for (int r = 0; r < reps; ++r) {
-        Limits L = measure_limits(2);
+        LimitsTable L = measure_limits_table(2);
         best.bw1 = std::max(best.bw1, L.bw1);
         best.bw2 = std::max(best.bw2, L.bw2);
         best.sgemm1 = std::max(best.sgemm1, L.sgemm1);

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "limits.h"
 #include "model/packed.h"
 #include "ops/qlinear.h"
+#include "perf/limits.h"
 
 namespace {
 
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    bench::set_threads(threads);
+    perf::set_threads(threads);
     const int64_t d = 896, F = 2389, V = 32000, L = 5;
     std::vector<Mat> mats;
     uint32_t seed = 1;
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
         add(d, F);
     }
     add(V, d);
-    const double bw = bench::read_bandwidth_gbs(threads);
+    const double bw = perf::read_bandwidth_gbs(threads);
     std::printf("read bandwidth %.1f GB/s, %d threads, kernels %s\n", bw, threads,
                 qlinear::isa_name(qlinear::isa()));
     std::printf("| N | format | ms per pass | GB/s of weights | fraction of read bandwidth |\n");
@@ -86,9 +86,9 @@ int main(int argc, char** argv) {
             pass();
             double best = 1e30;
             for (int r = 0; r < reps; ++r) {
-                const double t0 = bench::now_s();
+                const double t0 = perf::now_s();
                 pass();
-                best = std::min(best, bench::now_s() - t0);
+                best = std::min(best, perf::now_s() - t0);
             }
             const double gbs = bytes / best / 1e9;
             std::printf("| %lld | %s | %.2f | %.1f | %.2f |\n", (long long)N,

@@ -7,74 +7,24 @@
 // per config:  OMP_NUM_THREADS=2 bench_train --config S|M|110M [--reps N] [--warmup N]
 //              [--threads N] [--no-limits]
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "configs.h"
 #include "core/alloc.h"
-#include "limits.h"
 #include "model/init.h"
 #include "model/model.h"
+#include "perf/limits.h"
+#include "perf/workloads.h"
 #include "train/step.h"
-
-namespace {
-
-using pldr::bench::kShapes;
-using pldr::bench::make_config;
-using pldr::bench::Shape;
 
 using pldr::Config;
 
-// FLOPs of one training step, counting multiply-adds as 2 and only the matrix products
-// (element-wise work, softmax, LayerNorm, RoPE, CE, DAG expm and AdamW are left out).
-// With n = B·S tokens, d = H·D, F = dff, per layer:
-//   projections   2·n·(4·d² + 3·d·F)                  (q, k, v, o; SwiGLU w1, w2, w3)
-//   attention     2·B·H·(S·D² + 2·S²·D)                (Q·G; Q·G·Kᵀ; E·V over all S² pairs)
-//   metric learner 2·B·H·(S·D² + R·N·3·D²·A_dff + 2·D³) (qᵀq; R res units of N GLUs on D rows;
-//                                                          the operator's W·A and a·A_P)
-// plus the head 2·n·d·V. The backward costs twice the forward (two products per product:
-// d(input) and d(weight)), so one step = 3 × forward.
-double step_flops(const Config& c, int64_t B, int64_t S) {
-    const double n = double(B * S), d = double(c.hidden_size), F = double(c.intermediate_size);
-    const double H = double(c.num_heads), D = double(c.head_dim), Sd = double(S), Bd = double(B);
-    const double proj = 2 * n * (4 * d * d + 3 * d * F);
-    const double attn = 2 * Bd * H * (Sd * D * D + 2 * Sd * Sd * D);
-    const double ml =
-        2 * Bd * H *
-        (Sd * D * D + double(c.num_reslayerA * c.num_denseA) * 3 * D * D * double(c.A_dff) +
-         2 * D * D * D);
-    const double head = 2 * n * d * double(c.vocab_size);
-    return 3 * (double(c.num_layers) * (proj + attn + ml) + head);
-}
-
-struct Stats {
-    double median = 0, min = 0, max = 0, mean = 0, stddev = 0;
-};
-Stats stats_of(std::vector<double> v) {
-    Stats s;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    s.min = v.front();
-    s.max = v.back();
-    s.mean = std::accumulate(v.begin(), v.end(), 0.0) / double(n);
-    double ss = 0;
-    for (double x : v) ss += (x - s.mean) * (x - s.mean);
-    s.stddev = n > 1 ? std::sqrt(ss / double(n - 1)) : 0;
-    return s;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
     pldr::tune_allocator();
-    using namespace pldr::bench;
+    using namespace pldr::perf;
     std::string name = "S";
     int reps = -1, warmup = 1, threads = 2;
     bool limits = true;
@@ -97,8 +47,8 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    const Shape* shape = nullptr;
-    for (const Shape& s : kShapes)
+    const BenchShape* shape = nullptr;
+    for (const BenchShape& s : bench_shapes())
         if (name == s.name) shape = &s;
     if (!shape) {
         std::fprintf(stderr, "unknown config %s (S, M or 110M)\n", name.c_str());
@@ -108,7 +58,7 @@ int main(int argc, char** argv) {
     set_threads(threads);
 
     const int64_t B = 8, S = 256, S1 = S + 1;
-    const Config cfg = make_config(*shape);
+    const Config cfg = bench_config(name, 256);
     pldr::Model<float> model(cfg);
     pldr::init_weights(model, 1234);
     std::mt19937_64 rng(42);
@@ -133,11 +83,11 @@ int main(int argc, char** argv) {
     std::vector<double> tps;
     for (double s : secs) tps.push_back(double(B * S) / s);
     const Stats st = stats_of(secs), tp = stats_of(tps);
-    const double flops = step_flops(cfg, B, S);
+    const double flops = train_step_flops(cfg, B, S);  // matrix products only (workloads.h)
     const double gflops = flops / st.median / 1e9;
 
-    Limits lim;
-    if (limits) lim = measure_limits(threads, /*with_dgemm=*/false, /*with_bw=*/false);
+    LimitsTable lim;
+    if (limits) lim = measure_limits_table(threads, /*with_dgemm=*/false, /*with_bw=*/false);
     const double peak = threads >= 2 ? lim.sgemm2 : lim.sgemm1;
     const double frac = peak > 0 ? gflops / peak : 0;
     // Tokens/s the SGEMM peak would allow at this FLOP count (the "machine limit" column).

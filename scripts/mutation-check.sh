@@ -46,7 +46,7 @@ io-npy-order @@ src/io/npy.cpp @@ 'fortran_order': False @@ 'fortran_order': Tru
 train-adam-bc1 @@ src/train/adamw.cpp @@ 1.0 - std::pow(cfg.beta1, td) @@ 1.0 - std::pow(cfg.beta1, td + 1) @@ AdamW first-moment bias correction off by one step
 train-warmup @@ src/train/schedule.cpp @@ return (1.0 / warmup_d) * s; @@ return (1.0 / warmup_d) * (s + 1); @@ warmup starts at lr > 0
 train-clip @@ src/train/clip.cpp @@ const T lo = -limit; @@ const T lo = -2 * limit; @@ clip by value is asymmetric
-model-causal @@ src/model/plga_attention.cpp @@ (j > Tp + i || @@ (j > Tp + i + 1 || @@ causal mask lets each position see the next one
+model-causal @@ src/ops/attention.cpp @@ if (j > Tp + i || (key_ids @@ if (j > Tp + i + 1 || (key_ids @@ causal mask lets each position see the next one
 model-emb-grad @@ src/model/backward.cpp @@ e[j] += dx0[n * d + j] * scale; @@ e[j] += dx0[n * d + j]; @@ embedding gradient misses the sqrt(d) factor
 ops-rope-sign @@ src/ops/rope.cpp @@ v[i0] = x0 * c - x1 * s; @@ v[i0] = x0 * c + x1 * s; @@ RoPE (interleaved) rotates the wrong way
 ops-rope-grad @@ src/ops/rope.cpp @@ g1 = d1 * c - d0 * s; @@ g1 = d1 * c + d0 * s; @@ RoPE backward sign (exact numerics)

@@ -1,9 +1,9 @@
 // The quantities each single-step golden check evaluates on a model (forward tensors; loss and
 // gradients), shared by the parity tests and the float32 mutation check.
 #pragma once
-#include "audit/dump.h"
 #include "golden_util.h"
 #include "model/forward.h"
+#include "model/named_outputs.h"
 #include "train/loss.h"
 
 namespace golden {

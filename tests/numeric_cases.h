@@ -39,7 +39,7 @@ inline const std::vector<Shape>& shapes() {
         {6, 3, 7, 29, 2, 2, 1, 1},
         {8, 1, 3, 17, 2, 2, 2, 3},
         {24, 3, 4, 19, 3, 2, 1, 1},
-        // causal blocks of 64 queries (plga_attention.cpp): 3, the last one partial
+        // causal blocks of 64 queries (ops/attention.cpp): 3, the last one partial
         {4, 2, 150, 11, 1, 2, 1, 1},
     };
     return s;

@@ -1,4 +1,4 @@
-// The training loss's memory plan (train/loss.cpp, KeepActs::TRAINING in model/forward.h): the
+// The training loss's memory plan (train/loss.cpp, KeepActs::TRAINING in model/activations.h): the
 // head and the cross-entropy run over chunks of rows; the metric learner's internals, E, Q·G, O,
 // Ep and the FFN gate are recomputed in the backward instead of kept, and a layer's input is the
 // previous layer's output moved, not copied. The chunked head must give the one-pass results (the

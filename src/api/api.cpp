@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "api_impl.h"
-#include "audit/dump.h"
 #include "core/fs.h"
 #include "infer/generate.h"
 #include "infer/requests.h"
@@ -15,6 +14,7 @@
 #include "infer/session.h"
 #include "io/model_load.h"
 #include "model/forward.h"
+#include "model/named_outputs.h"
 #include "train/loss.h"
 
 namespace pldr::api {

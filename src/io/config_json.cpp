@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "io/json_util.h"
-#include "ops/plga_variants.h"
 
 namespace pldr {
 
@@ -122,10 +121,9 @@ J dim_or_null(const Config& c, int64_t v) {
 }
 
 // The first registered variant whose name is not `cur` (`cur` when there is no other).
-template <typename V>
-std::string other_name(const std::vector<const V*>& list, const std::string& cur) {
-    for (const V* v : list)
-        if (cur != v->name) return v->name;
+std::string other_name(const std::vector<std::string>& names, const std::string& cur) {
+    for (const std::string& n : names)
+        if (cur != n) return n;
     return cur;
 }
 
@@ -319,22 +317,24 @@ const std::vector<Field>& fields() {
              c.dtype = r.string(r.present("dtype") ? "dtype" : "torch_dtype", Config{}.dtype);
          },
          [](const Config& c, J& j) { j["dtype"] = c.dtype; }},
-        // The PLGA variants (ops/plga_variants.h): read, checked and written by name, so a
+        // The PLGA variants (model/config.h, plga_*_names): read, checked and written by name, so a
         // registered variant cannot be dropped on save (tests: ConfigTable.EveryVariantRoundTrips).
         {{"plga_positive_map", PLDR_SAME(plga_positive_map),
-          positive_maps().size() < 2
+          plga_positive_map_names().size() < 2
               ? nullptr
               : +[](Config& c) {
-                    c.plga_positive_map = other_name(positive_maps(), c.plga_positive_map);
+                    c.plga_positive_map = other_name(plga_positive_map_names(), c.plga_positive_map);
                 }},
          [](const Reader& r, Config& c) {
              c.plga_positive_map = r.string("plga_positive_map", Config{}.plga_positive_map);
          },
          [](const Config& c, J& j) { j["plga_positive_map"] = c.plga_positive_map; }},
         {{"plga_coupling", PLDR_SAME(plga_coupling),
-          couplings().size() < 2
+          plga_coupling_names().size() < 2
               ? nullptr
-              : +[](Config& c) { c.plga_coupling = other_name(couplings(), c.plga_coupling); }},
+              : +[](Config& c) {
+                    c.plga_coupling = other_name(plga_coupling_names(), c.plga_coupling);
+                }},
          [](const Reader& r, Config& c) {
              c.plga_coupling = r.string("plga_coupling", Config{}.plga_coupling);
          },

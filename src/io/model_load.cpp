@@ -14,7 +14,6 @@
 #include "core/fs.h"
 #include "io/model_dir.h"
 #include "io/param_names.h"
-#include "ops/qlinear.h"
 
 namespace pldr {
 
@@ -84,14 +83,9 @@ PackedTensor read_q8(const ModelFiles& mf, const std::string& name, const Shape&
 
 // A packable weight stored as BF16, kept as its bits.
 PackedTensor read_bf16(const ModelFiles& mf, const std::string& name, const Shape& shape) {
-    PackedTensor p;
-    p.format = WeightFormat::BF16;
-    p.rows = shape[0];
-    p.cols = shape[1];
     const Tensor<float> w = mf.read<float>(name);  // exact: bf16 values are floats
-    p.bf16.resize(w.data.size());
-    for (size_t i = 0; i < w.data.size(); ++i) p.bf16[i] = qlinear::bf16_round(w.data[i]);
-    return p;
+    PLDR_CHECK(w.numel() == shape[0] * shape[1]);
+    return bf16_tensor(w.ptr(), shape[0], shape[1]);
 }
 
 // The parameters of m's layout as a private mapping of the weights file, when the file holds

@@ -7,15 +7,9 @@
 
 namespace pldr {
 
-// Extra gradients reaching the deductive outputs from other losses (the DAG regularizer),
-// per layer, each [B,H,D,D] or empty.
-template <typename T>
-struct DeductiveGrads {
-    Tensor<T> dA_LM, dA_P, dG;
-};
-
 // Accumulates d(loss)/d(params) into grads (layout.total elements), given dlogits [B,S,V] and
-// optional per-layer extra gradients (null or one entry per layer). The fixed G of fixed-G
+// optional per-layer extra gradients (DeductiveGrads, model/activations.h: null or one entry
+// per layer). The fixed G of fixed-G
 // models is a constant and receives no gradient.
 template <typename T>
 void backward(const Model<T>& m, const Activations<T>& a, const Tensor<T>& dlogits,

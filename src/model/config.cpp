@@ -8,6 +8,27 @@
 
 namespace pldr {
 
+const std::vector<FixedGType>& fixed_g_types() {
+    static const std::vector<FixedGType> t = {
+        {"identity", GType::IDENTITY},
+        {"random", GType::RANDOM},
+        {"external", GType::EXTERNAL},
+    };
+    return t;
+}
+
+std::vector<std::string> plga_positive_map_names() {
+    std::vector<std::string> v;
+    for (const PositiveMap* p : positive_maps()) v.push_back(p->name);
+    return v;
+}
+
+std::vector<std::string> plga_coupling_names() {
+    std::vector<std::string> v;
+    for (const Coupling* c : couplings()) v.push_back(c->name);
+    return v;
+}
+
 int64_t default_intermediate_size(int64_t num_heads, int64_t head_dim) {
     // HF: int(hidden_size * 4 * 2 / 3): an integer product, then a true division, floored.
     return num_heads * head_dim * 4 * 2 / 3;

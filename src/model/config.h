@@ -4,10 +4,25 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pldr {
 
 enum class GType { LEARNED, IDENTITY, RANDOM, EXTERNAL };  // custom_G_type null / identity / ...
+
+// A fixed-G type: the config.json name of custom_G_type and its GType.
+struct FixedGType {
+    const char* name;
+    GType type;
+};
+// The fixed-G types (every GType but LEARNED, which is custom_G_type null).
+const std::vector<FixedGType>& fixed_g_types();
+
+// The names of the registered PLGA variants (ops/plga_variants.h), the default first: the values
+// config.json's "plga_positive_map" and "plga_coupling" may hold. The configuration reads and
+// writes them by name and never needs the kernels themselves.
+std::vector<std::string> plga_positive_map_names();
+std::vector<std::string> plga_coupling_names();
 
 struct Config {
     int64_t vocab_size = 32000;

@@ -1,12 +1,14 @@
-// The metric learner of PLGA (see metric_learner.h), forward and backward side by side.
+// The metric learner of PLGA (see metric_learner.h), forward and backward side by side: the
+// rows of its chain in blocks over the threads, through the kernels of ops/ (A0 = Qᵀ·Q:
+// ops/attention.h; the GLUs and LayerNorms: ops/glu.h, ops/layernorm.h).
 #include "model/metric_learner.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "core/blas.h"
 #include "core/gemm_bf16.h"
 #include "core/parallel.h"
+#include "ops/attention.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"
 
@@ -175,8 +177,7 @@ template <typename T>
 void learner_a0(const Config& c, int64_t B, int64_t S, const T* q_all, T* A0) {
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size;
     parallel_for_2d(B, H, B * H * S * D * D > kParallelWork, [&](int64_t b, int64_t h) {
-        const T* q = q_all + b * S * d + h * D;  // [S,D] with row stride d
-        gemm(true, false, D, D, S, T(1), q, d, q, d, T(0), A0 + (b * H + h) * D * D, D);
+        gram_forward(q_all + b * S * d + h * D, d, S, D, A0 + (b * H + h) * D * D);
     });
 }
 
@@ -343,13 +344,8 @@ void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* 
                        la.lnA_rstd.ptr(), w.lnA_g, rows, D);
     // A0 = qᵀq ⇒ dq += q·(dA0 + dA0ᵀ)
     parallel_for_2d(B, H, B * H * S * D * D > kParallelWork, [&](int64_t b, int64_t h) {
-        const T* g0 = dA0.ptr() + (b * H + h) * DD;
-        std::vector<T> sym(static_cast<size_t>(DD));
-        for (int64_t i = 0; i < D; ++i)
-            for (int64_t j = 0; j < D; ++j) sym[i * D + j] = g0[i * D + j] + g0[j * D + i];
-        const T* q = q_all + b * S * d + h * D;
-        gemm(false, false, S, D, D, T(1), q, d, sym.data(), D, T(1), dq.ptr() + b * S * d + h * D,
-             d);
+        gram_backward(dq.ptr() + b * S * d + h * D, q_all + b * S * d + h * D, d,
+                      dA0.ptr() + (b * H + h) * DD, S, D);
     });
 }
 

@@ -107,6 +107,16 @@ PackedTensor pack_tensor(const std::string& name, const float* w, int64_t O, int
     return p;
 }
 
+PackedTensor bf16_tensor(const float* w, int64_t O, int64_t I) {
+    PackedTensor p;
+    p.format = WeightFormat::BF16;
+    p.rows = O;
+    p.cols = I;
+    p.bf16.resize(static_cast<size_t>(O * I));
+    for (int64_t i = 0; i < O * I; ++i) p.bf16[size_t(i)] = qlinear::bf16_round(w[i]);  // exact
+    return p;
+}
+
 void unpack_tensor(const PackedTensor& p, float* w) {
     qlinear::dequantize_rows(p.view(), p.cols, 0, p.rows, w);
 }

@@ -64,6 +64,9 @@ PackedTensor pack_tensor(const std::string& name, const float* w, int64_t O, int
                          WeightFormat f);
 // w[O·I] = the dequantized values.
 void unpack_tensor(const PackedTensor& p, float* w);
+// The BF16 tensor of w[O,I] whose values are bfloat16 values already (a weight stored as BF16):
+// their bits, exactly, and no check (the values are the file's, as any loaded weight's).
+PackedTensor bf16_tensor(const float* w, int64_t O, int64_t I);
 
 // The linear weights of a model as its matrix products read them: packed when the model has
 // them packed, else views into the parameter buffer.

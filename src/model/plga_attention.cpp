@@ -1,132 +1,22 @@
 // PLGA attention, forward and backward side by side (see plga_attention.h), in the order of the
-// equations of docs/plga.md §2: the metric learner (model/metric_learner.h), the operator G_LM,
-// then the scores, the softmax and E·V. Each backward reverses the forward above
-// it. Shapes: B batch, S queries, Tk keys, H heads, D = dk, d = H·D; q/k/v live in [B,S,H,D]
-// layout and the per-(b,h) matrices are strided views.
+// equations of docs/plga.md §2: the metric learner (model/metric_learner.h), the operator G_LM
+// (ops/plga.h), then the scores, the softmax and E·V of each head (ops/attention.h). Each
+// backward reverses the forward above it. Shapes: B batch, S queries, Tk keys, H heads, D = dk,
+// d = H·D; q/k/v live in [B,S,H,D] layout and the per-(b,h) matrices are strided views.
 #include "model/plga_attention.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <vector>
 
-#include "core/blas.h"
 #include "core/parallel.h"
 #include "model/metric_learner.h"
-#include "ops/plga.h"
-#include "ops/softmax.h"
+#include "ops/attention.h"
 
 namespace pldr {
 
 namespace {
-
-// Σ a[i]·b[i] in 8 lanes (vectorizable without reassociating), summed in a fixed order.
-template <typename T>
-inline T dot_lanes(const T* a, const T* b, int64_t n) {
-    T s[8] = {};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; ++k) s[k] += a[i + k] * b[i + k];
-    T t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-    for (; i < n; ++i) t += a[i] * b[i];
-    return t;
-}
-
-// y += alpha·x.
-template <typename T>
-inline void axpy(T alpha, const T* x, T* y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
-// The query rows of a causal head in blocks of 64: block b's rows see the keys [0, keys(b)) only
-// (past Tp + its last row every key is masked), so the products of the scores, E·V and their
-// gradients skip the masked corner: about 3/8 of them at 256 queries. The blocks end on
-// multiples of 16, so every row's live columns, rounded up as the softmax rounds them
-// (ops/softmax.h), lie inside its block's keys.
-struct CausalBlocks {
-    static constexpr int64_t kRows = 64;
-    int64_t S, Tk, Tp, count;
-    CausalBlocks(int64_t S_, int64_t Tk_, int64_t Tp_)
-        : S(S_), Tk(Tk_), Tp(Tp_), count((S_ + kRows - 1) / kRows) {}
-    int64_t row0(int64_t b) const { return b * kRows; }
-    int64_t row1(int64_t b) const { return std::min(S, (b + 1) * kRows); }
-    int64_t keys(int64_t b) const { return std::min(Tk, Tp + row1(b)); }
-};
-
-// One head of the scores and the output, as every full forward computes them (the training
-// backward recomputes with this same code, so it gets the same bits): qg = q·G [S,D]; the scores
-// (q·G)·Kᵀ / √dk [S,Tk] into ep, or into e when ep is null; e = softmax(scores + mask·(−1e9))
-// with the causal mask (keys after Tp + i) and the padding mask (key_ids[j] == pad, key_ids
-// null: none); o = e·V [S,D] with row stride ldo. q has row stride ldq, k and v ldkv.
-// One query row (a decode step, S = 1) is plain loops: a GEMM library's call and packing cost
-// more than products of one row (measured: 3 sgemm calls per head were a tenth of an M-config
-// decode step). The batched decode step (decode_step_forward) runs this same code per sequence.
-template <typename T>
-void query_row_attention(const T* q, const T* G, const T* k, const T* v, int64_t ldkv, int64_t D,
-                         int64_t Tk, int64_t Tp, T scale, bool mask, const int64_t* key_ids,
-                         int64_t pad, T* qg, T* ep, T* e, T* o) {
-    std::fill(qg, qg + D, T(0));
-    for (int64_t i = 0; i < D; ++i) axpy(q[i], G + i * D, qg, D);  // qg = q·G
-    T* sc = ep ? ep : e;
-    for (int64_t j = 0; j < Tk; ++j) sc[j] = dot_lanes(qg, k + j * ldkv, D);  // (q·G)·Kᵀ
-    for (int64_t j = 0; j < Tk; ++j) {
-        T x = sc[j] /= scale;
-        if (mask && (j > Tp || (key_ids && key_ids[j] == pad))) x += T(-1e9);
-        e[j] = x;
-    }
-    softmax_forward(e, e, 1, Tk);
-    std::fill(o, o + D, T(0));
-    for (int64_t j = 0; j < Tk; ++j) axpy(e[j], v + j * ldkv, o, D);  // O = E·V
-}
-
-template <typename T>
-void head_attention(const T* q, int64_t ldq, const T* G, const T* k, const T* v, int64_t ldkv,
-                    int64_t S, int64_t D, int64_t Tk, int64_t Tp, T scale, bool mask,
-                    const int64_t* key_ids, int64_t pad, T* qg, T* ep, T* e, T* o, int64_t ldo) {
-    if (S == 1) {
-        query_row_attention(q, G, k, v, ldkv, D, Tk, Tp, scale, mask, key_ids, pad, qg, ep, e, o);
-        return;
-    }
-    gemm(false, false, S, D, D, T(1), q, ldq, G, D, T(0), qg, D);
-    if (!ep && mask) {  // no scores to keep: the causal blocks only
-        const CausalBlocks cb(S, Tk, Tp);
-        for (int64_t b = 0; b < cb.count; ++b) {
-            const int64_t r0 = cb.row0(b), r1 = cb.row1(b), n1 = cb.keys(b);
-            gemm(false, true, r1 - r0, n1, D, T(1), qg + r0 * D, D, k, ldkv, T(0), e + r0 * Tk, Tk);
-            for (int64_t i = r0; i < r1; ++i) {
-                T* row = e + i * Tk;
-                for (int64_t j = 0; j < n1; ++j) {
-                    T x = row[j] / scale;
-                    if (j > Tp + i || (key_ids && key_ids[j] == pad)) x += T(-1e9);
-                    row[j] = x;
-                }
-                // keys no row of the block sees: exp gives exactly 0 for them
-                std::fill(row + n1, row + Tk, -std::numeric_limits<T>::infinity());
-            }
-        }
-        softmax_forward(e, e, S, Tk, Tp);  // the causal part: see ops/softmax.h
-        for (int64_t b = 0; b < cb.count; ++b) {
-            const int64_t r0 = cb.row0(b), r1 = cb.row1(b);
-            gemm(false, false, r1 - r0, D, cb.keys(b), T(1), e + r0 * Tk, Tk, v, ldkv, T(0),
-                 o + r0 * ldo, ldo);
-        }
-        return;
-    }
-    T* sc = ep ? ep : e;
-    gemm(false, true, S, Tk, D, T(1), qg, D, k, ldkv, T(0), sc, Tk);
-    for (int64_t i = 0; i < S * Tk; ++i) sc[i] /= scale;
-    for (int64_t i = 0; i < S; ++i) {
-        for (int64_t j = 0; j < Tk; ++j) {
-            T x = sc[i * Tk + j];
-            if (mask && (j > Tp + i || (key_ids && key_ids[j] == pad))) x += T(-1e9);
-            e[i * Tk + j] = x;
-        }
-    }
-    softmax_forward(e, e, S, Tk, mask ? Tp : -1);  // the causal part: see ops/softmax.h
-    gemm(false, false, S, D, Tk, T(1), e, Tk, v, ldkv, T(0), o, ldo);
-}
 
 // ---- the operator: Z = W·A + b; A_LM = f(Z); A_P = c(A_LM, P); G = a·A_P + b_a, per (b,h) ----
 
@@ -349,11 +239,12 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     const T scale = m.score_scale();
     parallel_for_2d(B, H, B * H * S * Tk * D > kParallelWork, [&](int64_t b, int64_t h) {
         const int64_t bh = b * H + h;
-        head_attention(la.q.ptr() + b * S * d + h * D, d, G_base + bh * DD, K + b * Tk * d + h * D,
-                       Vv + b * Tk * d + h * D, d, S, D, Tk, Tp, scale, in.mask,
-                       in.key_ids ? in.key_ids + b * Tk : nullptr, c.pad_token_id,
-                       la.QG.ptr() + bh * S * D, keep_ep ? la.Ep.ptr() + bh * S * Tk : nullptr,
-                       la.E.ptr() + bh * S * Tk, la.O.ptr() + b * S * d + h * D, d);
+        head_attention_forward(la.q.ptr() + b * S * d + h * D, d, G_base + bh * DD,
+                               K + b * Tk * d + h * D, Vv + b * Tk * d + h * D, d, S, D, Tk, Tp,
+                               scale, in.mask, in.key_ids ? in.key_ids + b * Tk : nullptr,
+                               c.pad_token_id, la.QG.ptr() + bh * S * D,
+                               keep_ep ? la.Ep.ptr() + bh * S * Tk : nullptr,
+                               la.E.ptr() + bh * S * Tk, la.O.ptr() + b * S * d + h * D, d);
     });
 }
 
@@ -380,8 +271,8 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
     // 1–3 % of an M or S training step in memset and page faults).
     const bool par = B * H * S * Tk * D > kParallelWork;
     struct Scratch {
-        std::vector<T> e, qg, o, dE, dEp, dQG;
-        std::vector<int64_t> keys;
+        std::vector<T> e, qg, o;  // the recomputed forward's
+        AttentionGradScratch<T> grad;
     };
     std::vector<Scratch> scratch(size_t(team_for(B * H, par) ? omp_get_max_threads() : 1));
     parallel_for_2d(B, H, par, [&](int64_t b, int64_t h) {
@@ -398,51 +289,16 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
             sc.qg.resize(static_cast<size_t>(S * D));
             if (!O_out) sc.o.resize(static_cast<size_t>(S * D));
             T* o = O_out ? O_out->ptr() + b * S * d + h * D : sc.o.data();
-            head_attention<T>(q, d, G, k, v, d, S, D, Tk, 0, scale, true,
-                              key_ids ? key_ids + b * Tk : nullptr, c.pad_token_id, sc.qg.data(),
-                              nullptr, sc.e.data(), o, O_out ? d : D);
+            head_attention_forward<T>(q, d, G, k, v, d, S, D, Tk, 0, scale, true,
+                                      key_ids ? key_ids + b * Tk : nullptr, c.pad_token_id,
+                                      sc.qg.data(), nullptr, sc.e.data(), o, O_out ? d : D);
             E = sc.e.data();
             QG = sc.qg.data();
         }
-        const T* dOh = dO.ptr() + b * S * d + h * D;
-        sc.dE.resize(static_cast<size_t>(S * Tk));
-        sc.dQG.resize(static_cast<size_t>(S * D));
-        sc.dEp.assign(static_cast<size_t>(S * Tk), T(0));  // softmax_backward accumulates
-        std::vector<T>&dE = sc.dE, &dEp = sc.dEp, &dQG = sc.dQG;
-        // The causal blocks (CausalBlocks): block r's rows see keys [0, n1) only, or all of them
-        // where E is not exactly 0 past n1 (a forward whose masked scores were not negligible).
-        // dV and dK accumulate over the blocks (their tensors start at zero).
-        const CausalBlocks cb(S, Tk, 0);
-        std::vector<int64_t>& n1 = sc.keys;
-        n1.resize(size_t(cb.count));
-        for (int64_t r = 0; r < cb.count; ++r) {
-            const int64_t r0 = cb.row0(r), r1 = cb.row1(r);
-            int64_t n = cb.keys(r);
-            for (int64_t i = r0; i < r1 && n < Tk; ++i)
-                if (!std::all_of(E + i * Tk + n, E + (i + 1) * Tk, [](T x) { return x == T(0); }))
-                    n = Tk;
-            n1[size_t(r)] = n;
-            // dE = dO·Vᵀ (0 past n1: y·(dE − Σ) is ±0 there either way); dV += Eᵀ·dO
-            gemm(false, true, r1 - r0, n, D, T(1), dOh + r0 * d, d, v, d, T(0), dE.data() + r0 * Tk,
-                 Tk);
-            for (int64_t i = r0; i < r1; ++i)
-                std::fill(dE.data() + i * Tk + n, dE.data() + (i + 1) * Tk, T(0));
-            gemm(true, false, n, D, r1 - r0, T(1), E + r0 * Tk, Tk, dOh + r0 * d, d, T(1),
-                 dv.ptr() + b * Tk * d + h * D, d);
-        }
-        softmax_backward(dEp.data(), dE.data(), E, S, Tk, int64_t(0));
-        for (auto& x : dEp) x /= scale;
-        for (int64_t r = 0; r < cb.count; ++r) {  // dQG = dEp·K; dK += dEpᵀ·QG
-            const int64_t r0 = cb.row0(r), r1 = cb.row1(r), n = n1[size_t(r)];
-            gemm(false, false, r1 - r0, D, n, T(1), dEp.data() + r0 * Tk, Tk, k, d, T(0),
-                 dQG.data() + r0 * D, D);
-            gemm(true, false, n, D, r1 - r0, T(1), dEp.data() + r0 * Tk, Tk, QG + r0 * D, D, T(1),
-                 dk.ptr() + b * Tk * d + h * D, d);
-        }
-        gemm(false, true, S, D, D, T(1), dQG.data(), D, G, D, T(0), dq.ptr() + b * S * d + h * D,
-             d);  // dQ = dQG·Gᵀ
-        gemm(true, false, D, D, S, T(1), q, d, dQG.data(), D, T(0), dG.ptr() + bh * DD,
-             D);  // dG = Qᵀ·dQG
+        head_attention_backward(q, k, v, d, G, E, QG, dO.ptr() + b * S * d + h * D, S, D, scale,
+                                sc.grad, dq.ptr() + b * S * d + h * D,
+                                dk.ptr() + b * Tk * d + h * D, dv.ptr() + b * Tk * d + h * D,
+                                dG.ptr() + bh * DD);
     });
     if (!c.learned_g()) return;  // a fixed G is a constant
 

@@ -8,10 +8,18 @@
 #pragma once
 #include <vector>
 
-#include "model/backward.h"  // DeductiveGrads
+#include "model/activations.h"
 #include "model/forward.h"
+#include "ops/plga.h"
 
 namespace pldr {
+
+// The PLGA operator's options of a model's config: its variants resolved by name through the
+// registry (ops/plga_variants.h; throws on an unknown name, which validate_config has already
+// refused) and the head dimension.
+inline PlgaOptions plga_options(const Config& c) {
+    return PlgaOptions{&positive_map(c.plga_positive_map), &coupling(c.plga_coupling), c.head_dim};
+}
 
 // One sequence of a batched decode step (AttnInput::seqs): its own KV-cache, past length and
 // frozen operator. The step writes the new token's rotated key and value at row T_past and
@@ -46,7 +54,7 @@ struct AttnInput {
     const T* A_LM_frozen = nullptr;
     const T* A_P_frozen = nullptr;
     const T* G_frozen = nullptr;
-    // What the layer keeps in LayerActs (see KeepActs in model/forward.h).
+    // What the layer keeps in LayerActs (see KeepActs in model/activations.h).
     KeepActs keep = KeepActs::ALL;
     // A batched decode step over B sequences of different past lengths (S = 1, mask None): B
     // entries, each with its own caches (see DecodeSeq). When set, the batch-1 cache and frozen

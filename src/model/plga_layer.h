@@ -8,7 +8,7 @@
 namespace pldr {
 
 // la.x_in must hold the layer input [B,S,d]. Fills every field of la that in.keep keeps
-// (KeepActs in model/forward.h).
+// (KeepActs in model/activations.h).
 template <typename T>
 void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
                            const AttnInput<T>& in, LayerActs<T>& la);

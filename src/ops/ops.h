@@ -5,6 +5,7 @@
 // gradient buffers once per step. The maths is in docs/plga.md.
 #pragma once
 #include "ops/activation.h"
+#include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"

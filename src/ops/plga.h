@@ -15,11 +15,7 @@ struct PlgaOptions {
     const Coupling* coupling = nullptr;
     int64_t D = 0;
 };
-// The options of a model's config (the names resolved through the registry; throws on an
-// unknown name, which validate_config has already refused).
-inline PlgaOptions plga_options(const Config& c) {
-    return PlgaOptions{&positive_map(c.plga_positive_map), &coupling(c.plga_coupling), c.head_dim};
-}
+// A model's options are its config's (plga_options, model/plga_attention.h).
 
 // One head's parameters (each D×D, U = const T), or their gradients (U = T) ...
 template <typename U>

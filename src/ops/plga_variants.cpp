@@ -25,15 +25,6 @@ const std::vector<const Coupling*>& couplings() {
     return t;
 }
 
-const std::vector<FixedGType>& fixed_g_types() {
-    static const std::vector<FixedGType> t = {
-        {"identity", GType::IDENTITY},
-        {"random", GType::RANDOM},
-        {"external", GType::EXTERNAL},
-    };
-    return t;
-}
-
 namespace {
 
 template <typename V>

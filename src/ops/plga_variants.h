@@ -5,15 +5,15 @@
 //   - the fixed-G types ("custom_G_type": "identity", "random", "external"; null = learned G).
 // Adding a positive map or a coupling: one kernel file with its forward and backward (see
 // ops/positive_map_iswiglu.cpp), one line in the list of ops/plga_variants.cpp, a paragraph of
-// docs/plga.md. config.json reading and writing, validate_config, and the numeric harnesses
-// (tests/numeric_cases.h) take the names from here.
+// docs/plga.md. validate_config, config.json reading and writing (through model/config.h's
+// plga_*_names), and the numeric harnesses (tests/numeric_cases.h) take the names from here.
+// The fixed-G types are the model's (model/config.h: GType, fixed_g_types): the operator's
+// kernels do not know the model's config.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
-
-#include "model/config.h"
 
 namespace pldr {
 
@@ -63,16 +63,9 @@ struct Coupling {
     }
 };
 
-// A fixed-G type: the config.json name of custom_G_type and its GType.
-struct FixedGType {
-    const char* name;
-    GType type;
-};
-
 // The registered variants, the default first.
 const std::vector<const PositiveMap*>& positive_maps();
 const std::vector<const Coupling*>& couplings();
-const std::vector<FixedGType>& fixed_g_types();
 
 // By name: null when unknown.
 const PositiveMap* find_positive_map(const std::string& name);

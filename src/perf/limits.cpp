@@ -164,4 +164,20 @@ Limits measure_limits(int threads, bool with_dgemm) {
     return L;
 }
 
+LimitsTable measure_limits_table(int threads_after, bool with_dgemm, bool with_bw) {
+    LimitsTable L;
+    if (with_bw) {
+        L.bw1 = read_bandwidth_gbs(1);
+        L.bw2 = read_bandwidth_gbs(2);
+    }
+    L.sgemm1 = sgemm_peak_gflops(1);
+    L.sgemm2 = sgemm_peak_gflops(2);
+    if (with_dgemm) {
+        L.dgemm1 = gemm_gflops<double>(1);
+        L.dgemm2 = gemm_gflops<double>(2);
+    }
+    set_threads(threads_after);
+    return L;
+}
+
 }  // namespace pldr::perf

@@ -48,4 +48,14 @@ struct Limits {
 // Measures the limits on `threads` threads (and leaves the thread count at `threads`).
 Limits measure_limits(int threads, bool with_dgemm = false);
 
+// The limits on 1 and 2 threads side by side: the table the bench/ programs print (bench/
+// README.md; their machine has 2 cores). with_bw = false skips the read bandwidth, with_dgemm =
+// false DGEMM. Leaves the thread count at `threads_after`.
+struct LimitsTable {
+    double bw1 = 0, bw2 = 0;        // read bandwidth, GB/s, 1 and 2 threads
+    double sgemm1 = 0, sgemm2 = 0;  // sgemm_peak_gflops, GFLOP/s
+    double dgemm1 = 0, dgemm2 = 0;  // gemm_gflops<double>, GFLOP/s
+};
+LimitsTable measure_limits_table(int threads_after, bool with_dgemm = true, bool with_bw = true);
+
 }  // namespace pldr::perf

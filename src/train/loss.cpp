@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "audit/dump.h"
 #include "core/alloc.h"
+#include "model/named_outputs.h"
 #include "ops/cross_entropy.h"
 #include "ops/dag.h"
 #include "ops/linear.h"

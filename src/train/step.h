@@ -32,7 +32,7 @@ struct TrainConfig {
     // and the optimizer state in float32. Float32 models only; where the CPU has no bf16
     // products (or PLDR_FORCE_FP32=1) the step runs in float32.
     Precision precision = Precision::FP32;
-    // What the forward keeps for the backward (model/forward.h, KeepActs): NONE keeps every
+    // What the forward keeps for the backward (model/activations.h, KeepActs): NONE keeps every
     // activation (the most memory, measured no faster than SELECTIVE: a baseline);
     // SELECTIVE recomputes the cheap, large activations (scores, softmax, the FFN
     // gate, the learner's internals); FULL keeps only each layer's input and runs each layer's

@@ -1,5 +1,5 @@
-// Forward-pass dumps in golden naming (see dump.h).
-#include "audit/dump.h"
+// The forward's outputs in golden naming (see named_outputs.h).
+#include "model/named_outputs.h"
 
 #include <cmath>
 

@@ -1,6 +1,8 @@
-// Deductive-output dumps: every forward intermediate under the golden fixture naming
-// (fwd.logits, fwd.embed_ln, fwd.layer{i}.{q_rope,k_rope,q,k,v,A_ln,A,A_LM,Ap,G_LM,Ep,
-// scores_masked,E,attn_out,out1,ffn_out,hidden}, fwd.mask).
+// The forward's outputs by name: every intermediate of a forward pass (model/forward.h) under the
+// golden fixture naming (fwd.logits, fwd.embed_ln, fwd.layer{i}.{q_rope,k_rope,q,k,v,A_ln,A,
+// A_LM,Ap,G_LM,Ep,scores_masked,E,attn_out,out1,ffn_out,hidden}, fwd.mask): what the API's
+// forward and the audits dump, the golden tests compare, and the training step's non-finite
+// report names.
 #pragma once
 #include <string>
 #include <vector>
