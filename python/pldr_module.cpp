@@ -114,21 +114,21 @@ struct PendingError {
     }
 };
 
-api::Model load(const std::string& path, const std::string& dtype, const std::string& numerics,
-                const std::string& tokenizer, bool mmap) {
-    api::LoadOptions o;
-    o.map_file = mmap;
-    o.dtype = api::dtype_from_name(dtype);
-    if (numerics != "reference" && numerics != "exact")
-        throw pldr::Error("numerics must be reference or exact (got '" + numerics + "')");
-    o.reference_numerics = numerics == "reference";
-    o.tokenizer = tokenizer;
+// pldr.Model(path, **options): the keywords of PLDR_LOAD_OPTIONS; path a str or os.PathLike.
+api::Model load(const py::object& path, const py::kwargs& kw) {
+    if (!py::isinstance<py::str>(path) && !py::hasattr(path, "__fspath__"))
+        throw py::type_error("path must be a str or os.PathLike (got " +
+                             std::string(py::str(py::type::handle_of(path).attr("__name__"))) +
+                             ")");
+    const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+    const auto o = pldr_py::options_from<api::LoadOptions>(kw, "Model");
     py::gil_scoped_release nogil;
-    return api::Model::load(path, o);
+    return api::Model::load(p, o);
 }
 
 }  // namespace
 
+// size-limit: table (the module definition: one .def per binding)
 PYBIND11_MODULE(pldr, mod) {
     // The keyword arguments of generate and score: the rows of their option tables.
     static const std::string generate_doc =
@@ -137,6 +137,10 @@ PYBIND11_MODULE(pldr, mod) {
         "text_so_far) runs per token; returning False stops.\n\nKeyword arguments "
         "(pldr/options.h):\n" +
         pldr_py::options_doc<api::GenerateOptions>();
+    static const std::string load_doc =
+        "Loads a model directory (config.json, the weights, tokenizer.model when present).\n\n"
+        "Keyword arguments (pldr/options.h):\n" +
+        pldr_py::options_doc<api::LoadOptions>();
     static const std::string train_doc =
         "Trains (or resumes) on a prepared shard directory (data_dir) with checkpoints in "
         "out_dir; callback(step_dict) runs after every step, returning False stops (with a "
@@ -173,10 +177,7 @@ PYBIND11_MODULE(pldr, mod) {
         .def_property_readonly("eos_id", &api::Tokenizer::eos_id);
 
     py::class_<api::Model>(mod, "Model", "A PLDR-LLM model directory, loaded")
-        .def(py::init(&load), py::arg("path"), py::arg("dtype") = "f32",
-             py::arg("numerics") = "reference", py::arg("tokenizer") = "", py::arg("mmap") = true,
-             "Loads a model directory; dtype f32 or f64 (the compute precision); mmap: map a "
-             "weights file pldr wrote instead of reading it (only the pages used are resident)")
+        .def(py::init(&load), py::arg("path"), load_doc.c_str())
         .def_property_readonly("info",
                                [](const api::Model& m) {
                                    const auto& i = m.info();

@@ -45,7 +45,8 @@ struct BenchOptions {
     std::string model_dir;     // a model directory (its weights, float32), or else
     std::string config = "S";  // a benchmark shape with random weights: "S" | "M" | "110M"
     BenchWorkload workload = BenchWorkload::DECODE;
-    int threads = 2;  // ≥ 1: OpenMP and OpenBLAS share them
+    int threads = 2;             // ≥ 1: OpenMP and OpenBLAS share them
+    std::string device = "cpu";  // "cpu", or "cuda[:N]" (check_device)
     // Timed repetitions; 0 = the workload's default: prefill 10, decode 5 (no cache: 1), train
     // 20 / 8 / 3 for models of width under 256 / under 512 / larger.
     int reps = 0;

@@ -32,24 +32,42 @@
  * resumed run refuses a different value given explicitly. */
 #define PLDR_OPT_MATHS 8u
 
+/* Loading a model (Model::load): every command that runs a model takes these. */
+#define PLDR_LOAD_OPTIONS(X)                                                                      \
+    X(DTYPE, dtype, "f32", "", PLDR_OPT_CLI | PLDR_OPT_PY, "--dtype",                             \
+      "compute precision, whatever the stored dtype: f32 or f64")                                 \
+    X(BOOL, reference_numerics, 1, "", PLDR_OPT_PY, "",                                           \
+      "float64: the reference's float32 islands (golden parity), else pure float64 (the CLI's "   \
+      "--numerics reference|exact)")                                                              \
+    X(STR, tokenizer, "", "", PLDR_OPT_PY, "",                                                    \
+      "SentencePiece model (\"\" = DIR/tokenizer.model when present)")                            \
+    X(BOOL, dequantize, 0, "", PLDR_OPT_CLI | PLDR_OPT_PY, "--dequantize",                        \
+      "read bf16 / q8_0 weights as float32 parameters instead of streaming them packed (needed "  \
+      "for gradients)")                                                                           \
+    X(BOOL, map_file, 1, "", PLDR_OPT_PY, "",                                                     \
+      "map the weights file as the parameters (copy-on-write) where it stores them as the model " \
+      "does; else read it into memory")                                                           \
+    X(STR, device, "cpu", "", PLDR_OPT_CLI | PLDR_OPT_PY, "--device",                             \
+      "where the model runs: cpu, or cuda[:N] (docs/gpu.md)")
+
 /* Sampling (infer/sampler.h gives the exact arithmetic). The logit transforms run in this order:
  * the repetition penalty, temperature, top-p, top-k, min-p, then a seeded draw; temperature 0 or
  * greedy = argmax. */
-#define PLDR_SAMPLING_OPTIONS(X)                                                              \
-    X(F64, temperature, 1.0, "[0, inf)", PLDR_OPT_ALL, "--temp", "temperature (0 = greedy)")  \
-    X(F64, top_p, 1.0, "(0, 1]", PLDR_OPT_ALL, "--top-p", "nucleus mass in (0, 1] (1 = off)") \
-    X(I64, top_k, 0, "[-1, inf)", PLDR_OPT_ALL, "--top-k",                                    \
-      "keep the k best tokens (0 or -1 = off)")                                               \
-    X(F64, min_p, 0.0, "[0, 1)", PLDR_OPT_ALL, "--min-p",                                     \
-      "drop tokens whose probability is below min_p times the best one's")                    \
-    X(F64, repetition_penalty, 1.0, "(0, inf)", PLDR_OPT_ALL, "--repeat-penalty",             \
-      "divide positive logits of recent tokens by this, multiply negative ones (1 = off)")    \
-    X(I64, repeat_last_n, 64, "[-1, inf)", PLDR_OPT_ALL, "--repeat-last-n",                   \
-      "the repetition penalty's window of recent tokens (-1 = all)")                          \
-    X(U64, seed, 0, "", PLDR_OPT_ALL, "--seed", "sampling seed")                              \
-    X(BOOL, greedy, 0, "", PLDR_OPT_CLI | PLDR_OPT_PY, "--greedy", "argmax decoding")         \
-    X(BOOL, top_p_hf, 0, "", PLDR_OPT_CLI | PLDR_OPT_PY, "--top-p-hf",                        \
-      "top-p keeps the token that crosses p (Hugging Face; the server's rule) instead of "    \
+#define PLDR_SAMPLING_OPTIONS(X)                                                               \
+    X(F64, temperature, 1.0, "[0, inf)", PLDR_OPT_ALL, "--temp", "temperature (0 = greedy)")   \
+    X(F64, top_p, 1.0, "(0, 1]", PLDR_OPT_ALL, "--top-p", "nucleus mass in (0, 1] (1 = off)")  \
+    X(I64, top_k, 0, "[-1, inf)", PLDR_OPT_ALL, "--top-k",                                     \
+      "keep the k best tokens (0 or -1 = off)")                                                \
+    X(F64, min_p, 0.0, "[0, 1)", PLDR_OPT_ALL, "--min-p",                                      \
+      "drop tokens whose probability is below min_p times the best one's")                     \
+    X(F64, repetition_penalty, 1.0, "(0, inf)", PLDR_OPT_ALL, "--repeat-penalty",              \
+      "divide positive logits of recent tokens by this, multiply negative ones (1 = off)")     \
+    X(I64, repeat_last_n, 64, "[-1, inf)", PLDR_OPT_ALL, "--repeat-last-n",                    \
+      "the repetition penalty's window of recent tokens (-1 = all)")                           \
+    X(U64, seed, 0, "", PLDR_OPT_ALL, "--seed", "sampling seed")                               \
+    X(BOOL, greedy, 0, "", PLDR_OPT_CLI | PLDR_OPT_PY, "--greedy", "argmax decoding")          \
+    X(BOOL, top_p_hf, 0, "", PLDR_OPT_CLI | PLDR_OPT_PY, "--top-p-hf",                         \
+      "top-p keeps the token that crosses p (Hugging Face; the server's rule) instead of "     \
       "dropping it (the reference)")
 
 /* Generation (Model::generate). */
@@ -88,6 +106,8 @@
     X(STR, out_dir, "", "", PLDR_TRAIN_CP, "--out",                                             \
       "checkpoint directory (a loadable model directory)")                                      \
     X(STR, resume_dir, "", "", PLDR_TRAIN_CP, "--resume", "continue from this checkpoint")      \
+    X(STR, device, "cpu", "", PLDR_TRAIN_CP, "--device",                                          \
+      "where the model trains: cpu, or cuda[:N] (docs/gpu.md)")                                   \
     X(STR, metrics_path, "", "", PLDR_TRAIN_CP, "--metrics",                                    \
       "metrics JSON lines (default OUT/metrics.jsonl)")                                         \
     X(BOOL, fixed_g_identity, 0, "", PLDR_OPT_PY | PLDR_OPT_MATHS, "",                          \
@@ -156,6 +176,7 @@
     X(I64, threads, 0, "[0, 4096]", PLDR_OPT_CLI, "--threads",                               \
       "HTTP worker threads (0 = parallel + queue + 4)")                                      \
     X(STR, tokenizer, "", "", PLDR_OPT_CLI, "--tokenizer",                                   \
-      "SentencePiece model (default MODEL_DIR/tokenizer.model)")
+      "SentencePiece model (default MODEL_DIR/tokenizer.model)")                             \
+    X(STR, device, "cpu", "", PLDR_OPT_CLI, "--device", "where the model runs: cpu, or cuda[:N]")
 
 #endif /* PLDR_OPTIONS_H */

@@ -97,6 +97,7 @@ struct OptionRangeCheck {
     void Fn(O& o, V&& v) {                  \
         TABLE(PLDR_VISIT_OPTION)            \
     }
+PLDR_DEFINE_OPTION_VISIT(visit_load_options, PLDR_LOAD_OPTIONS)
 PLDR_DEFINE_OPTION_VISIT(visit_sampling_options, PLDR_SAMPLING_OPTIONS)
 PLDR_DEFINE_OPTION_VISIT(visit_generate_options, PLDR_GENERATE_OPTIONS)
 PLDR_DEFINE_OPTION_VISIT(visit_score_options, PLDR_SCORE_OPTIONS)

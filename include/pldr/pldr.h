@@ -86,6 +86,13 @@ typedef struct pldr_score_options {
     PLDR_SCORE_OPTIONS(PLDR_C_OPTION)
 } pldr_score_options;
 
+typedef struct pldr_load_options {
+    PLDR_LOAD_OPTIONS(PLDR_C_OPTION)
+} pldr_load_options;
+pldr_load_options pldr_load_default_options(void);
+/* Loads a model directory with load options (NULL = the defaults); device "cpu" or "cuda[:N]". */
+pldr_status pldr_model_load_with(const char* dir, const pldr_load_options* opt, pldr_model** out);
+
 pldr_sampling pldr_sampling_default_options(void);
 pldr_generate_options pldr_generate_default_options(void);
 pldr_score_options pldr_score_default_options(void);

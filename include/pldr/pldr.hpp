@@ -36,6 +36,9 @@ const char* version();
 // error ("internal check failed: <what>") unless cond holds.
 bool is_internal_error(const std::exception& e);
 void internal_check(bool cond, const std::string& what);
+// Throws pldr::Error unless this build runs models on `device`: "cpu", or "cuda" / "cuda:N"
+// (the CUDA backend, docs/gpu.md). Every command that runs a model takes --device.
+void check_device(const std::string& device);
 // Process-wide allocator tuning for programs that run forward or training steps: freed memory
 // is kept for reuse instead of being returned to the system after each step (fewer page
 // faults; peak memory unchanged). Call once at program start.
@@ -79,23 +82,31 @@ struct Tensor {
     std::vector<double> to_vector() const;
 };
 
+// The option sets are declared once, in the tables of pldr/options.h: each member there has its
+// default, its range, its help and the surfaces that set it (CLI flag, Python keyword, the
+// server's JSON field). for_each_option visits the members; check_options checks their ranges.
+#define PLDR_OPTION_SET(Type, visit)             \
+    template <typename V>                        \
+    void for_each_option(Type& o, V&& v) {       \
+        visit(o, v);                             \
+    }                                            \
+    template <typename V>                        \
+    void for_each_option(const Type& o, V&& v) { \
+        visit(o, v);                             \
+    }                                            \
+    template <>                                  \
+    struct is_option_set<Type> : std::true_type {};
+
+// Loading (PLDR_LOAD_OPTIONS): the compute precision (float32 or float64, whatever the stored
+// dtype), the reference's float32 islands in float64, the tokenizer, low-precision weights kept
+// packed (a bf16 or q8_0 model's products dequantize while streaming; dequantize = true reads
+// them as float32 parameters, needed for gradients; float64 models always dequantize), the
+// weights file mapped as the parameters (copy-on-write: only the pages a computation reads are
+// resident), and the device.
 struct LoadOptions {
-    DType dtype = DType::F32;  // compute precision, whatever the stored dtype
-    // true: the reference's float32 islands inside float64 (golden parity); false: pure float64.
-    bool reference_numerics = true;
-    // SentencePiece model; "" = <dir>/tokenizer.model when present (else the model has none).
-    std::string tokenizer;
-    // Low-precision weights (a bf16 or q8_0 model, convert_model): false keeps them packed in
-    // float32 models (the matrix products dequantize them while streaming: half or about a
-    // quarter of the bytes per token); true dequantizes them into float32 parameters at load
-    // (needed for gradients and training). Float64 models always dequantize.
-    bool dequantize = false;
-    // Map the weights file as the parameters (copy-on-write) where it stores them as the model
-    // does (what pldr writes: float32 for a float32 model, in layout order): pages are read
-    // when first used, only those resident (an embedding row per token), shared with the page
-    // cache. Otherwise, or false, the weights are read into memory. Either way the same values.
-    bool map_file = true;
+    PLDR_LOAD_OPTIONS(PLDR_CXX_OPTION)
 };
+PLDR_OPTION_SET(LoadOptions, visit_load_options)
 
 struct ModelInfo {
     std::string dir;
@@ -164,21 +175,6 @@ struct ForwardResult {
     // get("fwd.layer{layer}.{what}"), what = A | A_LM | A_P | G_LM | E | ...
     const Tensor& layer(int64_t layer, const std::string& what) const;
 };
-
-// The option sets are declared once, in the tables of pldr/options.h: each member there has its
-// default, its range, its help and the surfaces that set it (CLI flag, Python keyword, the
-// server's JSON field). for_each_option visits the members; check_options checks their ranges.
-#define PLDR_OPTION_SET(Type, visit)             \
-    template <typename V>                        \
-    void for_each_option(Type& o, V&& v) {       \
-        visit(o, v);                             \
-    }                                            \
-    template <typename V>                        \
-    void for_each_option(const Type& o, V&& v) { \
-        visit(o, v);                             \
-    }                                            \
-    template <>                                  \
-    struct is_option_set<Type> : std::true_type {};
 
 // Sampling (PLDR_SAMPLING_OPTIONS, whose comment gives the order of the logit transforms);
 // temperature 0 or greedy = argmax.

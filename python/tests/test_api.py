@@ -144,12 +144,12 @@ def test_g_lm_stats(pldr, model):
 
 
 def test_saved_model_is_mapped_with_the_same_values(pldr, model, tmp_path):
-    # A model pldr wrote loads as a mapping of its file (or read with mmap=False): same logits.
+    # A model pldr wrote loads as a mapping of its file (or read with map_file=False): same logits.
     from conftest import run_cli
     out = tmp_path / "m"
     run_cli("convert", model.info["dir"], "--dtype", "f32", "--out", str(out))
     a = pldr.Model(str(out))
-    b = pldr.Model(str(out), mmap=False)
+    b = pldr.Model(str(out), map_file=False)
     assert a.info["mapped"] and not b.info["mapped"]
     ids = [5, 17, 3, 9]
     np.testing.assert_array_equal(a.forward(ids)["logits"], b.forward(ids)["logits"])

@@ -192,6 +192,9 @@ std::vector<std::string> strings(const char* const* v, int64_t n, const char* wh
     }
     return out;
 }
+void from_c(const pldr_load_options& src, pldr::api::LoadOptions& dst) {
+    PLDR_LOAD_OPTIONS(PLDR_FROM_C)
+}
 void from_c(const pldr_sampling& src, pldr::api::SamplingOptions& dst) {
     PLDR_SAMPLING_OPTIONS(PLDR_FROM_C)
 }
@@ -220,6 +223,20 @@ Api options_of(const C* opt) {
 }  // namespace
 
 extern "C" {
+
+pldr_load_options pldr_load_default_options(void) {
+    pldr_load_options o;
+    PLDR_LOAD_OPTIONS(PLDR_C_DEFAULT)
+    return o;
+}
+pldr_status pldr_model_load_with(const char* dir, const pldr_load_options* opt, pldr_model** out) {
+    return guarded([&] {
+        need(dir, "dir");
+        need(out, "out");
+        *out = nullptr;
+        *out = new pldr_model{pldr::api::Model::load(dir, options_of<pldr::api::LoadOptions>(opt))};
+    });
+}
 
 pldr_sampling pldr_sampling_default_options(void) {
     pldr_sampling o;

@@ -1037,6 +1037,7 @@ void check_options(const ServeOptions& o) {
     PLDR_REQUIRE(o.mode == "block" || o.mode == "cached", "mode must be block or cached (got '",
                  o.mode, "')");
     for_each_option(o, api::OptionRangeCheck{});
+    api::check_device(o.device);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ using nlohmann::json;
 struct BenchArgs {
     std::string dir, config, only = "prefill,decode,train", caches = "kvg,kv,none", one;
     std::string output = "md", json_path, weights, precision = "fp32", recompute = "selective";
-    std::string save_model, limits = "adjacent", probe;
+    std::string save_model, limits = "adjacent", probe, device = "cpu";
     int threads = 2, reps = 0, warmup = 1;
     double min_time = -1;
     int64_t batch = 8, prompt_prefill = 128, prompt_decode = 32, n_new = 64, context = 1024;
@@ -54,6 +54,7 @@ api::BenchOptions options_of(const BenchArgs& a) {
     o.train_batch = a.train_batch;
     o.train_seq = a.train_seq;
     o.weights = a.weights;
+    o.device = a.device;
     return o;
 }
 
@@ -179,12 +180,83 @@ std::vector<std::string> split(const std::string& s) {
     return out;
 }
 
+// The workload list, each run as a child (or in this process with --no-isolate): inference for
+// each weight format, training for each precision (on float32 weights). A job is
+// "WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION,RECOMPUTE".
+std::vector<std::string> bench_jobs(const BenchArgs& a) {
+    std::vector<std::string> weights = split(a.weights), precisions = split(a.precision),
+                             recomputes = split(a.recompute);
+    for (const auto& r : recomputes)
+        require(r == "none" || r == "selective" || r == "full", "--recompute: '", r,
+                "' is not none, selective or full");
+    require(!recomputes.empty(), "--recompute: give none, selective, full or a list");
+    for (const auto& w : weights)
+        require(w == "f32" || w == "bf16" || w == "q8", "--weights: '", w,
+                "' is not f32, bf16 or q8");
+    for (const auto& p : precisions)
+        require(p == "fp32" || p == "bf16", "--precision: '", p, "' is not fp32 or bf16");
+    require(!precisions.empty(), "--precision: give fp32, bf16 or both");
+    if (weights.empty()) weights.push_back("-");  // as loaded
+    std::vector<std::string> jobs;
+    for (const auto& w : split(a.only)) {
+        const api::BenchWorkload wl = api::bench_workload_from_name(w);
+        if (wl == api::BenchWorkload::TRAIN) {
+            for (const auto& p : precisions)
+                for (const auto& rc : recomputes)
+                    jobs.push_back("train,-,0," + std::string(a.weights.empty() ? "-" : "f32") +
+                                   "," + p + "," + rc);
+            continue;
+        }
+        for (const auto& wt : weights) {
+            const std::string tail = "," + wt + ",fp32,-";
+            if (wl == api::BenchWorkload::PREFILL) {
+                jobs.push_back("prefill,-,0" + tail);
+                continue;
+            }
+            for (const auto& c : split(a.caches)) {
+                api::cache_mode_from_name(c);  // validates
+                jobs.push_back("decode," + c + ",1" + tail);
+            }
+            if (a.batch > 1) jobs.push_back("decode,kvg," + std::to_string(a.batch) + tail);
+        }
+    }
+    require(!jobs.empty(), "bench: no workload to run (--only)");
+    return jobs;
+}
+
+// The command line of the child that runs one job with the parent's settings.
+std::vector<std::string> child_args(const BenchArgs& a, const std::string& job) {
+    std::vector<std::string> args = {"pldr", "bench", "--one", job};
+    if (!a.dir.empty()) args.push_back(a.dir);
+    if (!a.config.empty()) args.insert(args.end(), {"--config", a.config});
+    for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+             {"--threads", std::to_string(a.threads)},
+             {"--device", a.device},
+             {"--limits", a.limits},
+             {"--reps", std::to_string(a.reps)},
+             {"--warmup", std::to_string(a.warmup)},
+             {"--context", std::to_string(a.context)},
+             {"--prompt-prefill", std::to_string(a.prompt_prefill)},
+             {"--prompt-decode", std::to_string(a.prompt_decode)},
+             {"--n-new", std::to_string(a.n_new)},
+             {"--train-batch", std::to_string(a.train_batch)},
+             {"--train-seq", std::to_string(a.train_seq)}})
+        args.insert(args.end(), {k, v});
+    if (a.min_time >= 0) {  // else the child's default
+        char t[32];
+        std::snprintf(t, sizeof t, "%.17g", a.min_time);
+        args.insert(args.end(), {"--min-time", t});
+    }
+    return args;
+}
+
 int run_bench(const BenchArgs& a) {
     if (!a.probe.empty()) {  // a child: one limit, one JSON line
         std::printf("{\"probe\":%.17g}\n", api::measure_bench_limit(a.probe, a.threads));
         return 0;
     }
     require(a.dir.empty() != a.config.empty(), "bench: give a MODEL_DIR or --config S|M|110M");
+    api::check_device(a.device);
     if (!a.save_model.empty()) {
         require(!a.config.empty(), "--save-model writes the random model of --config");
         api::save_bench_model(a.config, a.save_model, a.context);
@@ -244,45 +316,7 @@ int run_bench(const BenchArgs& a) {
         return 0;
     }
 
-    // The workload list, each run as a child (or in this process with --no-isolate): inference
-    // for each weight format, training for each precision (on float32 weights).
-    std::vector<std::string> weights = split(a.weights), precisions = split(a.precision),
-                             recomputes = split(a.recompute);
-    for (const auto& r : recomputes)
-        require(r == "none" || r == "selective" || r == "full", "--recompute: '", r,
-                "' is not none, selective or full");
-    require(!recomputes.empty(), "--recompute: give none, selective, full or a list");
-    for (const auto& w : weights)
-        require(w == "f32" || w == "bf16" || w == "q8", "--weights: '", w,
-                "' is not f32, bf16 or q8");
-    for (const auto& p : precisions)
-        require(p == "fp32" || p == "bf16", "--precision: '", p, "' is not fp32 or bf16");
-    require(!precisions.empty(), "--precision: give fp32, bf16 or both");
-    if (weights.empty()) weights.push_back("-");  // as loaded
-    std::vector<std::string> jobs;
-    for (const auto& w : split(a.only)) {
-        const api::BenchWorkload wl = api::bench_workload_from_name(w);
-        if (wl == api::BenchWorkload::TRAIN) {
-            for (const auto& p : precisions)
-                for (const auto& rc : recomputes)
-                    jobs.push_back("train,-,0," + std::string(a.weights.empty() ? "-" : "f32") +
-                                   "," + p + "," + rc);
-            continue;
-        }
-        for (const auto& wt : weights) {
-            const std::string tail = "," + wt + ",fp32,-";
-            if (wl == api::BenchWorkload::PREFILL) {
-                jobs.push_back("prefill,-,0" + tail);
-                continue;
-            }
-            for (const auto& c : split(a.caches)) {
-                api::cache_mode_from_name(c);  // validates
-                jobs.push_back("decode," + c + ",1" + tail);
-            }
-            if (a.batch > 1) jobs.push_back("decode,kvg," + std::to_string(a.batch) + tail);
-        }
-    }
-    require(!jobs.empty(), "bench: no workload to run (--only)");
+    const std::vector<std::string> jobs = bench_jobs(a);
     const api::BenchLimits lim = api::measure_bench_limits(a.threads);
     const double likwid = a.check_bandwidth ? likwid_read_gbs(a.threads) : -1;
     require(!a.check_bandwidth || likwid > 0,
@@ -294,27 +328,7 @@ int run_bench(const BenchArgs& a) {
         if (a.no_isolate) {
             r = run_here(job);
         } else {
-            std::vector<std::string> args = {"pldr", "bench", "--one", job};
-            if (!a.dir.empty()) args.push_back(a.dir);
-            if (!a.config.empty()) args.insert(args.end(), {"--config", a.config});
-            for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-                     {"--threads", std::to_string(a.threads)},
-                     {"--limits", a.limits},
-                     {"--reps", std::to_string(a.reps)},
-                     {"--warmup", std::to_string(a.warmup)},
-                     {"--context", std::to_string(a.context)},
-                     {"--prompt-prefill", std::to_string(a.prompt_prefill)},
-                     {"--prompt-decode", std::to_string(a.prompt_decode)},
-                     {"--n-new", std::to_string(a.n_new)},
-                     {"--train-batch", std::to_string(a.train_batch)},
-                     {"--train-seq", std::to_string(a.train_seq)}})
-                args.insert(args.end(), {k, v});
-            if (a.min_time >= 0) {  // else the child's default
-                char t[32];
-                std::snprintf(t, sizeof t, "%.17g", a.min_time);
-                args.insert(args.end(), {"--min-time", t});
-            }
-            r = run_child(args);
+            r = run_child(child_args(a, job));
         }
         add_limit_fractions(r, lim);
         results.push_back(r);
@@ -365,6 +379,8 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--only", a->only, "workloads: prefill,decode,train")->capture_default_str();
     cmd->add_option("--caches", a->caches, "decode cache modes at batch 1")->capture_default_str();
     cmd->add_option("--batch", a->batch, "decode batch (kvg) besides batch 1; 1 = none")
+        ->capture_default_str();
+    cmd->add_option("--device", a->device, "where the model runs: cpu, or cuda[:N] (docs/gpu.md)")
         ->capture_default_str();
     cmd->add_option("--threads", a->threads, "threads (OpenMP and OpenBLAS)")
         ->capture_default_str();

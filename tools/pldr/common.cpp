@@ -1,6 +1,8 @@
 // Shared helpers of the pldr subcommands (see common.h).
 #include "common.h"
 
+#include "options_cli.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -64,26 +66,19 @@ api::DagCoefficients parse_dag(const std::string& s) {
 }
 
 api::Model ModelOptions::open(const std::string& dir, const std::string& tokenizer) const {
-    api::LoadOptions o;
-    o.dtype = api::dtype_from_name(dtype);
+    api::LoadOptions o = load;
     o.reference_numerics = numerics == "reference";
     o.tokenizer = tokenizer;
-    o.dequantize = dequantize;
     return api::Model::load(dir, o);
 }
 
 void ModelOptions::add_to(CLI::App* app) {
-    app->add_option("--dtype", dtype, "compute precision: f32 or f64")
-        ->check(CLI::IsMember({"f32", "f64"}))
-        ->capture_default_str();
+    add_option_flags(app, load);
     app->add_option("--numerics", numerics,
                     "reference: emulate the reference's float32 RoPE/sqrt islands inside float64 "
                     "(golden parity); exact: pure float64")
         ->check(CLI::IsMember({"reference", "exact"}))
         ->capture_default_str();
-    app->add_flag("--dequantize", dequantize,
-                  "read bf16 / q8_0 weights as float32 parameters instead of streaming them "
-                  "packed (needed for gradients)");
 }
 
 }  // namespace pldr::cli

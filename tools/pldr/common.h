@@ -38,11 +38,11 @@ std::vector<int64_t> rows_to_batch(const std::vector<std::string>& rows, int64_t
 // "c_A,c_Ap,c_G" → DAG coefficients (each finite and >= 0); a clear error on anything else.
 api::DagCoefficients parse_dag(const std::string& s);
 
-// Options every model-running subcommand takes.
+// Options every model-running subcommand takes: the flags of PLDR_LOAD_OPTIONS (pldr/options.h)
+// and --numerics reference|exact (the CLI's spelling of reference_numerics).
 struct ModelOptions {
-    std::string dtype = "f32";           // compute precision
-    std::string numerics = "reference";  // reference | exact (float64 only)
-    bool dequantize = false;             // bf16 / q8_0 weights as float32 parameters
+    api::LoadOptions load;
+    std::string numerics = "reference";
     void add_to(CLI::App* app);
     // Loads through the public API (tokenizer: "" = MODEL_DIR/tokenizer.model when present).
     api::Model open(const std::string& dir, const std::string& tokenizer = "") const;
