@@ -545,6 +545,48 @@ TEST(SamplerConfigValidation, EachInvalidValueNamesTheOption) {
     EXPECT_THROW(Sampler{bad}, pldr::Error);  // the constructor validates
 }
 
+// Presence and frequency penalties (OpenAI): the logit of each id drawn c > 0 times so far
+// loses c · frequency + presence; the prompt's ids (the history) do not count.
+TEST(SamplerPresenceFrequency, SubtractFromTheLogitsOfDrawnTokens) {
+    const std::vector<double> logits{1.0, 2.5, 0.3, 2.0, -1.0};
+    SamplerConfig c;
+    c.presence_penalty = 0.5;
+    c.frequency_penalty = 0.25;
+    c.seed = 11;
+    Sampler s(c);
+    const std::vector<int64_t> prompt{0, 0, 4};  // never drawn: no penalty for them
+    std::vector<int64_t> counts(5, 0);
+    for (int k = 0; k < 6; ++k) ++counts[size_t(s.sample(logits.data(), 5, prompt))];
+    std::vector<double> w(5);
+    for (size_t i = 0; i < 5; ++i)
+        w[i] = logits[i] - (counts[i] > 0 ? double(counts[i]) * 0.25 + 0.5 : 0.0);
+    const double mx = *std::max_element(w.begin(), w.end());
+    double z = 0;
+    for (double x : w) z += std::exp(x - mx);
+    const std::vector<double> d = s.distribution(logits.data(), 5, prompt);
+    for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(d[i], std::exp(w[i] - mx) / z, 1e-15) << i;
+    // A greedy sampler turns away from a token once its penalty outweighs the margin.
+    SamplerConfig g;
+    g.greedy = true;
+    g.frequency_penalty = 0.3;
+    Sampler sg(g);
+    EXPECT_EQ(sg.sample(logits.data(), 5, kNoHistory), 1);  // 2.5
+    EXPECT_EQ(sg.sample(logits.data(), 5, kNoHistory), 1);  // 2.2 > 2.0
+    EXPECT_EQ(sg.sample(logits.data(), 5, kNoHistory), 3);  // 1.9 < 2.0
+    // Off by default: the same distribution as a sampler without them.
+    Sampler off(SamplerConfig{}), off2(SamplerConfig{});
+    for (int k = 0; k < 3; ++k) off.sample(logits.data(), 5, kNoHistory);
+    EXPECT_EQ(off.distribution(logits.data(), 5, kNoHistory),
+              off2.distribution(logits.data(), 5, kNoHistory));
+    // Their declared range, OpenAI's.
+    SamplerConfig bad;
+    bad.presence_penalty = 2.5;
+    EXPECT_EQ(error_of(bad), "presence_penalty must be in [-2, 2] (got 2.5)");
+    bad = {};
+    bad.frequency_penalty = -3;
+    EXPECT_EQ(error_of(bad), "frequency_penalty must be in [-2, 2] (got -3)");
+}
+
 // top_k -1 (the vLLM spelling) and 0 both mean no top-k: the same distribution as without it.
 TEST(SamplerTopK, MinusOneIsOff) {
     const std::vector<double> logits{0.1, 2.0, -1.0, 0.7, 1.5};

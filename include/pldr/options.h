@@ -51,8 +51,8 @@
       "where the model runs: cpu, or cuda[:N] (docs/gpu.md)")
 
 /* Sampling (infer/sampler.h gives the exact arithmetic). The logit transforms run in this order:
- * the repetition penalty, temperature, top-p, top-k, min-p, then a seeded draw; temperature 0 or
- * greedy = argmax. */
+ * the repetition, presence and frequency penalties, temperature, top-p, top-k, min-p, then a
+ * seeded draw; temperature 0 or greedy = argmax. */
 #define PLDR_SAMPLING_OPTIONS(X)                                                               \
     X(F64, temperature, 1.0, "[0, inf)", PLDR_OPT_ALL, "--temp", "temperature (0 = greedy)")   \
     X(F64, top_p, 1.0, "(0, 1]", PLDR_OPT_ALL, "--top-p", "nucleus mass in (0, 1] (1 = off)")  \
@@ -64,6 +64,10 @@
       "divide positive logits of recent tokens by this, multiply negative ones (1 = off)")     \
     X(I64, repeat_last_n, 64, "[-1, inf)", PLDR_OPT_ALL, "--repeat-last-n",                    \
       "the repetition penalty's window of recent tokens (-1 = all)")                           \
+    X(F64, presence_penalty, 0.0, "[-2, 2]", PLDR_OPT_ALL, "--presence-penalty",               \
+      "subtract this from the logit of every token generated so far (OpenAI)")                 \
+    X(F64, frequency_penalty, 0.0, "[-2, 2]", PLDR_OPT_ALL, "--frequency-penalty",             \
+      "subtract this times its count from the logit of every token generated so far (OpenAI)") \
     X(U64, seed, 0, "", PLDR_OPT_ALL, "--seed", "sampling seed")                               \
     X(BOOL, greedy, 0, "", PLDR_OPT_CLI | PLDR_OPT_PY, "--greedy", "argmax decoding")          \
     X(BOOL, top_p_hf, 0, "", PLDR_OPT_CLI | PLDR_OPT_PY, "--top-p-hf",                         \

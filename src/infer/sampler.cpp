@@ -72,8 +72,10 @@ int64_t Sampler::sample(const T* logits, int64_t V, const std::vector<int64_t>& 
     w_.resize(static_cast<size_t>(V));
     for (int64_t i = 0; i < V; ++i) w_[static_cast<size_t>(i)] = checked(logits, i);
     filter(V, history);
-    if (cfg_.is_greedy()) return kept_[0];
-    return draw();
+    const int64_t id = cfg_.is_greedy() ? kept_[0] : draw();
+    if (drawn_.size() != static_cast<size_t>(V)) drawn_.assign(static_cast<size_t>(V), 0);
+    ++drawn_[static_cast<size_t>(id)];
+    return id;
 }
 
 template <typename T>
@@ -104,8 +106,16 @@ void Sampler::apply_repeat_penalty(int64_t V, const std::vector<int64_t>& histor
     }
 }
 
+void Sampler::apply_presence_frequency(int64_t V) {
+    const double p = cfg_.presence_penalty, f = cfg_.frequency_penalty;
+    if ((p == 0 && f == 0) || drawn_.size() != static_cast<size_t>(V)) return;
+    for (size_t i = 0; i < drawn_.size(); ++i)
+        if (drawn_[i] > 0) w_[i] -= double(drawn_[i]) * f + p;
+}
+
 void Sampler::filter(int64_t V, const std::vector<int64_t>& history) {
     apply_repeat_penalty(V, history);
+    apply_presence_frequency(V);
     const size_t n = static_cast<size_t>(V);
 
     // Max and argmax (lowest index on ties).

@@ -5,6 +5,8 @@
 //   1. repetition penalty on the raw logits (CTRL / llama.cpp rule): for each distinct id in
 //      the last `repeat_last_n` entries of the history (−1 = all of it), logit > 0 ⇒ logit / r,
 //      otherwise logit · r. r = 1 is off.
+//   1b. presence and frequency penalties (OpenAI): for each id this sampler has drawn c > 0
+//      times, logit − c · frequency_penalty − presence_penalty (the prompt does not count).
 //   2. temperature: logits / T. The reference divides only when T < 1 and rejects T > 1; we
 //      keep its rule for T ≤ 1 (T = 1 is a no-op) and also divide for T > 1 (an extension).
 //      T = 0 means greedy (the reference's EVAL: top-k = 1, ignoring top-p and top-k).
@@ -108,6 +110,7 @@ class Sampler {
     void filter(int64_t V, const std::vector<int64_t>& history);
     int64_t draw();
     void apply_repeat_penalty(int64_t V, const std::vector<int64_t>& history);
+    void apply_presence_frequency(int64_t V);
 
     SamplerConfig cfg_;
     Rng rng_;
@@ -120,6 +123,7 @@ class Sampler {
     std::vector<int32_t> kept_;              // surviving ids, index order
     std::vector<double> kept_e_;             // their exp(w − max)
     double total_ = 0;                       // Σ kept_e_ in index order
+    std::vector<int64_t> drawn_;             // how often each id was drawn (presence, frequency)
 };
 
 extern template int64_t Sampler::sample<float>(const float*, int64_t, const std::vector<int64_t>&);
