@@ -1,9 +1,12 @@
 // Shared helpers of the golden-fixture tests.
 //  - Discovery: every fixture set under PLDR_GOLDEN_DIR (default: the project's tests/golden),
 //    by format alone: single-step sets (<name>.json with "files" and "config"), trajectories
-//    (trajectory/<name>.json) and eval sets (eval/<name>.json). No fixture name appears in test
-//    code. A missing folder, an unparsable or unrecognised json, or a missing file is an error
-//    that fails every golden test; the default set must match its manifest.json.
+//    (trajectory/<name>.json) and eval sets (eval/<name>.json). No fixture name, count, shape or
+//    data file appears in test code: each test reads them from the fixture's json and files
+//    (the eval items' data files from items.<task>_source, see EvalFixture). A missing folder,
+//    an unparsable or unrecognised json, or a missing file (a named data file included) is an
+//    error that fails every golden test; the default set must match its manifest.json. A kind
+//    of fixture that a set lacks (and its manifest does not list) skips its tests, saying so.
 //  - Comparison: float64 against the fixture's float64 tensors under a fixed tolerance; float32
 //    against the same exact tensors under an allowance derived from the fixture's measured
 //    conditioning (f32_sensitivity), so that it holds on every BLAS kernel.
@@ -55,7 +58,10 @@ struct Fixture {
     std::string path(const std::string& dtype) const {
         return dir() + "/" + side["files"][dtype].get<std::string>();
     }
+    // The fixture's model_dirs.<dtype> where it names one, else models/<name>.<dtype> (optional).
     std::string model_dir(const std::string& dtype) const {
+        if (side.contains("model_dirs") && side["model_dirs"].contains(dtype))
+            return dir() + "/" + side["model_dirs"][dtype].get<std::string>();
         return dir() + "/models/" + name + "." + dtype;
     }
     bool learned_g() const { return side["config"]["kind"] != "G"; }
@@ -74,15 +80,62 @@ struct Trajectory {
     }
 };
 
-// A benchmark-scoring set: eval/<name>.json with its model directory and tokenizer.
+// The data files named by an eval fixture's items.<task>_source: the words of the text that end
+// in `ext` (".json", ".jsonl", ".lst"), e.g. "mc_task.heldout.json" or
+// "piqa valid.jsonl + valid-labels.lst".
+inline std::vector<std::string> source_names(const std::string& source, const std::string& ext) {
+    std::vector<std::string> out;
+    std::string w;
+    for (size_t i = 0; i <= source.size(); ++i) {
+        const char c = i < source.size() ? source[i] : ' ';
+        if (c == ' ' || c == '\t' || c == '+' || c == ',') {
+            if (w.size() > ext.size() && w.compare(w.size() - ext.size(), ext.size(), ext) == 0)
+                out.push_back(w);
+            w.clear();
+        } else {
+            w.push_back(c);
+        }
+    }
+    return out;
+}
+
+// Where a data file that a fixture names lives: beside the fixture (eval/<name>, a set may
+// carry its own data), else the project's copy of the original files, data/eval/<subdir>/ by
+// file name (data/README.md: the TruthfulQA dev and held-out halves, PIQA validation). Every
+// name is resolved by this one rule, whichever file it names. Empty when neither exists.
+inline std::string resolve_data_file(const std::string& name, const std::string& subdir) {
+    const std::string beside = dir() + "/eval/" + name;
+    if (fs::is_regular_file(beside)) return beside;
+    const std::string project = std::string(PLDR_SOURCE_DIR) + "/data/eval/" + subdir + "/" +
+                                fs::path(name).filename().string();
+    if (fs::is_regular_file(project)) return project;
+    return "";
+}
+
+// A benchmark-scoring set: eval/<name>.json with its model directory and tokenizer. Its items
+// come from the data files that items.truthfulqa_source and items.piqa_source name, at the
+// indices items.truthfulqa_indices and items.piqa_indices (either may be absent or empty: that
+// task is not in the fixture).
 struct EvalFixture {
     std::string name;
     nlohmann::json side;
+    std::string truthfulqa_file;          // resolved; empty when the fixture has no such items
+    std::string piqa_jsonl, piqa_labels;  // resolved; empty when the fixture has no such items
     std::string model_dir() const {
         return dir() + "/eval/" + side["model"]["dir"].get<std::string>();
     }
     std::string tokenizer() const {
         return dir() + "/eval/" + side["tokenizer"]["file"].get<std::string>();
+    }
+    // items.<key> (a list of indices into the data file); empty when absent.
+    std::vector<size_t> indices(const char* key) const {
+        if (!side.contains("items") || !side["items"].contains(key)) return {};
+        return side["items"][key].get<std::vector<size_t>>();
+    }
+    // tasks.<task> (one entry per item); null when absent.
+    const nlohmann::json& task(const char* t) const {
+        static const nlohmann::json none;
+        return side.contains("tasks") && side["tasks"].contains(t) ? side["tasks"][t] : none;
     }
 };
 
@@ -132,6 +185,46 @@ inline bool has_dtypes(const nlohmann::json& j, const char* key) {
            j[key].contains("f64") && j[key]["f32"].is_string() && j[key]["f64"].is_string();
 }
 
+// Resolves the data files of an eval fixture's items (resolve_data_file); a source that names
+// no file, or one that exists in neither place, is an error.
+inline void resolve_sources(const std::string& who, EvalFixture* e,
+                            std::vector<std::string>* errors) {
+    const nlohmann::json items = e->side.contains("items") ? e->side["items"] : nlohmann::json();
+    auto source = [&](const char* key) {
+        return items.contains(key) && items[key].is_string() ? items[key].get<std::string>()
+                                                             : std::string();
+    };
+    auto one = [&](const std::string& src, const char* ext, const char* subdir) -> std::string {
+        const auto names = source_names(src, ext);
+        if (names.size() != 1) {
+            errors->push_back(who + ": cannot tell its " + ext + " data file from the source \"" +
+                              src + "\"");
+            return "";
+        }
+        const std::string p = resolve_data_file(names[0], subdir);
+        if (p.empty())
+            errors->push_back(who + ": names the data file " + names[0] + ", which is neither in " +
+                              dir() + "/eval nor in the project's data/eval/" + subdir);
+        return p;
+    };
+    for (const char* key : {"truthfulqa_indices", "piqa_indices"}) {
+        if (!items.contains(key)) continue;
+        bool ok = items[key].is_array();
+        if (ok)
+            for (const auto& v : items[key]) ok = ok && v.is_number_unsigned();
+        if (!ok) {
+            errors->push_back(who + ": items." + key + " is not a list of item indices");
+            e->side["items"].erase(key);
+        }
+    }
+    if (!e->indices("truthfulqa_indices").empty())
+        e->truthfulqa_file = one(source("truthfulqa_source"), ".json", "truthfulqa");
+    if (!e->indices("piqa_indices").empty()) {
+        e->piqa_jsonl = one(source("piqa_source"), ".jsonl", "piqa");
+        e->piqa_labels = one(source("piqa_source"), ".lst", "piqa");
+    }
+}
+
 inline Set discover() {
     Set s;
     const std::string d = dir();
@@ -179,9 +272,10 @@ inline Set discover() {
             s.errors.push_back(p.string() + ": not an eval fixture (format pldr-eval-golden-1)");
             continue;
         }
-        EvalFixture e{p.stem().string(), j};
+        EvalFixture e{p.stem().string(), j, "", "", ""};
         need_model_dir(e.model_dir(), p.string(), &s);
         need_file(e.tokenizer(), p.string(), &s.errors);
+        resolve_sources(p.string(), &e, &s.errors);
         s.evals.push_back(e);
     }
     std::sort(s.model_dirs.begin(), s.model_dirs.end());
@@ -200,8 +294,21 @@ inline const Set& set() {
 
 enum class Use { RUN, FAIL, SKIP };
 
-// Whether a test over `n` fixtures of `kind` can run: discovery errors fail it; an empty list
-// fails for the default set and is a printed skip for an external one.
+// The manifest's lists for a kind of fixture: "single-step", "trajectory", "eval", "model
+// directory", "single-step or trajectory", or "golden" (any of the first three).
+inline std::vector<const char*> manifest_keys(const std::string& kind) {
+    if (kind == "single-step") return {"single_step"};
+    if (kind == "trajectory") return {"trajectory"};
+    if (kind == "eval") return {"eval"};
+    if (kind == "model directory") return {"model_dirs"};
+    if (kind == "single-step or trajectory") return {"single_step", "trajectory"};
+    return {"single_step", "trajectory", "eval"};
+}
+
+// Whether a test over `n` fixtures of `kind` can run: discovery errors fail it. A set without
+// fixtures of that kind skips it, saying so, unless its manifest lists some (then they are
+// missing: a failure). The default set must have a manifest (discovery), so a fixture removed
+// from it fails; a set that has the kind always runs the test.
 inline Use usable(size_t n, const char* kind) {
     const Set& s = set();
     if (!s.errors.empty()) {
@@ -209,12 +316,14 @@ inline Use usable(size_t n, const char* kind) {
         return Use::FAIL;
     }
     if (n > 0) return Use::RUN;
-    if (is_default_dir()) {
-        ADD_FAILURE() << "golden fixtures: no " << kind << " fixture in " << dir();
-        return Use::FAIL;
-    }
-    std::printf("[golden] PLDR_GOLDEN_DIR=%s has no %s fixtures: this test is skipped\n",
-                dir().c_str(), kind);
+    for (const char* key : manifest_keys(kind))
+        if (s.manifest.is_object() && s.manifest.contains(key) && s.manifest[key].is_array() &&
+            !s.manifest[key].empty()) {
+            ADD_FAILURE() << "golden fixtures: " << dir() << "/manifest.json lists "
+                          << s.manifest[key].size() << " under " << key << ", none found";
+            return Use::FAIL;
+        }
+    std::printf("[golden] %s has no %s fixtures: this test is skipped\n", dir().c_str(), kind);
     return Use::SKIP;
 }
 
@@ -222,18 +331,33 @@ inline Use usable(size_t n, const char* kind) {
 #define GOLDEN_USE(list, kind)                                                       \
     do {                                                                             \
         const golden::Use use_ = golden::usable((list).size(), kind);                \
-        if (use_ == golden::Use::SKIP) GTEST_SKIP() << "no " << kind << " fixtures"; \
+        if (use_ == golden::Use::SKIP)                                               \
+            GTEST_SKIP() << "the golden set " << golden::dir() << " has no " << kind \
+                         << " fixtures";                                             \
         if (use_ == golden::Use::FAIL) return;                                       \
     } while (0)
 
-// The model config a single-step fixture describes (d = H·dk, dff = floor(d·8/3)).
-inline pldr::Config config_of(const nlohmann::json& c) {
+// Every fixture of the set, of any kind (for tests over all of them).
+inline std::vector<std::string> all_fixtures() {
+    std::vector<std::string> out;
+    for (const auto& f : set().steps) out.push_back(f.name);
+    for (const auto& f : set().trajectories) out.push_back(f.name);
+    for (const auto& f : set().evals) out.push_back(f.name);
+    return out;
+}
+
+// The model config a single-step fixture describes: its config block, and d_model and dff from
+// its results where it records them (else the reference's d = H·dk, dff = floor(d·8/3)).
+inline pldr::Config config_of(const nlohmann::json& c, const nlohmann::json& results = {}) {
     pldr::Config cfg;
     cfg.num_layers = c["num_layers"];
     cfg.num_heads = c["num_heads"];
     cfg.head_dim = c["dk"];
-    cfg.hidden_size = cfg.num_heads * cfg.head_dim;
-    cfg.intermediate_size = int64_t(double(cfg.hidden_size) * 4 * 2 / 3);
+    const nlohmann::json r = results.contains("f64") ? results["f64"] : nlohmann::json();
+    cfg.hidden_size =
+        r.contains("d_model") ? r["d_model"].get<int64_t>() : cfg.num_heads * cfg.head_dim;
+    cfg.intermediate_size =
+        r.contains("dff") ? r["dff"].get<int64_t>() : int64_t(double(cfg.hidden_size) * 4 * 2 / 3);
     cfg.A_dff = c["A_dff"];
     cfg.num_reslayerA = c["num_reslayerA"];
     cfg.num_denseA = c["num_denseA"];
@@ -248,7 +372,7 @@ inline pldr::Config config_of(const nlohmann::json& c) {
 // tensors. The RoPE table is the model's own (torch's, bit for bit: GoldenRope checks it).
 template <typename T>
 pldr::Model<T> model_of(const Fixture& fx, const pldr::SafetensorsFile& f) {
-    pldr::Model<T> m(config_of(fx.side["config"]));
+    pldr::Model<T> m(config_of(fx.side["config"], fx.side.value("results", nlohmann::json())));
     pldr::fill_params(m, f, "param.");
     if (!m.cfg.learned_g()) {
         const int64_t per = m.cfg.num_heads * m.cfg.head_dim * m.cfg.head_dim;

@@ -48,6 +48,8 @@ TEST(GoldenForward, ModelDirectoriesMatchFixtureParams) {
     if (golden::is_default_dir()) {
         EXPECT_EQ(n, 2 * int(golden::set().steps.size()));
     }
+    if (n == 0)
+        GTEST_SKIP() << "no single-step fixture of " << golden::dir() << " has a model directory";
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 //    given size produces along this very trajectory. A learned-G trajectory is chaotic (its
 //    README), so its envelope grows with k, by measurement rather than by a loose constant; a
 //    fixed-G one stays tight. The allowance is kEnvFactor·envelope, floored.
+#include <cctype>
 #include <filesystem>
+#include <map>
 
 #include "golden_util.h"
 #include "train/step.h"
@@ -37,20 +39,57 @@ struct Replay {
     bool step1_unchanged = false;
 };
 
+// The parameter snapshots a trajectory file carries, by optimizer step: "step<k>." (after step
+// k, for every k the file has) and "final." (after the last step), found by the model's first
+// parameter name. A snapshot past the last step is an error of the fixture.
+std::multimap<int64_t, std::string> snapshots(const pldr::SafetensorsFile& f,
+                                              const std::string& first, int64_t steps,
+                                              const std::string& what) {
+    std::multimap<int64_t, std::string> out;
+    for (const auto& t : f.tensors()) {
+        const std::string& n = t.name;
+        if (n.size() <= first.size() ||
+            n.compare(n.size() - first.size(), first.size(), first) != 0)
+            continue;
+        const std::string prefix = n.substr(0, n.size() - first.size());
+        if (prefix == "final.") {
+            out.emplace(steps, prefix);
+        } else if (prefix.rfind("step", 0) == 0 && prefix.size() > 5 &&
+                   prefix.find_first_not_of("0123456789", 4) == prefix.size() - 1) {
+            const int64_t k = std::stoll(prefix.substr(4));
+            EXPECT_TRUE(k >= 1 && k <= steps)
+                << what << ": snapshot " << prefix << " of a run of " << steps << " steps";
+            if (k >= 1 && k <= steps) out.emplace(k, prefix);
+        }
+    }
+    return out;
+}
+
+// The training configuration the fixture's hyperparameters give (the AdamW defaults where it
+// does not name betas or eps).
+pldr::TrainConfig train_config(const nlohmann::json& hp) {
+    pldr::TrainConfig cfg;
+    cfg.schedule = {hp["learning_rate"].get<double>(), hp["warmup_steps"].get<int64_t>(),
+                    hp["lr_total_steps"].get<int64_t>(), hp["lr_alpha"].get<double>()};
+    cfg.adam.weight_decay = hp["adamw_decay"].get<double>();
+    if (hp.contains("betas")) {
+        cfg.adam.beta1 = hp["betas"][0].get<double>();
+        cfg.adam.beta2 = hp["betas"][1].get<double>();
+    }
+    if (hp.contains("eps")) cfg.adam.eps = hp["eps"].get<double>();
+    cfg.clip_value = hp["clip_grad_value"].get<double>();
+    return cfg;
+}
+
 // Replays the fixture's batches on model m. perturb > 0: before every step each parameter is
 // scaled by (1 + perturb·r), r uniform in ±1 (the envelope runs).
 template <typename T>
 Replay replay(const golden::Trajectory& tj, pldr::Model<T> m, const pldr::SafetensorsFile& f,
               double perturb, uint64_t seed) {
-    const auto& hp = tj.side["hyperparams"];
-    pldr::TrainConfig cfg;
-    cfg.schedule = {hp["learning_rate"].get<double>(), hp["warmup_steps"].get<int64_t>(),
-                    hp["lr_total_steps"].get<int64_t>(), hp["lr_alpha"].get<double>()};
-    cfg.adam.weight_decay = hp["adamw_decay"].get<double>();
-    cfg.clip_value = hp["clip_grad_value"].get<double>();
-    pldr::Trainer<T> tr(m, cfg);
+    pldr::Trainer<T> tr(m, train_config(tj.side["hyperparams"]));
     const auto batches = f.read_i64("batches");
     const auto& bs = f.at("batches").shape;  // [steps, B, S1]
+    const auto snaps = snapshots(f, m.layout.entries[0].name, bs[0], tj.name);
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> u(-1.0, 1.0);
     Replay out;
@@ -63,19 +102,18 @@ Replay replay(const golden::Trajectory& tj, pldr::Model<T> m, const pldr::Safete
         out.q.push_back({"loss.step" + std::to_string(k), {r.loss.value}});
         out.lr.push_back(r.lr);
         out.clips.push_back(r.clipped);
-        const std::string snap = k == 10      ? "step10."
-                                 : k == 20    ? "step20."
-                                 : k == bs[0] ? "final."
-                                              : "";
-        if (!snap.empty() && f.has(snap + m.layout.entries[0].name))
+        const auto [from, to] = snaps.equal_range(k);
+        for (auto s = from; s != to; ++s)
+            for (const auto& e : m.layout.entries)
+                golden::add(out.q, s->second + e.name, m.params.data() + e.offset, e.numel);
+        if (k == bs[0])
             for (const auto& e : m.layout.entries) {
-                golden::add(out.q, snap + e.name, m.params.data() + e.offset, e.numel);
-                if (snap == "final.") {
+                if (f.has("final.adam_m." + e.name))
                     golden::add(out.q, "final.adam_m." + e.name, tr.optimizer().m.data() + e.offset,
                                 e.numel);
+                if (f.has("final.adam_v." + e.name))
                     golden::add(out.q, "final.adam_v." + e.name, tr.optimizer().v.data() + e.offset,
                                 e.numel);
-                }
             }
     }
     return out;
@@ -141,6 +179,20 @@ void check(const golden::Trajectory& tj, const std::string& dtype) {
                             std::max(f64 ? kFloor64 : kFloor32, kEnvFactor * e), e});
     }
     EXPECT_GE(rep.rows.size(), r.lr.size());
+    // Every snapshot tensor of the file was compared (none under a name the model lacks).
+    size_t snapshot_tensors = 0;
+    for (const auto& t : f.tensors())
+        snapshot_tensors +=
+            t.name.rfind("final.", 0) == 0 || (t.name.rfind("step", 0) == 0 && t.name.size() > 4 &&
+                                               std::isdigit(static_cast<unsigned char>(t.name[4])));
+    EXPECT_EQ(rep.rows.size() - r.lr.size(), snapshot_tensors) << what;
+    const auto& hp = tj.side["hyperparams"];
+    if (hp.contains("num_steps")) {
+        EXPECT_EQ(int64_t(r.lr.size()), hp["num_steps"].get<int64_t>()) << what;
+    }
+    if (golden::verbose())
+        std::printf("%s trajectory: %zu steps, %zu snapshot tensors\n", what.c_str(), r.lr.size(),
+                    snapshot_tensors);
     rep.expect_pass();
 }
 
