@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The pldr tool uses only the declared library: every file of tools/pldr/ (no exceptions) may
 # include "pldr/..." (include/pldr/), the tool's own headers (tools/pldr/*.h) and system or
-# third-party <...> headers, never the library's internals (src/), quoted or in <...>. Fails
-# naming each violation.
+# third-party <...> headers, never the library's internals (src/), quoted or in <...>. The same
+# holds for the serving engine (src/serve/engine.*, the adapter through which `pldr serve` reaches
+# the model library): "pldr/..." and "serve/..." headers only. Fails naming each violation.
 set -euo pipefail
 SRC=$(cd "${1:-$(dirname "$0")/..}" && pwd)
 cd "$SRC/tools/pldr"
@@ -26,5 +27,15 @@ for f in "${files[@]}"; do
     bad=1
   fi
 done
-[ "$bad" = 0 ] && echo "check_cli_includes: every file of tools/pldr/ uses only include/pldr/"
+for f in "$SRC"/src/serve/engine.*; do
+  while IFS= read -r inc; do
+    case "$inc" in
+      pldr/*) [ -f "$SRC/include/$inc" ] && continue ;;
+      serve/*) [ -f "$SRC/src/$inc" ] && continue ;;
+    esac
+    echo "src/serve/${f##*/}: includes \"$inc\" (the engine uses only include/pldr/ and src/serve/)"
+    bad=1
+  done < <(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1/p' "$f")
+done
+[ "$bad" = 0 ] && echo "check_cli_includes: every file of tools/pldr/ and the serving engine use only include/pldr/"
 exit "$bad"

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -212,11 +213,196 @@ TEST(ApiCpp, GenerateStopsAndCallbacks) {
     EXPECT_EQ(calls, 4);
     EXPECT_EQ(cb.finish_reason, "callback");
     EXPECT_EQ(std::vector<int64_t>(full.ids.begin(), full.ids.begin() + 4), cb.ids);
-    const auto batch = m.generate_batch({full.prompt_ids, full.prompt_ids}, o);
-    ASSERT_EQ(batch.size(), 2u);
-    EXPECT_EQ(batch[1].ids, full.ids);
+    // A callback that stops at the last token still names itself; EOS would name EOS.
+    calls = 0;
+    const Generation last =
+        m.generate("The state of the Union is", o, [&](const TokenInfo&, const std::string& text) {
+            EXPECT_EQ(text, full.text.substr(0, text.size()));
+            return ++calls < 12;
+        });
+    EXPECT_EQ(last.finish_reason, "callback");
+    EXPECT_EQ(last.ids, full.ids);
     o.max_tokens = 1 << 20;
     EXPECT_THROW(m.generate("The state", o), pldr::Error);  // longer than the context
+}
+
+// Batched generation is the loop of generate with several prompts: stop strings end each
+// sequence where its single run ends, with the same text and reason, while the others go on.
+TEST(ApiCpp, GenerateBatchStopsEachSequenceLikeASingleRun) {
+    using namespace pldr::api;
+    const Model m = Model::load(kSotu);
+    const Tokenizer& tok = m.tokenizer();
+    GenerateOptions o;
+    o.max_tokens = 12;
+    o.sampling.greedy = true;
+    o.stop_at_eos = false;
+    const std::vector<std::vector<int64_t>> prompts{tok.encode_prompt("The state of the Union is"),
+                                                    tok.encode_prompt("We")};
+    const auto free_run = m.generate_batch(prompts, o);
+    ASSERT_EQ(free_run.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(free_run[i].finish_reason, "length");
+        EXPECT_EQ(free_run[i].ids.size(), 12u);
+        EXPECT_EQ(free_run[i].text, tok.continuation_text(prompts[i], free_run[i].ids));
+    }
+    // A stop string: the second word of prompt 0's continuation (absent from the text before it,
+    // by construction of the cut checked below).
+    std::istringstream words(free_run[0].text);
+    std::string w1, w2;
+    words >> w1 >> w2;
+    ASSERT_FALSE(w2.empty()) << free_run[0].text;
+    o.stop = {w2};
+    const auto cut = m.generate_batch(prompts, o);
+    const size_t at = free_run[0].text.find(w2);
+    EXPECT_EQ(cut[0].finish_reason, "stop");
+    EXPECT_EQ(cut[0].text, free_run[0].text.substr(0, at));
+    EXPECT_LT(cut[0].ids.size(), 12u);
+    for (size_t i = 0; i < 2; ++i) {
+        const Generation one = m.generate_ids(prompts[i], o);
+        EXPECT_EQ(cut[i].ids, one.ids) << i;
+        EXPECT_EQ(cut[i].text, one.text) << i;
+        EXPECT_EQ(cut[i].finish_reason, one.finish_reason) << i;
+        // The ids stop at the first token whose text holds the stop string.
+        const std::string before = tok.continuation_text(
+            prompts[i], std::vector<int64_t>(one.ids.begin(), one.ids.end() - 1));
+        if (one.finish_reason == "stop") {
+            EXPECT_EQ(before.find(w2), std::string::npos) << i;
+        }
+    }
+    EXPECT_EQ(cut[1].finish_reason,
+              free_run[1].text.find(w2) == std::string::npos ? "length" : "stop");
+    o.stop = {""};
+    EXPECT_THROW(m.generate_batch(prompts, o), pldr::Error);
+}
+
+TEST(ApiCpp, TokenizerPiecesTokenTextAndContinuation) {
+    using namespace pldr::api;
+    const Model m = Model::load(kSotu);
+    const Tokenizer& tok = m.tokenizer();
+    const std::vector<int64_t> ids = tok.encode("The state of the Union is strong.");
+    const TokenPieces p = tok.pieces(ids);
+    ASSERT_EQ(p.text.size(), ids.size());
+    std::string joined;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        EXPECT_EQ(p.offset[i], int64_t(joined.size())) << i;
+        // Each token's text in context is what it adds to the decoded prefix.
+        EXPECT_EQ(joined + p.text[i],
+                  tok.decode(std::vector<int64_t>(ids.begin(), ids.begin() + int64_t(i) + 1)));
+        joined += p.text[i];
+        // piece_text: the piece with the word marker as a space.
+        const std::string piece = tok.piece(ids[i]);
+        std::string want;
+        size_t from = 0;
+        for (size_t k; (k = piece.find("\xE2\x96\x81", from)) != std::string::npos; from = k + 3)
+            want += piece.substr(from, k - from) + " ";
+        want += piece.substr(from);
+        EXPECT_EQ(tok.piece_text(ids[i]), want);
+    }
+    EXPECT_EQ(joined, tok.decode(ids));
+    // Byte pieces (a character outside the vocabulary: four of them): token_text is the byte,
+    // piece_text keeps "<0xF0>"; in context the first three add nothing (the decoded prefix
+    // ends inside the character) and the last the whole character. EOS has no text.
+    const std::string smile = "\xF0\x9F\x99\x82";  // U+1F642
+    const std::vector<int64_t> b = tok.encode("a " + smile);
+    ASSERT_GE(b.size(), 4u);
+    const std::vector<int64_t> bytes(b.end() - 4, b.end());
+    std::string joined_bytes;
+    for (int64_t id : bytes) {
+        EXPECT_EQ(tok.piece(id).compare(0, 3, "<0x"), 0) << tok.piece(id);
+        EXPECT_EQ(tok.piece_text(id), tok.piece(id));
+        joined_bytes += tok.token_text(id);
+    }
+    EXPECT_EQ(joined_bytes, smile);
+    const TokenPieces bp = tok.pieces(b);
+    const std::string before_smile = tok.decode(std::vector<int64_t>(b.begin(), b.end() - 4));
+    for (size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(bp.text[b.size() - 4 + k], "") << k;
+        EXPECT_EQ(bp.offset[b.size() - 4 + k], int64_t(before_smile.size())) << k;
+    }
+    EXPECT_EQ(bp.text.back(), smile);
+    EXPECT_EQ(bp.offset.back(), int64_t(before_smile.size()));
+    EXPECT_EQ(tok.token_text(tok.eos_id()), "");
+    // The continuation keeps the leading space that decode drops from a text's first piece.
+    const std::vector<int64_t> head = tok.encode("The state");
+    const std::vector<int64_t> rest(ids.begin() + int64_t(head.size()), ids.end());
+    ASSERT_EQ(std::vector<int64_t>(ids.begin(), ids.begin() + int64_t(head.size())), head);
+    EXPECT_EQ(tok.continuation_text(head, rest), " of the Union is strong.");
+    EXPECT_EQ(tok.decode(rest), "of the Union is strong.");
+}
+
+// Session::score_prompt reads the prefill's own pass: token i's log-probability is the
+// log-softmax of row i − 1 of a full forward over the whole prompt (block scoring of the same
+// split runs over prompt[:-1], where A and G do not see the last token).
+TEST(ApiCpp, ScorePromptReadsThePrefill) {
+    using namespace pldr::api;
+    const Model m = Model::load(kTiny, f64());
+    const std::vector<int64_t> ids{5, 17, 3, 9, 42, 7};
+    Session s(m);
+    s.prefill(ids);
+    const ScoreResult r = s.score_prompt(3);
+    ASSERT_EQ(r.token_logprobs.size(), ids.size() - 1);
+    ASSERT_EQ(r.top.size(), ids.size() - 1);
+    EXPECT_EQ(r.context_ids, std::vector<int64_t>{5});
+    const Tensor lg = m.forward(ids).logits();
+    const int64_t V = m.info().vocab_size;
+    double sum = 0;
+    for (size_t i = 1; i < ids.size(); ++i) {
+        double mx = -INFINITY, z = 0;
+        for (int64_t v = 0; v < V; ++v) mx = std::max(mx, lg.at(int64_t(i - 1) * V + v));
+        for (int64_t v = 0; v < V; ++v) z += std::exp(lg.at(int64_t(i - 1) * V + v) - mx);
+        const double want = lg.at(int64_t(i - 1) * V + ids[i]) - mx - std::log(z);
+        EXPECT_NEAR(r.token_logprobs[i - 1], want, 1e-12) << i;
+        EXPECT_GE(r.top[i - 1][0].logprob, r.token_logprobs[i - 1] - 1e-12);
+        sum += r.token_logprobs[i - 1];
+    }
+    EXPECT_NEAR(r.logprob, sum, 1e-12);
+    // Learned G: the block pass over ids[:-1] gives other values (A and G without the last
+    // token), so score_prompt did not run it.
+    ScoreOptions so;
+    so.top_logprobs = 3;
+    const ScoreResult block = m.score_ids({5}, {17, 3, 9, 42, 7}, so);
+    EXPECT_NE(block.token_logprobs, r.token_logprobs);
+    s.decode(1);
+    EXPECT_THROW(s.score_prompt(), pldr::Error);  // the last call is no longer the prefill
+    Session lean(m);
+    lean.keep_outputs(false);
+    lean.prefill(ids);
+    EXPECT_THROW(lean.score_prompt(), pldr::Error);
+    EXPECT_THROW(lean.last_outputs(), pldr::Error);
+}
+
+// eps_G through the API: RMS(G_u − G_c) / RMS(G_u) from the G_LM of full forwards, the
+// denominator the uncached (longer) sequence's operator, as pldr audit defines it.
+TEST(ApiCpp, EpsGIsTheAuditsMeasure) {
+    using namespace pldr::api;
+    const Model m = Model::load(kTiny, f64());
+    const std::vector<int64_t> ids{5, 17, 3, 9, 42, 7, 11};
+    const int64_t P = 3, L = m.info().num_layers;
+    const auto e = eps_g(m, ids, P);
+    ASSERT_EQ(int64_t(e.size()), int64_t(ids.size()) - P);
+    const ForwardResult c = m.forward(std::vector<int64_t>(ids.begin(), ids.begin() + P));
+    for (int64_t t = 1; t <= int64_t(ids.size()) - P; ++t) {
+        const ForwardResult u = m.forward(std::vector<int64_t>(ids.begin(), ids.begin() + P + t));
+        ASSERT_EQ(int64_t(e[size_t(t - 1)].size()), L);
+        for (int64_t l = 0; l < L; ++l) {
+            const std::vector<double> gu = u.layer(l, "G_LM").to_vector();
+            const std::vector<double> gc = c.layer(l, "G_LM").to_vector();
+            double num = 0, den_u = 0, den_c = 0;
+            for (size_t i = 0; i < gu.size(); ++i) {
+                num += (gu[i] - gc[i]) * (gu[i] - gc[i]);
+                den_u += gu[i] * gu[i];
+                den_c += gc[i] * gc[i];
+            }
+            const double want = std::sqrt(num / den_u), other = std::sqrt(num / den_c);
+            EXPECT_GT(want, 0.0);
+            // The prefix's RMS would give another value: the test tells the two apart.
+            EXPECT_GT(std::abs(want - other), 1e-9 * want) << t << " " << l;
+            EXPECT_NEAR(e[size_t(t - 1)][size_t(l)], want, 1e-12 * want) << t << " " << l;
+        }
+    }
+    EXPECT_TRUE(eps_g(m, ids, int64_t(ids.size())).empty());
+    EXPECT_THROW(eps_g(m, ids, 0), pldr::Error);
+    EXPECT_THROW(eps_g(m, {5, 1 << 20}, 1), pldr::Error);
 }
 
 }  // namespace

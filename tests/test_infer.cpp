@@ -288,6 +288,55 @@ TEST(InferBatch, SequencesThatFinishEarlyLeaveTheStepAndTheRestStillMatch) {
     }
 }
 
+// The callback of the one generation loop: called per token of each sequence with its index,
+// in prompt order; returning false ends that sequence ("callback") while the others go on with
+// the tokens of the free run; a sequence that its token limit ends at the same token reports
+// "callback" too, EOS keeps "eos".
+TEST(InferBatch, CallbackStopsOneSequenceAndTheOthersGoOn) {
+    auto m = random_model<double>(true, 24);
+    pldr::GenerateOptions o;
+    o.max_new = 6;
+    o.stop_at_eos = false;
+    const auto free_run = pldr::generate_batch<double>(m, kBatchPrompts, o);
+    std::vector<std::pair<size_t, size_t>> calls;  // (index, tokens so far)
+    const auto cut = pldr::generate_batch<double>(
+        m, kBatchPrompts, o, nullptr, nullptr, [&](size_t i, const pldr::GenResult& r) {
+            calls.emplace_back(i, r.ids.size());
+            return !(i == 1 && r.ids.size() == 2) && !(i == 3 && r.ids.size() == 6);
+        });
+    ASSERT_EQ(cut.size(), kBatchPrompts.size());
+    for (size_t i = 0; i < cut.size(); ++i) {
+        SCOPED_TRACE(testing::Message() << "prompt " << i);
+        const size_t n = i == 1 ? 2 : 6;
+        ASSERT_EQ(cut[i].ids.size(), n);
+        EXPECT_EQ(cut[i].ids, std::vector<int64_t>(free_run[i].ids.begin(),
+                                                   free_run[i].ids.begin() + int64_t(n)));
+        EXPECT_EQ(cut[i].finish_reason, i == 1 || i == 3 ? "callback" : "length");
+        EXPECT_EQ(cut[i].decode_calls, int64_t(n) - 1);
+        EXPECT_TRUE(cut[i].text.empty());  // no tokenizer
+    }
+    // Every token of every sequence once, step by step in prompt order.
+    std::vector<std::pair<size_t, size_t>> want;
+    for (size_t k = 1; k <= 6; ++k)
+        for (size_t i = 0; i < kBatchPrompts.size(); ++i)
+            if (i != 1 || k <= 2) want.emplace_back(i, k);
+    EXPECT_EQ(calls, want);
+    // EOS wins over the callback at the same token; otherwise the callback names itself.
+    const auto stop_now = [](size_t, const pldr::GenResult&) { return false; };
+    o.stop_at_eos = true;
+    m.cfg.eos_token_id = free_run[0].ids[0];
+    auto one = pldr::generate<double>(m, kBatchPrompts[0], o, nullptr, nullptr, stop_now);
+    EXPECT_EQ(one.ids, std::vector<int64_t>{free_run[0].ids[0]});
+    EXPECT_EQ(one.finish_reason, "eos");
+    m.cfg.eos_token_id = (free_run[0].ids[0] + 1) % m.cfg.vocab_size;
+    one = pldr::generate<double>(m, kBatchPrompts[0], o, nullptr, nullptr, stop_now);
+    EXPECT_EQ(one.ids, std::vector<int64_t>{free_run[0].ids[0]});
+    EXPECT_EQ(one.finish_reason, "callback");
+    // Stop strings need a tokenizer.
+    o.stop = {"x"};
+    EXPECT_THROW(pldr::generate(m, kBatchPrompts[0], o), pldr::Error);
+}
+
 TEST(InferBatch, DecodeStepRejectsBadInputsBeforeChangingAnySession) {
     auto m = random_model<double>(true, 23);
     auto m2 = random_model<double>(true, 23);  // equal weights, another model

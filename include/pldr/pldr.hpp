@@ -127,6 +127,13 @@ struct ModelInfo {
 
 class Model;
 
+// The text each token of a sequence adds to the decoded text of the tokens before it, and the
+// byte offset of each in that text (Tokenizer::pieces).
+struct TokenPieces {
+    std::vector<std::string> text;
+    std::vector<int64_t> offset;
+};
+
 // The model's SentencePiece tokenizer.
 class Tokenizer {
   public:
@@ -141,6 +148,19 @@ class Tokenizer {
     std::string token_text(int64_t id) const;
     // The raw SentencePiece piece ("▁the", "<0x0A>").
     std::string piece(int64_t id) const;
+    // The piece with "▁" as a space (" the", "<0x0A>"): valid UTF-8 for every id (the keys of
+    // `pldr serve`'s top_logprobs).
+    std::string piece_text(int64_t id) const;
+    // The text that generated ids add after prompt: decode(prompt + ids) after decode(prompt)
+    // (a leading space of the first token kept), or decode(ids) when decode(prompt) is not a
+    // prefix of it (Generation::text).
+    std::string continuation_text(const std::vector<int64_t>& prompt,
+                                  const std::vector<int64_t>& ids) const;
+    // Each token's text in context: text[i] is what ids[i] adds to decode(ids[:i]) (the texts
+    // concatenate to decode(ids)), offset[i] the byte where it starts. A token that ends inside
+    // a UTF-8 character (byte pieces) gets "", and the token that completes the character all
+    // of it.
+    TokenPieces pieces(const std::vector<int64_t>& ids) const;
     int64_t vocab_size() const;
     int64_t eos_id() const;
     int64_t pad_id() const;
@@ -283,8 +303,9 @@ class Model {
     // unreadable or mismatched G-cache file) without generating.
     void check_generation(const std::vector<int64_t>& prompt, const GenerateOptions& opt) const;
     // Several prompts, each with its own session and sampler (seeded alike, so each result
-    // equals its one-at-a-time generation), in parallel. Stop strings and callbacks are not
-    // supported here.
+    // equals its one-at-a-time generation), stepping together (one forward pass per step over
+    // the unfinished sequences). Stop strings end each sequence as in generate; there is no
+    // callback here. generate and generate_ids are the same loop with one prompt.
     std::vector<Generation> generate_batch(const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerateOptions& opt = {}) const;
 
@@ -358,6 +379,16 @@ class Session {
     void save_g_cache(const std::string& path) const;
     // The deductive outputs of the last call (prefill: the whole prompt) under the golden naming.
     ForwardResult last_outputs() const;
+    // Off: later calls keep no deductive outputs (last_outputs and score_prompt then throw),
+    // only the logits: less memory, and no copy of the operators per step (generation, servers).
+    // On by default; decode_batch keeps a step's outputs when any of its sessions keeps them.
+    void keep_outputs(bool on);
+    // The log-probability of every prefilled token after the first (context = the first token,
+    // continuation = the rest), with top_logprobs alternatives each, read from the prefill's own
+    // pass (no other forward; A and G saw the whole prompt, the last token included — block
+    // scoring of the same split, Model::score_ids, runs one pass over tokens[:-1]). The last
+    // call must be the prefill, with outputs kept.
+    ScoreResult score_prompt(int64_t top_logprobs = 0) const;
 
     struct Impl;
 
@@ -429,6 +460,15 @@ struct Perplexity {
     double token_perplexity = 0, word_perplexity = 0, bits_per_byte = 0;
 };
 Perplexity perplexity(const Model& m, const std::string& text);
+
+// eps_G (docs/audit.md) of a token sequence after a prefix, the measure of `pldr audit`:
+// result[t − 1][l] = RMS(G_u(t) − G_c) / RMS(G_u(t)) for t = 1 … ids.size() − prefix_len and
+// each layer l (0 when the numerator is 0), where G_c is layer l's G_LM [H,D,D] of a forward over
+// ids[:prefix_len] (the operator a KVG cache keeps frozen) and G_u(t) that of an uncached forward
+// over ids[:prefix_len + t]. The denominator is the RMS of the uncached operator G_u(t).
+// prefix_len in [1, ids.size()].
+std::vector<std::vector<double>> eps_g(const Model& m, const std::vector<int64_t>& ids,
+                                       int64_t prefix_len);
 
 // Statistics of G_LM per layer over a forward pass (every batch row and head; the `pldr dump`
 // summary): mean, min and max of its entries.

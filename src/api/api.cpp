@@ -1,7 +1,6 @@
 // The public C++ API (include/pldr/pldr.hpp) over the internal templates: models, tokenizer,
 // forward, sessions, sampling, generation, scoring, loss and gradients.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -90,10 +89,6 @@ std::vector<TopLogprob> to_top(const std::vector<std::pair<int64_t, double>>& v)
     for (const auto& [id, lp] : v) out.push_back({id, lp});
     return out;
 }
-double now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 template <typename T>
 std::vector<double> log_softmax_of(const T* logits, int64_t V) {
     std::vector<double> lp;
@@ -101,17 +96,29 @@ std::vector<double> log_softmax_of(const T* logits, int64_t V) {
     return lp;
 }
 
-// The text of generated tokens as it continues the prompt: decode(prompt + ids) after
-// decode(prompt) (so a leading space of the first token is kept), or decode(ids) when the
-// prompt's text is not a prefix.
-std::string continuation_text(const ::pldr::Tokenizer& tok, const std::string& head,
-                              const std::vector<int64_t>& prompt, const std::vector<int64_t>& ids) {
-    std::vector<int64_t> all = prompt;
-    all.insert(all.end(), ids.begin(), ids.end());
-    const std::string s = tok.decode(all);
-    if (s.size() >= head.size() && s.compare(0, head.size(), head) == 0)
-        return s.substr(head.size());
-    return tok.decode(ids);
+// The public generation options as the generation loop's (infer/generate.h).
+::pldr::GenerateOptions internal(const GenerateOptions& opt) {
+    ::pldr::GenerateOptions o;
+    o.sampler = internal(opt.sampling);
+    PLDR_REQUIRE(opt.top_logprobs >= 0, "top_logprobs must be >= 0 (got ", opt.top_logprobs, ")");
+    o.max_new = opt.max_tokens;
+    o.stop_at_eos = opt.stop_at_eos;
+    o.cache = internal(opt.cache);
+    o.top_report = opt.top_logprobs;
+    o.stop = opt.stop;
+    return o;
+}
+
+ScoreResult to_score(const ::pldr::ScoreResult& r, const std::vector<int64_t>& ctx,
+                     const std::vector<int64_t>& cont) {
+    ScoreResult s;
+    s.logprob = r.logprob;
+    s.is_greedy = r.is_greedy;
+    s.context_ids = ctx;
+    s.continuation_ids = cont;
+    s.token_logprobs = r.token_logprobs;
+    for (const auto& t : r.top) s.top.push_back(to_top(t));
+    return s;
 }
 
 }  // namespace
@@ -169,27 +176,18 @@ std::string Tokenizer::piece(int64_t id) const {
     return impl_->tok.piece(id);
 }
 std::string Tokenizer::token_text(int64_t id) const {
-    std::string p = impl_->tok.piece(id);
-    // Byte-fallback pieces <0xNN> are one byte.
-    if (p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>') {
-        const std::string hex = p.substr(3, 2);
-        char* end = nullptr;
-        const long v = std::strtol(hex.c_str(), &end, 16);
-        if (end && *end == '\0') return std::string(1, char(v));
-    }
-    if (id == impl_->tok.eos_id() || id == impl_->tok.bos_id() || id == impl_->tok.pad_id())
-        return "";
-    // "▁" (U+2581) is a space.
-    std::string out;
-    for (size_t i = 0; i < p.size();) {
-        if (p.compare(i, 3, "\xE2\x96\x81") == 0) {
-            out += ' ';
-            i += 3;
-        } else {
-            out += p[i++];
-        }
-    }
-    return out;
+    return impl_->tok.token_text(id);
+}
+std::string Tokenizer::piece_text(int64_t id) const {
+    return impl_->tok.piece_text(id);
+}
+std::string Tokenizer::continuation_text(const std::vector<int64_t>& prompt,
+                                         const std::vector<int64_t>& ids) const {
+    return impl_->tok.continuation_text(prompt, ids);
+}
+TokenPieces Tokenizer::pieces(const std::vector<int64_t>& ids) const {
+    ::pldr::Tokenizer::Pieces p = impl_->tok.pieces(ids);
+    return {std::move(p.text), std::move(p.offset)};
 }
 int64_t Tokenizer::vocab_size() const {
     return impl_->tok.vocab_size();
@@ -257,6 +255,50 @@ const Model::Impl& impl_of(const Model& m) {
     return *m.impl();
 }
 
+namespace {
+
+TokenInfo token_info(const ::pldr::GenStep& st, const Model::Impl& im) {
+    TokenInfo ti;
+    ti.id = st.id;
+    ti.logprob = st.logprob;
+    ti.top = to_top(st.top);
+    if (im.tok) ti.text = im.tok->token_text(st.id);
+    return ti;
+}
+
+// The one generation loop (infer/generate) over the public options: the G-cache file loaded
+// once for every prompt, the model's tokenizer for the texts and stop strings.
+std::vector<Generation> run_generation(const Model& model,
+                                       const std::vector<std::vector<int64_t>>& prompts,
+                                       const GenerateOptions& opt, const ::pldr::GenCallback& cb) {
+    const Model::Impl& im = impl_of(model);
+    const ::pldr::GenerateOptions o = internal(opt);
+    return im.visit([&](const auto& m) {
+        using T = scalar_t<decltype(m)>;
+        std::unique_ptr<::pldr::GCache<T>> preset;
+        if (!opt.g_cache_file.empty())
+            preset = std::make_unique<::pldr::GCache<T>>(
+                ::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg));
+        auto rs = ::pldr::generate_batch(m, prompts, o, preset.get(), im.internal_tok(), cb);
+        std::vector<Generation> out;
+        out.reserve(rs.size());
+        for (auto& r : rs) {
+            Generation g;
+            g.prompt_ids = std::move(r.prompt_ids);
+            g.ids = std::move(r.ids);
+            g.text = std::move(r.text);
+            for (const auto& st : r.steps) g.tokens.push_back(token_info(st, im));
+            g.finish_reason = std::move(r.finish_reason);
+            g.prefill_seconds = r.prefill_seconds;
+            g.decode_seconds = r.decode_seconds;
+            out.push_back(std::move(g));
+        }
+        return out;
+    });
+}
+
+}  // namespace
+
 Model Model::load(const std::string& dir, const LoadOptions& opt) {
     check_options(opt);
     check_device(opt.device);
@@ -319,124 +361,25 @@ Generation Model::generate(const std::string& prompt, const GenerateOptions& opt
 
 Generation Model::generate_ids(const std::vector<int64_t>& prompt, const GenerateOptions& opt,
                                const TokenCallback& on_token) const {
-    const Impl& im = impl_of(*this);
     check_options(opt);
-    const ::pldr::SamplerConfig sc = internal(opt.sampling);
-    for (const auto& s : opt.stop) PLDR_REQUIRE(!s.empty(), "empty stop string");
-    PLDR_REQUIRE(opt.stop.empty() || im.tok, "stop strings need a tokenizer");
-    return im.visit([&](const auto& m) {
-        using T = scalar_t<decltype(m)>;
-        // The loop of infer/generate (the same tokens as `pldr generate`), plus stop strings
-        // and a callback that may stop.
-        ::pldr::check_generation_fits(m, prompt, opt.max_tokens);
-        ::pldr::Session<T> s(
-            m, internal(opt.cache),
-            std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + opt.max_tokens));
-        if (!opt.g_cache_file.empty())
-            s.set_g_cache(::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg));
-        ::pldr::Sampler sampler(sc);
-        Generation g;
-        g.prompt_ids = prompt;
-        g.finish_reason = "length";
-        std::vector<int64_t> history = prompt;
-        std::vector<double> lp;
-        const ::pldr::Tokenizer* tk = im.internal_tok();
-        const std::string head = tk ? tk->decode(prompt) : std::string();
-        double t0 = now();
-        const std::vector<T>* logits = &s.prefill(prompt);
-        g.prefill_seconds = now() - t0;
-        const int64_t V = m.cfg.vocab_size;
-        t0 = now();
-        for (int64_t k = 0; k < opt.max_tokens; ++k) {
-            if (k > 0) logits = &s.decode(g.ids.back());
-            const int64_t id = sampler.sample(logits->data(), V, history);
-            ::pldr::Sampler::log_softmax(logits->data(), V, lp);
-            TokenInfo ti;
-            ti.id = id;
-            ti.logprob = lp[size_t(id)];
-            ti.top = to_top(::pldr::Sampler::top_n(lp, opt.top_logprobs));
-            if (im.tok) ti.text = im.tok->token_text(id);
-            g.ids.push_back(id);
-            history.push_back(id);
-            if (tk) g.text = continuation_text(*tk, head, prompt, g.ids);
-            g.tokens.push_back(ti);
-            bool stop = false;
-            for (const auto& st : opt.stop) {
-                const size_t at = g.text.find(st);
-                if (at != std::string::npos) {
-                    g.text.resize(at);
-                    g.finish_reason = "stop";
-                    stop = true;
-                    break;
-                }
-            }
-            if (!stop && opt.stop_at_eos && id == m.cfg.eos_token_id) {
-                g.finish_reason = "eos";
-                stop = true;
-            }
-            if (on_token && !on_token(ti, g.text) && !stop) {
-                g.finish_reason = "callback";
-                stop = true;
-            }
-            if (stop) break;
-        }
-        g.decode_seconds = now() - t0;
-        return g;
-    });
+    ::pldr::GenCallback cb;
+    if (on_token)
+        cb = [&](size_t, const ::pldr::GenResult& r) {
+            return on_token(token_info(r.steps.back(), impl_of(*this)), r.text);
+        };
+    return std::move(run_generation(*this, {prompt}, opt, cb).front());
 }
 
 namespace {
-
-// The top-n alternatives at each continuation position, recomputed in the request's mode.
-template <typename T>
-std::vector<std::vector<TopLogprob>> score_top(const ::pldr::Model<T>& m,
-                                               const std::vector<int64_t>& ctx,
-                                               const std::vector<int64_t>& cont, ScoreMode mode,
-                                               int64_t n) {
-    const int64_t V = m.cfg.vocab_size;
-    std::vector<std::vector<TopLogprob>> out;
-    auto add = [&](const T* row) {
-        out.push_back(to_top(::pldr::Sampler::top_n(log_softmax_of(row, V), n)));
-    };
-    std::vector<int64_t> all = ctx;
-    all.insert(all.end(), cont.begin(), cont.end());
-    const int64_t C = int64_t(ctx.size());
-    if (mode == ScoreMode::BLOCK) {
-        ::pldr::Activations<T> acts;
-        const int64_t S = int64_t(all.size()) - 1;
-        ::pldr::forward(m, all.data(), 1, S, acts);
-        for (int64_t p = C - 1; p < S; ++p) add(acts.logits.ptr() + p * V);
-    } else if (mode == ScoreMode::SEQUENTIAL) {
-        for (int64_t p = C; p < int64_t(all.size()); ++p) {
-            ::pldr::Activations<T> acts;
-            ::pldr::forward(m, all.data(), 1, p, acts);
-            add(acts.logits.ptr() + (p - 1) * V);
-        }
-    } else {
-        ::pldr::Session<T> s(m, ::pldr::CacheMode::KVG);
-        add(s.prefill(ctx).data());
-        for (size_t j = 0; j + 1 < cont.size(); ++j) add(s.decode(cont[j]).data());
-    }
-    return out;
-}
 
 template <typename T>
 ScoreResult score_one(const ::pldr::Model<T>& m, const std::vector<int64_t>& ctx,
                       const std::vector<int64_t>& cont, const ScoreOptions& opt) {
     PLDR_REQUIRE(!cont.empty(), "empty continuation");
     check_options(opt);
-    const ::pldr::ScoreResult r = ::pldr::score_request(m, {ctx, cont}, internal(opt.mode));
-    ScoreResult s;
-    s.logprob = r.logprob;
-    s.is_greedy = r.is_greedy;
-    s.context_ids = ctx;
-    s.continuation_ids = cont;
-    s.token_logprobs = r.token_logprobs;
-    if (opt.top_logprobs > 0) {
-        const std::vector<int64_t> kept(ctx.end() - r.ctxlen, ctx.end());
-        s.top = score_top(m, kept, cont, opt.mode, opt.top_logprobs);
-    }
-    return s;
+    const ::pldr::ScoreResult r =
+        ::pldr::score_request(m, {ctx, cont}, internal(opt.mode), opt.top_logprobs);
+    return to_score(r, ctx, cont);
 }
 
 }  // namespace
@@ -469,47 +412,8 @@ void Model::check_generation(const std::vector<int64_t>& prompt, const GenerateO
 
 std::vector<Generation> Model::generate_batch(const std::vector<std::vector<int64_t>>& prompts,
                                               const GenerateOptions& opt) const {
-    const Impl& im = impl_of(*this);
     check_options(opt);
-    PLDR_REQUIRE(opt.stop.empty(), "generate_batch: stop strings are not supported (use generate)");
-    ::pldr::GenerateOptions o;
-    o.max_new = opt.max_tokens;
-    o.stop_at_eos = opt.stop_at_eos;
-    o.cache = internal(opt.cache);
-    o.sampler = internal(opt.sampling);
-    o.top_report = opt.top_logprobs;
-    return im.visit([&](const auto& m) {
-        using T = scalar_t<decltype(m)>;
-        std::unique_ptr<::pldr::GCache<T>> preset;
-        if (!opt.g_cache_file.empty())
-            preset = std::make_unique<::pldr::GCache<T>>(
-                ::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg));
-        const auto rs = ::pldr::generate_batch(m, prompts, o, preset.get());
-        std::vector<Generation> out;
-        for (const auto& r : rs) {
-            Generation g;
-            g.prompt_ids = r.prompt_ids;
-            g.ids = r.ids;
-            g.finish_reason =
-                (!r.ids.empty() && opt.stop_at_eos && r.ids.back() == m.cfg.eos_token_id)
-                    ? "eos"
-                    : "length";
-            for (const auto& st : r.steps) {
-                TokenInfo ti;
-                ti.id = st.id;
-                ti.logprob = st.logprob;
-                ti.top = to_top(st.top);
-                if (im.tok) ti.text = im.tok->token_text(st.id);
-                g.tokens.push_back(std::move(ti));
-            }
-            if (const ::pldr::Tokenizer* tk = im.internal_tok())
-                g.text = continuation_text(*tk, tk->decode(g.prompt_ids), g.prompt_ids, g.ids);
-            g.prefill_seconds = r.prefill_seconds;
-            g.decode_seconds = r.decode_seconds;
-            out.push_back(std::move(g));
-        }
-        return out;
-    });
+    return run_generation(*this, prompts, opt, {});
 }
 
 ScoreResult Model::score(const std::string& context, const std::string& continuation,
@@ -711,9 +615,22 @@ void Session::save_g_cache(const std::string& path) const {
         ::pldr::save_g_cache(s.g_cache(), s.model().cfg, path);
     });
 }
+void Session::keep_outputs(bool on) {
+    impl_->visit([&](auto& s) { s.keep_activations(on); });
+}
+ScoreResult Session::score_prompt(int64_t top_logprobs) const {
+    return impl_->visit([&](const auto& s) {
+        const std::vector<int64_t>& ids = s.tokens();
+        PLDR_REQUIRE(ids.size() >= 2, "score_prompt needs a prefill of at least two tokens (got ",
+                     ids.size(), ")");
+        return to_score(::pldr::score_prefill(s, top_logprobs), {ids.front()},
+                        std::vector<int64_t>(ids.begin() + 1, ids.end()));
+    });
+}
 ForwardResult Session::last_outputs() const {
     return impl_->visit([](const auto& s) {
         PLDR_REQUIRE(s.length() > 0, "no outputs before prefill");
+        PLDR_REQUIRE(s.keeps_activations(), "the session keeps no outputs (keep_outputs(false))");
         return forward_result(s.model(), s.last());
     });
 }
@@ -756,10 +673,14 @@ std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
             else
                 s64.push_back(o.s64.get());
         }
+        // Each session's outputs of the step are kept when any of them keeps outputs.
+        bool keep = false;
+        for (auto* s : s32) keep = keep || s->keeps_activations();
+        for (auto* s : s64) keep = keep || s->keeps_activations();
         if (first.s32)
-            ::pldr::decode_step(s32, group_ids);
+            ::pldr::decode_step(s32, group_ids, keep);
         else
-            ::pldr::decode_step(s64, group_ids);
+            ::pldr::decode_step(s64, group_ids, keep);
     }
     std::vector<Tensor> out;
     for (Session* s : sessions)

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "api_impl.h"
+#include "audit/measure.h"
 #include "audit/report.h"
 #include "audit/runner.h"
 #include "core/fs.h"
@@ -105,6 +106,12 @@ std::vector<GStats> g_lm_stats(const ForwardResult& r) {
         out.push_back(s);
     }
     return out;
+}
+
+std::vector<std::vector<double>> eps_g(const Model& m, const std::vector<int64_t>& ids,
+                                       int64_t prefix_len) {
+    return impl_of(m).visit(
+        [&](const auto& model) { return ::pldr::audit::eps_g_after(model, ids, prefix_len); });
 }
 
 AuditResult audit(const Model& m, const AuditOptions& opt) {

@@ -79,7 +79,7 @@ std::vector<StepRecord> eps_g_steps(const Model<T>& m, const std::vector<int64_t
         for (int64_t l = 0; l < c.num_layers; ++l) {
             const Tensor<T>& G = a.layers[size_t(l)].G;
             for (int64_t i = 0; i < n; ++i) gu[size_t(i)] = double(G[i]);
-            r.eps_G.push_back(rel_rms_diff(gu.data(), Gc[size_t(l)].data(), n));
+            r.eps_G.push_back(eps_g(gu.data(), Gc[size_t(l)].data(), n));
             r.max_dG.push_back(max_abs_diff(gu.data(), Gc[size_t(l)].data(), n));
         }
         const T* lu = a.logits.ptr() + (int64_t(seq.size()) - 1) * V;
@@ -99,6 +99,49 @@ std::vector<StepRecord> eps_g_steps(const Model<T>& m, const std::vector<int64_t
         r.argmax_agree = argmax(logits.data(), V) == argmax(lu, V);
         out.push_back(std::move(r));
     }
+    return out;
+}
+
+template <typename T>
+std::vector<std::vector<double>> eps_g_after(const Model<T>& m, const std::vector<int64_t>& ids,
+                                             int64_t prefix_len) {
+    const Config& c = m.cfg;
+    const int64_t n = int64_t(ids.size()), hn = c.num_heads * c.head_dim * c.head_dim;
+    PLDR_REQUIRE(prefix_len >= 1 && prefix_len <= n, "eps_G: the prefix length must be in [1, ", n,
+                 "] (got ", prefix_len, ")");
+    check_inputs(m, ids.data(), 1, n);
+    // G_LM per layer of a forward over ids[:len], batch element 0 in double (none where a layer
+    // has no operator of that size: eps_G is then 0).
+    auto g_of = [&](int64_t len) {
+        Activations<T> a;
+        forward_layers(m, ids.data(), 1, len, a);
+        std::vector<std::vector<double>> g;
+        for (const auto& la : a.layers)
+            g.emplace_back(la.G.data.begin(), la.G.data.begin() + (la.G.numel() >= hn ? hn : 0));
+        return g;
+    };
+    const std::vector<std::vector<double>> gc = g_of(prefix_len);
+    const int64_t steps = n - prefix_len;
+    std::vector<std::vector<double>> out(static_cast<size_t>(steps));
+    std::string err;
+#pragma omp parallel for schedule(dynamic, 1) if (steps > 1)
+    for (int64_t t = 1; t <= steps; ++t) {
+        try {
+            const auto gu = g_of(prefix_len + t);
+            std::vector<double> e;
+            for (int64_t l = 0; l < c.num_layers; ++l) {
+                const auto& u = gu[size_t(l)];
+                e.push_back(u.size() == gc[size_t(l)].size()
+                                ? eps_g(u.data(), gc[size_t(l)].data(), int64_t(u.size()))
+                                : 0.0);
+            }
+            out[size_t(t - 1)] = std::move(e);
+        } catch (const std::exception& ex) {
+#pragma omp critical
+            if (err.empty()) err = ex.what();
+        }
+    }
+    PLDR_REQUIRE(err.empty(), err);
     return out;
 }
 
@@ -403,6 +446,8 @@ LossVsUnigram loss_vs_unigram(const Model<T>& m, const std::vector<int64_t>& tok
 
 #define PLDR_INSTANTIATE(T)                                                                        \
     template Deductive deductive_outputs<T>(const Model<T>&, const std::vector<int64_t>&);         \
+    template std::vector<std::vector<double>> eps_g_after<T>(                                      \
+        const Model<T>&, const std::vector<int64_t>&, int64_t);                                    \
     template std::vector<StepRecord> eps_g_steps<T>(const Model<T>&, const std::vector<int64_t>&,  \
                                                     int64_t);                                      \
     template ContinuationOrder continuation_order<T>(const Model<T>&, const std::vector<int64_t>&, \

@@ -38,6 +38,15 @@ template <typename T>
 std::vector<StepRecord> eps_g_steps(const Model<T>& m, const std::vector<int64_t>& prompt,
                                     int64_t steps);
 
+// eps_G (audit/stats.h eps_g) of a given token sequence after a prefix: out[t − 1][l] for
+// t = 1 … ids.size() − prefix_len, with G_c = layer l's G_LM of a forward over ids[:prefix_len]
+// and G_u(t) that of a forward over ids[:prefix_len + t] (the tokens given, not decoded; the
+// forwards of the steps run in parallel). prefix_len in [1, ids.size()]; 0 for a layer without
+// an operator of [H,dk,dk].
+template <typename T>
+std::vector<std::vector<double>> eps_g_after(const Model<T>& m, const std::vector<int64_t>& ids,
+                                             int64_t prefix_len);
+
 // Order parameters per layer and quantity (present[q] false when the model lacks it).
 struct OrderTable {
     std::vector<std::array<OrderParam, 4>> layers;

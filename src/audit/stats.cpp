@@ -29,7 +29,7 @@ double rms_diff(const double* a, const double* b, int64_t n) {
 }
 }  // namespace
 
-double rel_rms_diff(const double* x, const double* ref, int64_t n) {
+double eps_g(const double* x, const double* ref, int64_t n) {  // x = G_u, ref = G_c
     const double num = rms_diff(x, ref, n);
     if (num == 0) return 0;
     return num / rms(x, n);

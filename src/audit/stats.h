@@ -10,9 +10,12 @@ namespace pldr::audit {
 // sqrt(mean(x²)); 0 for an empty range.
 double rms(const double* x, int64_t n);
 double mean(const double* x, int64_t n);
-// RMS(x1 − x2) / RMS(x2) — eps_G's form (x1 = G_uncached(t), x2 = G_cached in the spec's
-// order: RMS(Gu − Gc) / RMS(Gu)); 0 when the numerator is 0.
-double rel_rms_diff(const double* x, const double* ref, int64_t n);
+// eps_G, its one definition (spec §8.1, docs/audit.md): RMS(G_u − G_c) / RMS(G_u), 0 when the
+// numerator is 0. G_u is the uncached operator (G_LM of a forward over the whole sequence),
+// G_c the cached one (G_LM of the prefix, which a KVG cache keeps frozen while the rest is
+// decoded): the denominator is the RMS of the uncached operator. The audit (eps_g_steps), the
+// token sequences of eps_g_after and through them the public API and `pldr serve` use it.
+double eps_g(const double* g_uncached, const double* g_cached, int64_t n);
 double max_abs_diff(const double* a, const double* b, int64_t n);
 
 // The order parameter of two samples x1, x2 (spec §8.1, MF audit_h):

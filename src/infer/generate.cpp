@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/parallel.h"  // parallel_for, kParallelWork
+#include "io/tokenizer.h"
 
 namespace pldr {
 
@@ -16,6 +17,84 @@ double now() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
 }
+
+// One sequence of a generation: its session, sampler and history, and the per-token logic
+// (sampling, log-probabilities, text, EOS and stop strings) that decides whether it goes on.
+template <typename T>
+class Sequence {
+  public:
+    Sequence(const Model<T>& m, const std::vector<int64_t>& prompt, const GenerateOptions& o,
+             const GCache<T>* preset, const Tokenizer* tok)
+        : m_(m),
+          o_(o),
+          tok_(tok),
+          s_(m, o.cache, std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + o.max_new)),
+          sampler_(o.sampler),
+          history_(prompt) {
+        s_.keep_activations(false);  // only the logits are read
+        if (preset) s_.set_g_cache(*preset);
+        r.prompt_ids = prompt;
+    }
+
+    void prefill() {
+        const double t0 = now();
+        s_.prefill(r.prompt_ids);
+        r.prefill_seconds = now() - t0;
+        if (tok_) prompt_text_ = tok_->decode(r.prompt_ids);
+    }
+
+    // Samples the next token from the session's logits and records it with its log-probability,
+    // its best alternatives and the text so far; ends the sequence at EOS, at a stop string (the
+    // text cut before the earliest one) or at the token limit.
+    void next() {
+        const std::vector<T>& logits = s_.logits();
+        const int64_t V = m_.cfg.vocab_size;
+        const int64_t id = sampler_.sample(logits.data(), V, history_);
+        Sampler::log_softmax(logits.data(), V, lp_);
+        GenStep st{id, lp_[size_t(id)], {}};
+        if (o_.top_report > 0) st.top = Sampler::top_n(lp_, o_.top_report);
+        r.steps.push_back(std::move(st));
+        r.ids.push_back(id);
+        history_.push_back(id);
+        if (tok_) r.text = tok_->continuation_text(r.prompt_ids, r.ids, prompt_text_);
+        size_t cut = std::string::npos;
+        for (const auto& s : o_.stop) cut = std::min(cut, r.text.find(s));
+        if (cut != std::string::npos) {
+            r.text.resize(cut);
+            end("stop");
+        } else if (o_.stop_at_eos && id == m_.cfg.eos_token_id) {
+            end("eos");
+        } else if (int64_t(r.ids.size()) >= o_.max_new) {
+            end("length");
+        }
+    }
+
+    // The caller's callback asked to stop: the reason unless EOS or a stop string ended it.
+    void stop_by_callback() {
+        if (!done_ || r.finish_reason == "length") end("callback");
+    }
+
+    bool done() const { return done_; }
+    Session<T>& session() { return s_; }
+
+    GenResult r;
+
+  private:
+    void end(const char* reason) {
+        r.finish_reason = reason;
+        done_ = true;
+    }
+
+    const Model<T>& m_;
+    const GenerateOptions& o_;
+    const Tokenizer* tok_;
+    Session<T> s_;
+    Sampler sampler_;
+    std::vector<int64_t> history_;  // prompt + generated ids (the repetition penalty's window)
+    std::string prompt_text_;       // decode(prompt), with a tokenizer
+    std::vector<double> lp_;
+    bool done_ = false;
+};
 
 }  // namespace
 
@@ -31,76 +110,30 @@ void check_generation_fits(const Model<T>& m, const std::vector<int64_t>& prompt
 }
 
 template <typename T>
-GenResult generate(const Model<T>& m, const std::vector<int64_t>& prompt,
-                   const GenerateOptions& opt, const GCache<T>* preset,
-                   const std::function<void(const GenResult&)>& on_token) {
-    check_generation_fits(m, prompt, opt.max_new);
-    Session<T> s(m, opt.cache,
-                 std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + opt.max_new));
-    s.keep_activations(false);
-    if (preset) s.set_g_cache(*preset);
-    Sampler sampler(opt.sampler);
-    GenResult r;
-    r.prompt_ids = prompt;
-    std::vector<int64_t> history = prompt;
-    std::vector<double> lp;
-    double t0 = now();
-    const std::vector<T>* logits = &s.prefill(prompt);
-    r.prefill_seconds = now() - t0;
-    const int64_t V = m.cfg.vocab_size;
-    t0 = now();
-    for (int64_t k = 0; k < opt.max_new; ++k) {
-        if (k > 0) {
-            logits = &s.decode(r.ids.back());
-            ++r.decode_calls;
-        }
-        const int64_t id = sampler.sample(logits->data(), V, history);
-        Sampler::log_softmax(logits->data(), V, lp);
-        r.steps.push_back({id, lp[size_t(id)], Sampler::top_n(lp, opt.top_report)});
-        r.ids.push_back(id);
-        history.push_back(id);
-        if (on_token) on_token(r);
-        if (opt.stop_at_eos && id == m.cfg.eos_token_id) break;
-    }
-    r.decode_seconds = now() - t0;
-    return r;
-}
-
-template <typename T>
 std::vector<GenResult> generate_batch(const Model<T>& m,
                                       const std::vector<std::vector<int64_t>>& prompts,
                                       const std::vector<GenerateOptions>& opts,
-                                      const GCache<T>* preset) {
+                                      const GCache<T>* preset, const Tokenizer* tok,
+                                      const GenCallback& on_token) {
     PLDR_REQUIRE(opts.size() == prompts.size(), "generate_batch: ", prompts.size(), " prompts but ",
                  opts.size(), " option sets");
-    for (size_t i = 0; i < prompts.size(); ++i)
-        check_generation_fits(m, prompts[i], opts[i].max_new);
     const size_t n = prompts.size();
-    const int64_t V = m.cfg.vocab_size;
-    std::vector<GenResult> out(n);
-    std::vector<std::unique_ptr<Session<T>>> ss(n);
-    std::vector<std::unique_ptr<Sampler>> samplers(n);
-    std::vector<std::vector<int64_t>> history(n);
     for (size_t i = 0; i < n; ++i) {
-        const GenerateOptions& o = opts[i];
-        ss[i] = std::make_unique<Session<T>>(
-            m, o.cache,
-            std::min<int64_t>(m.cfg.max_position, int64_t(prompts[i].size()) + o.max_new));
-        ss[i]->keep_activations(false);
-        if (preset) ss[i]->set_g_cache(*preset);
-        samplers[i] = std::make_unique<Sampler>(o.sampler);
-        out[i].prompt_ids = prompts[i];
-        history[i] = prompts[i];
-        const double t0 = now();
-        ss[i]->prefill(prompts[i]);
-        out[i].prefill_seconds = now() - t0;
+        check_generation_fits(m, prompts[i], opts[i].max_new);
+        for (const auto& s : opts[i].stop) PLDR_REQUIRE(!s.empty(), "empty stop string");
+        PLDR_REQUIRE(opts[i].stop.empty() || tok, "stop strings need a tokenizer");
     }
-    // Sample every live sequence from its logits (as generate does, each with its own sampler:
-    // the sequences are independent, so they sample in parallel), then step the ones that go on
-    // together.
+    const int64_t V = m.cfg.vocab_size;
+    std::vector<std::unique_ptr<Sequence<T>>> seqs;
+    for (size_t i = 0; i < n; ++i) {
+        seqs.push_back(std::make_unique<Sequence<T>>(m, prompts[i], opts[i], preset, tok));
+        seqs.back()->prefill();
+    }
+    // Every live sequence takes its next token from its logits (each with its own sampler: the
+    // sequences are independent, so they sample in parallel); the callbacks run after them on
+    // this thread, then the sequences that go on step together.
     std::vector<size_t> live(n);
     for (size_t i = 0; i < n; ++i) live[i] = i;
-    std::vector<char> goes_on(n);
     std::vector<std::string> errors(n);
     std::vector<Session<T>*> step;
     std::vector<int64_t> step_ids;
@@ -110,70 +143,70 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
         parallel_for(nl, nl * V * 16 > kParallelWork, [&](int64_t k) {
             const size_t i = live[size_t(k)];
             try {
-                GenResult& r = out[i];
-                const GenerateOptions& o = opts[i];
-                const std::vector<T>& logits = ss[i]->logits();
-                const int64_t id = samplers[i]->sample(logits.data(), V, history[i]);
-                std::vector<double> lp;
-                Sampler::log_softmax(logits.data(), V, lp);
-                r.steps.push_back({id, lp[size_t(id)], Sampler::top_n(lp, o.top_report)});
-                r.ids.push_back(id);
-                history[i].push_back(id);
-                goes_on[i] = int64_t(r.ids.size()) < o.max_new &&
-                             !(o.stop_at_eos && id == m.cfg.eos_token_id);
-                if (!goes_on[i]) r.decode_seconds = now() - t0;
+                seqs[i]->next();
             } catch (const std::exception& e) {
                 errors[i] = e.what();
             }
         });
-        for (size_t i : live) PLDR_REQUIRE(errors[i].empty(), "prompt ", i + 1, ": ", errors[i]);
+        for (size_t i : live)
+            PLDR_REQUIRE(errors[i].empty(), n > 1 ? cat("prompt ", i + 1, ": ") : std::string(),
+                         errors[i]);
         step.clear();
         step_ids.clear();
         std::vector<size_t> next;
         for (size_t i : live) {
-            if (!goes_on[i]) continue;
-            step.push_back(ss[i].get());
-            step_ids.push_back(out[i].ids.back());
+            Sequence<T>& q = *seqs[i];
+            if (on_token && !on_token(i, q.r)) q.stop_by_callback();
+            if (q.done()) {
+                q.r.decode_seconds = now() - t0;
+                continue;
+            }
+            step.push_back(&q.session());
+            step_ids.push_back(q.r.ids.back());
             next.push_back(i);
-            ++out[i].decode_calls;
+            ++q.r.decode_calls;
         }
         if (!step.empty()) decode_step(step, step_ids, false);
         live = std::move(next);
     }
+    std::vector<GenResult> out;
+    out.reserve(n);
+    for (auto& q : seqs) out.push_back(std::move(q->r));
     return out;
 }
 
 template <typename T>
 std::vector<GenResult> generate_batch(const Model<T>& m,
                                       const std::vector<std::vector<int64_t>>& prompts,
-                                      const GenerateOptions& opt, const GCache<T>* preset) {
-    return generate_batch(m, prompts, std::vector<GenerateOptions>(prompts.size(), opt), preset);
+                                      const GenerateOptions& opt, const GCache<T>* preset,
+                                      const Tokenizer* tok, const GenCallback& on_token) {
+    return generate_batch(m, prompts, std::vector<GenerateOptions>(prompts.size(), opt), preset,
+                          tok, on_token);
 }
 
-template void check_generation_fits<float>(const Model<float>&, const std::vector<int64_t>&,
-                                           int64_t);
-template void check_generation_fits<double>(const Model<double>&, const std::vector<int64_t>&,
-                                            int64_t);
-template GenResult generate<float>(const Model<float>&, const std::vector<int64_t>&,
-                                   const GenerateOptions&, const GCache<float>*,
-                                   const std::function<void(const GenResult&)>&);
-template GenResult generate<double>(const Model<double>&, const std::vector<int64_t>&,
-                                    const GenerateOptions&, const GCache<double>*,
-                                    const std::function<void(const GenResult&)>&);
-template std::vector<GenResult> generate_batch<float>(const Model<float>&,
-                                                      const std::vector<std::vector<int64_t>>&,
-                                                      const GenerateOptions&, const GCache<float>*);
-template std::vector<GenResult> generate_batch<double>(const Model<double>&,
-                                                       const std::vector<std::vector<int64_t>>&,
-                                                       const GenerateOptions&,
-                                                       const GCache<double>*);
-template std::vector<GenResult> generate_batch<float>(const Model<float>&,
-                                                      const std::vector<std::vector<int64_t>>&,
-                                                      const std::vector<GenerateOptions>&,
-                                                      const GCache<float>*);
-template std::vector<GenResult> generate_batch<double>(const Model<double>&,
-                                                       const std::vector<std::vector<int64_t>>&,
-                                                       const std::vector<GenerateOptions>&,
-                                                       const GCache<double>*);
+template <typename T>
+GenResult generate(const Model<T>& m, const std::vector<int64_t>& prompt,
+                   const GenerateOptions& opt, const GCache<T>* preset, const Tokenizer* tok,
+                   const GenCallback& on_token) {
+    return std::move(
+        generate_batch(m, {prompt}, std::vector<GenerateOptions>{opt}, preset, tok, on_token)
+            .front());
+}
+
+#define PLDR_INSTANTIATE(T)                                                                        \
+    template void check_generation_fits<T>(const Model<T>&, const std::vector<int64_t>&, int64_t); \
+    template GenResult generate<T>(const Model<T>&, const std::vector<int64_t>&,                   \
+                                   const GenerateOptions&, const GCache<T>*, const Tokenizer*,     \
+                                   const GenCallback&);                                            \
+    template std::vector<GenResult> generate_batch<T>(                                             \
+        const Model<T>&, const std::vector<std::vector<int64_t>>&, const GenerateOptions&,         \
+        const GCache<T>*, const Tokenizer*, const GenCallback&);                                   \
+    template std::vector<GenResult> generate_batch<T>(                                             \
+        const Model<T>&, const std::vector<std::vector<int64_t>>&,                                 \
+        const std::vector<GenerateOptions>&, const GCache<T>*, const Tokenizer*,                   \
+        const GenCallback&);
+PLDR_INSTANTIATE(float)
+PLDR_INSTANTIATE(double)
+#undef PLDR_INSTANTIATE
 
 }  // namespace pldr

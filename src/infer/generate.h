@@ -1,9 +1,13 @@
 // Text generation over inference sessions (spec §4.4): prefill, then sample token by token
-// until EOS or the token limit, with per-step log-probabilities for reporting. Batched
-// generation runs one session (own KV- and G-cache) and one sampler per prompt, and steps all
-// unfinished sequences together (decode_step: one forward over their new tokens).
+// until EOS, a stop string, the caller's callback or the token limit, with per-step
+// log-probabilities for reporting. The one generation loop of the project: the C++ and C APIs,
+// the CLI, the Python module, the audit and the benchmarks all run it. Every prompt has its own
+// session (own KV- and G-cache) and sampler; the unfinished sequences step together
+// (decode_step: one forward over their new tokens; a step of one sequence is its own
+// Session::decode), so one prompt is a batch of one.
 #pragma once
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "infer/sampler.h"
@@ -11,12 +15,17 @@
 
 namespace pldr {
 
+class Tokenizer;
+
 struct GenerateOptions {
     int64_t max_new = 64;     // tokens to generate at most
     bool stop_at_eos = true;  // stop after appending EOS (the reference loop)
     CacheMode cache = CacheMode::KVG;
     SamplerConfig sampler;
     int64_t top_report = 5;  // best (id, logprob) pairs kept per step
+    // Generation stops when the generated text contains one of these (non-empty; they need a
+    // tokenizer); the text is cut before the first one found.
+    std::vector<std::string> stop;
 };
 
 struct GenStep {
@@ -28,37 +37,50 @@ struct GenStep {
 struct GenResult {
     std::vector<int64_t> prompt_ids, ids;  // ids: the generated tokens
     std::vector<GenStep> steps;
+    // With a tokenizer: the generated text as it continues the prompt's text
+    // (Tokenizer::continuation_text), cut before a stop string; "" without one.
+    std::string text;
+    std::string finish_reason = "length";  // "length" | "eos" | "stop" | "callback"
     double prefill_seconds = 0, decode_seconds = 0;
     int64_t decode_calls = 0;
 };
+
+// Called after each generated token of prompt `index` with its result so far (the token is
+// ids.back(), the text is cut before a stop string); returning false stops that sequence
+// (finish_reason "callback", unless EOS or a stop string ended it at that token). Called on the
+// calling thread, in prompt order within a step; an exception it throws ends the generation.
+using GenCallback = std::function<bool(size_t index, const GenResult& r)>;
 
 // Checks the prompt (non-empty, ids in the vocabulary) and that prompt + max_new fits in the
 // context (max_position_embeddings); throws pldr::Error otherwise.
 template <typename T>
 void check_generation_fits(const Model<T>& m, const std::vector<int64_t>& prompt, int64_t max_new);
 
-// One prompt. on_token (may be empty) is called after each generated token.
-template <typename T>
-GenResult generate(const Model<T>& m, const std::vector<int64_t>& prompt,
-                   const GenerateOptions& opt, const GCache<T>* preset = nullptr,
-                   const std::function<void(const GenResult&)>& on_token = {});
-
-// Several prompts, each with its own session and sampler (seeded with opt.sampler.seed, so each
-// result equals its one-at-a-time generation up to the rounding that decode_step documents).
-// Each prompt is prefilled, then every unfinished sequence decodes in one shared step
-// (decode_step) until each stops at EOS or its token limit. decode_seconds: from the first
-// decode step to the sequence's last token; decode_calls: the steps it took part in.
-template <typename T>
-std::vector<GenResult> generate_batch(const Model<T>& m,
-                                      const std::vector<std::vector<int64_t>>& prompts,
-                                      const GenerateOptions& opt,
-                                      const GCache<T>* preset = nullptr);
-// The same with options per prompt (opts[i] for prompts[i]: token limit, EOS stop, cache mode,
-// sampler and seed may all differ).
+// Several prompts, opts[i] for prompts[i] (token limit, EOS stop, cache mode, sampler and seed,
+// stop strings may all differ). Each prompt is prefilled, then every unfinished sequence decodes
+// in one shared step (decode_step) until it stops. preset: a G-cache every session runs with;
+// tok: the tokenizer that gives the texts (needed by stop strings). decode_seconds: from the
+// first decode step to the sequence's last token; decode_calls: the steps it took part in. Each
+// result equals its one-at-a-time generation up to the rounding that decode_step documents.
 template <typename T>
 std::vector<GenResult> generate_batch(const Model<T>& m,
                                       const std::vector<std::vector<int64_t>>& prompts,
                                       const std::vector<GenerateOptions>& opts,
-                                      const GCache<T>* preset = nullptr);
+                                      const GCache<T>* preset = nullptr,
+                                      const Tokenizer* tok = nullptr,
+                                      const GenCallback& on_token = {});
+// The same options for every prompt.
+template <typename T>
+std::vector<GenResult> generate_batch(const Model<T>& m,
+                                      const std::vector<std::vector<int64_t>>& prompts,
+                                      const GenerateOptions& opt, const GCache<T>* preset = nullptr,
+                                      const Tokenizer* tok = nullptr,
+                                      const GenCallback& on_token = {});
+
+// One prompt: generate_batch of one (on_token's index is 0).
+template <typename T>
+GenResult generate(const Model<T>& m, const std::vector<int64_t>& prompt,
+                   const GenerateOptions& opt, const GCache<T>* preset = nullptr,
+                   const Tokenizer* tok = nullptr, const GenCallback& on_token = {});
 
 }  // namespace pldr

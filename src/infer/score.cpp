@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "infer/sampler.h"
 #include "infer/session.h"
 #include "io/tokenizer.h"
 #include "ops/linear.h"
@@ -55,10 +56,49 @@ std::pair<double, int64_t> row_logprob(const T* row, int64_t V, int64_t id) {
     return {double(row[id]) - mx - std::log(s), am};
 }
 
+// Appends the score of `id` at one position (its log-probability, the row's argmax and, for
+// top_n > 0, the row's best alternatives; lp: scratch) to r.
+template <typename T>
+void take_row(const T* row, int64_t V, int64_t id, int64_t top_n, std::vector<double>& lp,
+              ScoreResult& r) {
+    auto [l, am] = row_logprob(row, V, id);
+    r.token_logprobs.push_back(l);
+    r.argmax_ids.push_back(am);
+    if (top_n > 0) {
+        Sampler::log_softmax(row, V, lp);
+        r.top.push_back(Sampler::top_n(lp, top_n));
+    }
+}
+
+// The scores of tokens[first..n-1] from the final hidden rows [n-1, d] of a pass over tokens
+// (row i − 1 predicts token i): the head over rows first−1 … n−2 only, then each row's
+// log-probability of its token, its argmax and (top_n > 0) its best alternatives.
+template <typename T>
+void score_rows(const Model<T>& m, const T* hidden, const std::vector<int64_t>& tokens,
+                int64_t first, int64_t top_n, ScoreResult& r) {
+    const int64_t n = int64_t(tokens.size()), rows = n - first, V = m.cfg.vocab_size;
+    const int64_t d = m.cfg.hidden_size;
+    std::vector<T> logits(static_cast<size_t>(rows * V));
+    linear_forward(logits.data(), hidden + (first - 1) * d, m.lw.head, m.w.head_b, rows, d, V);
+    std::vector<double> lp;
+    for (int64_t i = first; i < n; ++i)
+        take_row(logits.data() + (i - first) * V, V, tokens[size_t(i)], top_n, lp, r);
+}
+
+// logprob and is_greedy from token_logprobs and argmax_ids (continuation = inp[ctxlen:]).
+void sum_up(ScoreResult& r, const std::vector<int64_t>& inp) {
+    r.is_greedy = true;
+    for (size_t k = 0; k < r.token_logprobs.size(); ++k) {
+        r.logprob += r.token_logprobs[k];
+        r.is_greedy = r.is_greedy && r.argmax_ids[k] == inp[size_t(r.ctxlen) + k];
+    }
+}
+
 }  // namespace
 
 template <typename T>
-ScoreResult score_request(const Model<T>& m, const ScoreRequest& req, ScoreMode mode) {
+ScoreResult score_request(const Model<T>& m, const ScoreRequest& req, ScoreMode mode,
+                          int64_t top_n) {
     const int64_t L = m.cfg.max_position, V = m.cfg.vocab_size;
     PLDR_REQUIRE(!req.continuation.empty(), "empty continuation: nothing to score");
     PLDR_REQUIRE(!req.context.empty(), "empty context: the first continuation token needs one");
@@ -74,20 +114,16 @@ ScoreResult score_request(const Model<T>& m, const ScoreRequest& req, ScoreMode 
     inp.erase(inp.begin(), inp.begin() + cut);
     const int64_t n = int64_t(inp.size());
     check_inputs(m, inp.data(), 1, n);
+    PLDR_REQUIRE(top_n >= 0, "top_logprobs must be >= 0 (got ", top_n, ")");
+    std::vector<double> lp;
     auto take = [&](const T* row, int64_t pos) {
-        auto [lp, am] = row_logprob(row, V, inp[size_t(pos)]);
-        r.token_logprobs.push_back(lp);
-        r.argmax_ids.push_back(am);
+        take_row(row, V, inp[size_t(pos)], top_n, lp, r);
     };
     if (mode == ScoreMode::BLOCK) {
         // One pass over inp[:-1]; the head only on the rows that predict the continuation.
         Activations<T> a;
         forward_layers(m, inp.data(), 1, n - 1, a);
-        const int64_t rows = n - r.ctxlen, d = m.cfg.hidden_size;
-        std::vector<T> logits(static_cast<size_t>(rows * V));
-        linear_forward(logits.data(), a.final_hidden().ptr() + (r.ctxlen - 1) * d, m.lw.head,
-                       m.w.head_b, rows, d, V);
-        for (int64_t i = r.ctxlen; i < n; ++i) take(logits.data() + (i - r.ctxlen) * V, i);
+        score_rows(m, a.final_hidden().ptr(), inp, r.ctxlen, top_n, r);
     } else if (mode == ScoreMode::SEQUENTIAL) {
         Session<T> s(m, CacheMode::NONE);
         for (int64_t i = r.ctxlen; i < n; ++i) {
@@ -103,11 +139,25 @@ ScoreResult score_request(const Model<T>& m, const ScoreRequest& req, ScoreMode 
             if (i + 1 < n) lg = &s.decode(inp[size_t(i)]);
         }
     }
-    r.is_greedy = true;
-    for (size_t k = 0; k < r.token_logprobs.size(); ++k) {
-        r.logprob += r.token_logprobs[k];
-        r.is_greedy = r.is_greedy && r.argmax_ids[k] == inp[size_t(r.ctxlen) + k];
-    }
+    sum_up(r, inp);
+    return r;
+}
+
+template <typename T>
+ScoreResult score_prefill(const Session<T>& s, int64_t top_n) {
+    const std::vector<int64_t>& ids = s.tokens();
+    const int64_t n = int64_t(ids.size());
+    const Activations<T>& a = s.last();
+    PLDR_REQUIRE(n >= 2, "scoring a prompt needs at least two tokens (got ", n, ")");
+    PLDR_REQUIRE(
+        a.S == n && !a.layers.empty() && a.final_hidden().numel() >= n * s.model().cfg.hidden_size,
+        "scoring a prompt reads the activations of its prefill: the session's last call "
+        "must be the prefill, with activations kept");
+    PLDR_REQUIRE(top_n >= 0, "top_logprobs must be >= 0 (got ", top_n, ")");
+    ScoreResult r;
+    r.ctxlen = 1;
+    score_rows(s.model(), a.final_hidden().ptr(), ids, 1, top_n, r);
+    sum_up(r, ids);
     return r;
 }
 
@@ -139,8 +189,12 @@ double rolling_loglikelihood(const Model<T>& m, const std::vector<int64_t>& toke
     return total;
 }
 
-template ScoreResult score_request<float>(const Model<float>&, const ScoreRequest&, ScoreMode);
-template ScoreResult score_request<double>(const Model<double>&, const ScoreRequest&, ScoreMode);
+template ScoreResult score_request<float>(const Model<float>&, const ScoreRequest&, ScoreMode,
+                                          int64_t);
+template ScoreResult score_request<double>(const Model<double>&, const ScoreRequest&, ScoreMode,
+                                           int64_t);
+template ScoreResult score_prefill<float>(const Session<float>&, int64_t);
+template ScoreResult score_prefill<double>(const Session<double>&, int64_t);
 template double rolling_loglikelihood<float>(const Model<float>&, const std::vector<int64_t>&,
                                              int64_t, int64_t);
 template double rolling_loglikelihood<double>(const Model<double>&, const std::vector<int64_t>&,

@@ -13,6 +13,8 @@
 namespace pldr {
 
 class Tokenizer;
+template <typename T>
+class Session;
 
 enum class ScoreMode { BLOCK, SEQUENTIAL, CACHED };
 ScoreMode score_mode_from_name(const std::string& s);  // "block" | "sequential" | "cached"
@@ -26,7 +28,10 @@ struct ScoreResult {
     bool is_greedy = false;              // every continuation token is its position's argmax
     std::vector<double> token_logprobs;  // one per continuation token
     std::vector<int64_t> argmax_ids;     // the argmax at each continuation position
-    int64_t ctxlen = 0;                  // context tokens kept after the window cut
+    // The top_n best (id, logprob) at each continuation position (top_n > 0), best first, from
+    // the same logits as token_logprobs.
+    std::vector<std::vector<std::pair<int64_t, double>>> top;
+    int64_t ctxlen = 0;  // context tokens kept after the window cut
 };
 
 // The lm-eval encoding: context "" → [EOS] and the continuation encoded alone; otherwise the
@@ -38,8 +43,18 @@ ScoreRequest encode_request(const Tokenizer& tok, const std::string& context,
 // Scores one request. The input (context + continuation) is cut on the left to
 // max_position_embeddings tokens, as the harness does; a request whose continuation alone does
 // not fit (no context token left to condition the first continuation token) is an error.
+// top_n > 0 also keeps each position's best alternatives, from the same pass.
 template <typename T>
-ScoreResult score_request(const Model<T>& m, const ScoreRequest& r, ScoreMode mode);
+ScoreResult score_request(const Model<T>& m, const ScoreRequest& r, ScoreMode mode,
+                          int64_t top_n = 0);
+
+// The scores of a session's prefilled tokens after the first (token i predicted by row i − 1),
+// read from the prefill's own pass: the head over its final hidden rows, no other forward. The
+// context is the first token (ctxlen 1); A and G saw the whole prompt, the last token included
+// (block scoring of the same split runs over tokens[:-1]). The session's last call must be its
+// prefill, with activations kept.
+template <typename T>
+ScoreResult score_prefill(const Session<T>& s, int64_t top_n = 0);
 
 // Rolling log-likelihood of a token stream (lm-eval loglikelihood_rolling, context_len 1):
 // disjoint windows of `window` predicted tokens (default and upper bound max_position); the first

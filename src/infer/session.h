@@ -84,6 +84,7 @@ class Session {
     // the layer count), and last() holds nothing to read. For callers that read only the logits
     // (generation, benchmarks). On by default.
     void keep_activations(bool on) { keep_acts_ = on; }
+    bool keeps_activations() const { return keep_acts_; }
 
   private:
     friend void decode_step<T>(const std::vector<Session<T>*>&, const std::vector<int64_t>&, bool);

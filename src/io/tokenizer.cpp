@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -247,6 +248,68 @@ std::string Tokenizer::piece(int64_t id) const {
     PLDR_REQUIRE(id >= 0 && id < vocab_size(), "tokenizer ", path_, ": id ", id, " outside [0, ",
                  vocab_size(), ")");
     return sp_->IdToPiece(static_cast<int>(id));
+}
+
+std::string Tokenizer::piece_text(int64_t id) const {
+    const std::string p = piece(id);
+    std::string out;
+    for (size_t i = 0; i < p.size();) {
+        if (p.compare(i, 3, "\xE2\x96\x81") == 0) {  // "▁" (U+2581)
+            out += ' ';
+            i += 3;
+        } else {
+            out += p[i++];
+        }
+    }
+    return out;
+}
+
+std::string Tokenizer::token_text(int64_t id) const {
+    const std::string p = piece(id);
+    if (p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>') {
+        const std::string hex = p.substr(3, 2);
+        char* end = nullptr;
+        const long v = std::strtol(hex.c_str(), &end, 16);
+        if (end && *end == '\0') return std::string(1, char(v));
+    }
+    if (id == eos_id() || id == bos_id() || id == pad_id()) return "";
+    return piece_text(id);
+}
+
+std::string Tokenizer::continuation_text(const std::vector<int64_t>& prompt,
+                                         const std::vector<int64_t>& ids,
+                                         const std::string& prompt_text) const {
+    std::vector<int64_t> all = prompt;
+    all.insert(all.end(), ids.begin(), ids.end());
+    const std::string s = decode(all);
+    if (s.size() >= prompt_text.size() && s.compare(0, prompt_text.size(), prompt_text) == 0)
+        return s.substr(prompt_text.size());
+    return decode(ids);
+}
+
+Tokenizer::Pieces Tokenizer::pieces(const std::vector<int64_t>& ids) const {
+    static const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+    Pieces out;
+    std::string prev;
+    std::vector<int64_t> prefix;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        prefix.push_back(ids[i]);
+        std::string cur = decode(prefix);
+        if (i + 1 < ids.size() && cur.size() >= kReplacement.size() &&
+            cur.compare(cur.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0) {
+            out.offset.push_back(int64_t(prev.size()));
+            out.text.emplace_back();
+            continue;
+        }
+        // Otherwise the decoded text of a prefix extends the previous one; should it not, the
+        // common prefix counts as the previous text.
+        size_t k = 0;
+        while (k < prev.size() && k < cur.size() && prev[k] == cur[k]) ++k;
+        out.offset.push_back(int64_t(k));
+        out.text.push_back(cur.substr(k));
+        prev = std::move(cur);
+    }
+    return out;
 }
 
 int64_t Tokenizer::vocab_size() const {

@@ -41,6 +41,37 @@ class Tokenizer {
     // The piece string of one id; throws for an id outside [0, vocab_size()).
     std::string piece(int64_t id) const;
 
+    // Token text, the one place that turns ids into the texts that callers show per token:
+    //   piece_text     — the piece with SentencePiece's word marker "▁" as a space (byte pieces
+    //                    stay "<0xNN>", so the result is valid UTF-8 for every id);
+    //   token_text     — piece_text, except that a byte piece <0xNN> is its one byte and EOS,
+    //                    BOS and PAD are "" (the pieces of a sequence then concatenate to its
+    //                    decoded text);
+    //   continuation_text — the text that generated `ids` add after `prompt`: decode(prompt +
+    //                    ids) after prompt_text = decode(prompt), so that the leading space of
+    //                    the first token is kept, or decode(ids) when prompt_text is not a
+    //                    prefix of it;
+    //   pieces         — the text each id adds to the decoded text of the ids before it (their
+    //                    concatenation is decode(ids)) and the byte offset of each in that text.
+    //                    A prefix that ends inside a character (byte pieces) decodes with a
+    //                    U+FFFD for each of its bytes so far, which the next token's text
+    //                    replaces: such a token gets no text, and the token that completes the
+    //                    character the whole of it (the last token gives what is left).
+    std::string piece_text(int64_t id) const;
+    std::string token_text(int64_t id) const;
+    std::string continuation_text(const std::vector<int64_t>& prompt,
+                                  const std::vector<int64_t>& ids,
+                                  const std::string& prompt_text) const;
+    std::string continuation_text(const std::vector<int64_t>& prompt,
+                                  const std::vector<int64_t>& ids) const {
+        return continuation_text(prompt, ids, decode(prompt));
+    }
+    struct Pieces {
+        std::vector<std::string> text;
+        std::vector<int64_t> offset;
+    };
+    Pieces pieces(const std::vector<int64_t>& ids) const;
+
     int64_t vocab_size() const;
     int64_t eos_id() const;
     int64_t bos_id() const;

@@ -1,59 +1,60 @@
-// The serving engine over the internal library (see engine.h).
+// The serving engine over the public C++ API (see engine.h): the server is a client of
+// include/pldr/pldr.hpp like the CLI and the Python module.
 #include "serve/engine.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 
-#include "core/error.h"
-#include "infer/sampler.h"
-#include "infer/session.h"
-#include "io/model_load.h"
-#include "io/tokenizer.h"
-#include "model/forward.h"
-#include "ops/ops.h"
+#include "pldr/pldr.hpp"
 
 namespace pldr::serve {
 
-using Real = float;
+namespace {
+
+// A pldr::Error with the message unless the condition holds.
+template <typename... A>
+void require(bool cond, const A&... a) {
+    if (cond) return;
+    std::string msg;
+    ((msg += a), ...);
+    throw Error(msg);
+}
+
+TokenLogprob token_logprob(int64_t id, double logprob, const std::vector<api::TopLogprob>& top) {
+    TokenLogprob t;
+    t.id = id;
+    t.logprob = logprob;
+    for (const auto& x : top) t.top.emplace_back(x.id, x.logprob);
+    return t;
+}
+
+// Layer l's tensor `what` of a forward result, batch element 0 in double ([H,D,D] values;
+// empty when the model has no such tensor).
+std::vector<double> head_values(const api::ForwardResult& r, int64_t l, const char* what,
+                                int64_t n) {
+    const std::string name = "fwd.layer" + std::to_string(l) + "." + what;
+    std::vector<double> v;
+    if (!r.has(name)) return v;
+    const api::Tensor& t = r.get(name);
+    if (t.numel() < n) return v;
+    v.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = t.at(i);
+    return v;
+}
+
+}  // namespace
 
 struct Engine::Impl {
-    Model<Real> m;
-    std::unique_ptr<Tokenizer> tok;
+    api::Model m;
 };
 
 struct Slot::Impl {
     const Engine& e;
-    Session<Real> s;
-    std::unique_ptr<Sampler> sampler;
-    const std::vector<Real>* logits = nullptr;
-    Impl(const Engine& eng) : e(eng), s(eng.p_->m, CacheMode::KVG, eng.ctx()) {}
+    api::Session s;
+    std::unique_ptr<api::Sampler> sampler;
+    api::Tensor logits;  // of the last call; empty before prefill
+    Impl(const Engine& eng) : e(eng), s(eng.p_->m, api::CacheMode::KVG, eng.ctx()) {}
 };
-
-namespace {
-
-// log-softmax of a row in double, and the chosen id's entry with the top_n alternatives.
-TokenLogprob take(const Real* row, int64_t V, int64_t id, int64_t top_n,
-                  std::vector<double>& scratch) {
-    Sampler::log_softmax(row, V, scratch);
-    TokenLogprob t;
-    t.id = id;
-    t.logprob = scratch[size_t(id)];
-    if (top_n > 0) t.top = Sampler::top_n(scratch, top_n);
-    return t;
-}
-
-double rel_rms(const std::vector<double>& x, const std::vector<double>& ref) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-        num += (x[i] - ref[i]) * (x[i] - ref[i]);
-        den += ref[i] * ref[i];
-    }
-    if (num == 0) return 0;
-    return den > 0 ? std::sqrt(num / den) : INFINITY;
-}
-
-}  // namespace
 
 // ---- Slot ----
 
@@ -61,27 +62,26 @@ Slot::Slot(const Engine& e) : p_(std::make_unique<Impl>(e)) {}
 Slot::~Slot() = default;
 
 void Slot::prefill(const std::vector<int64_t>& ids, const SamplingParams& sp) {
-    SamplerConfig c;
-#define PLDR_COPY_OPTION(K, n, d, r, s, cli, help) c.n = sp.n;
-    PLDR_SAMPLING_OPTIONS(PLDR_COPY_OPTION)
-#undef PLDR_COPY_OPTION
-    c.validate();
-    p_->sampler = std::make_unique<Sampler>(c);
+    p_->sampler = std::make_unique<api::Sampler>(sp);  // sp.top_p_hf: the server sets it
     p_->s.reset();
-    p_->logits = &p_->s.prefill(ids);
+    // Cached echo reads the prompt's scores from the prefill's own pass; the decode steps keep
+    // only their logits.
+    p_->s.keep_outputs(p_->e.echo_mode() == EchoMode::CACHED);
+    p_->logits = p_->s.prefill(ids);
+    p_->s.keep_outputs(false);
 }
 
 TokenLogprob Slot::sample(int64_t top_n) {
-    PLDR_CHECK(p_->logits && p_->sampler);
-    const int64_t V = p_->e.vocab_size();
-    const int64_t id = p_->sampler->sample(p_->logits->data(), V, p_->s.tokens());
-    std::vector<double> lp;
-    return take(p_->logits->data(), V, id, top_n, lp);
+    api::internal_check(p_->logits.storage && p_->sampler, "Slot::sample after prefill");
+    const int64_t id = p_->sampler->sample(p_->logits, p_->s.tokens());
+    const std::vector<double> lp = api::Sampler::log_softmax(p_->logits);
+    return token_logprob(id, lp[size_t(id)],
+                         top_n > 0 ? api::Sampler::top(lp, top_n) : std::vector<api::TopLogprob>{});
 }
 
 void Slot::reset() {
     p_->s.reset();
-    p_->logits = nullptr;
+    p_->logits = {};
     p_->sampler.reset();
 }
 
@@ -94,22 +94,30 @@ const std::vector<int64_t>& Slot::tokens() const {
 
 // ---- Engine ----
 
+namespace {
+
+// The model in float32 with the reference's numerics and its tokenizer (default
+// MODEL_DIR/tokenizer.model), which serving needs.
+api::Model load_for_serving(const std::string& model_dir, const std::string& tokenizer) {
+    const std::string tp = tokenizer.empty() ? model_dir + "/tokenizer.model" : tokenizer;
+    require(std::filesystem::exists(tp), "serving needs a tokenizer: ", tp,
+            " not found (give --tokenizer)");
+    api::LoadOptions lo;
+    lo.dtype = api::DType::F32;
+    lo.reference_numerics = true;
+    lo.tokenizer = tp;
+    return api::Model::load(model_dir, lo);
+}
+
+}  // namespace
+
 Engine::Engine(const std::string& model_dir, int64_t ctx, EchoMode echo,
                const std::string& tokenizer)
-    : p_(std::make_unique<Impl>()), echo_(echo) {
-    p_->m = load_model<Real>(model_dir, true, /*map_file=*/true);
-    p_->m.set_reference_numerics(true);
-    const int64_t L = p_->m.cfg.max_position;
-    PLDR_REQUIRE(ctx >= 0 && ctx <= L, "--ctx must be in [0, ", L,
-                 "] (max_position_embeddings; 0 = all of it), got ", ctx);
+    : p_(std::make_unique<Impl>(Impl{load_for_serving(model_dir, tokenizer)})), echo_(echo) {
+    const int64_t L = p_->m.info().max_position;
+    require(ctx >= 0 && ctx <= L, "--ctx must be in [0, ", std::to_string(L),
+            "] (max_position_embeddings; 0 = all of it), got ", std::to_string(ctx));
     ctx_ = ctx > 0 ? ctx : L;
-    const std::string tp = tokenizer.empty() ? model_dir + "/tokenizer.model" : tokenizer;
-    PLDR_REQUIRE(std::filesystem::exists(tp), "serving needs a tokenizer: ", tp,
-                 " not found (give --tokenizer)");
-    p_->tok = std::make_unique<Tokenizer>(tp);
-    PLDR_REQUIRE(p_->tok->vocab_size() <= p_->m.cfg.vocab_size, tp, ": tokenizer has ",
-                 p_->tok->vocab_size(), " pieces but the model's vocabulary is ",
-                 p_->m.cfg.vocab_size);
     name_ = std::filesystem::path(model_dir).lexically_normal().filename().string();
     if (name_.empty()) name_ = std::filesystem::path(model_dir).parent_path().filename().string();
     if (name_.empty()) name_ = "pldr";
@@ -118,69 +126,57 @@ Engine::Engine(const std::string& model_dir, int64_t ctx, EchoMode echo,
 Engine::~Engine() = default;
 
 int64_t Engine::vocab_size() const {
-    return p_->m.cfg.vocab_size;
+    return p_->m.info().vocab_size;
 }
 int64_t Engine::eos_id() const {
-    return p_->m.cfg.eos_token_id;
+    return p_->m.info().eos_id;
 }
 int64_t Engine::bos_id() const {
-    return p_->m.cfg.bos_token_id;
+    return p_->m.info().bos_id;
 }
 int64_t Engine::pad_id() const {
-    return p_->m.cfg.pad_token_id;
+    return p_->m.info().pad_id;
 }
 
 std::vector<int64_t> Engine::tokenize(const std::string& text) const {
-    return p_->tok->encode(text);
+    return p_->m.tokenizer().encode(text);
 }
 
 std::string Engine::detokenize(const std::vector<int64_t>& ids) const {
     check_ids(ids);
-    std::vector<int64_t> known;
-    known.reserve(ids.size());
-    for (int64_t id : ids)
-        if (id < p_->tok->vocab_size()) known.push_back(id);
-    return p_->tok->decode(known);
+    return p_->m.tokenizer().decode(ids);
+}
+
+std::string Engine::continuation_text(const std::vector<int64_t>& prompt,
+                                      const std::vector<int64_t>& ids) const {
+    check_ids(prompt);
+    check_ids(ids);
+    return p_->m.tokenizer().continuation_text(prompt, ids);
 }
 
 std::string Engine::piece(int64_t id) const {
     check_ids({id});
-    return id < p_->tok->vocab_size() ? p_->tok->piece(id) : std::string();
+    return p_->m.tokenizer().piece(id);
+}
+
+std::string Engine::piece_text(int64_t id) const {
+    check_ids({id});
+    return p_->m.tokenizer().piece_text(id);
 }
 
 void Engine::pieces(const std::vector<int64_t>& ids, std::vector<std::string>* out,
                     std::vector<int64_t>* offsets) const {
-    out->clear();
-    offsets->clear();
-    static const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD
-    std::string prev;
-    std::vector<int64_t> prefix;
-    for (size_t i = 0; i < ids.size(); ++i) {
-        prefix.push_back(ids[i]);
-        std::string cur = detokenize(prefix);
-        // A prefix that ends inside a character (byte pieces) decodes with a U+FFFD for each of
-        // its bytes so far, which the next token's text replaces: give such a token no text, and
-        // the whole character to the token that completes it (the last token gives what is left).
-        if (i + 1 < ids.size() && cur.size() >= kReplacement.size() &&
-            cur.compare(cur.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0) {
-            offsets->push_back(int64_t(prev.size()));
-            out->push_back({});
-            continue;
-        }
-        // Otherwise the decoded text of a prefix extends the previous one; should it not, take
-        // the common prefix as the previous text's length.
-        size_t k = 0;
-        while (k < prev.size() && k < cur.size() && prev[k] == cur[k]) ++k;
-        offsets->push_back(int64_t(k));
-        out->push_back(cur.substr(k));
-        prev = std::move(cur);
-    }
+    check_ids(ids);
+    api::TokenPieces p = p_->m.tokenizer().pieces(ids);
+    *out = std::move(p.text);
+    *offsets = std::move(p.offset);
 }
 
 void Engine::check_ids(const std::vector<int64_t>& ids) const {
     const int64_t V = vocab_size();
     for (int64_t id : ids)
-        PLDR_REQUIRE(id >= 0 && id < V, "token id ", id, " is outside the vocabulary [0, ", V, ")");
+        require(id >= 0 && id < V, "token id ", std::to_string(id),
+                " is outside the vocabulary [0, ", std::to_string(V), ")");
 }
 
 std::unique_ptr<Slot> Engine::new_slot() const {
@@ -189,113 +185,89 @@ std::unique_ptr<Slot> Engine::new_slot() const {
 
 void Engine::decode_batch(const std::vector<Slot*>& slots, const std::vector<int64_t>& ids,
                           std::vector<std::string>* errors) const {
-    PLDR_CHECK(slots.size() == ids.size());
+    api::internal_check(slots.size() == ids.size(), "decode_batch: one id per slot");
     errors->assign(slots.size(), {});
     // The slots that can step (the others get their error and stay as they were) run one shared
     // step: one forward pass over their new tokens, each slot attending over its own caches.
-    std::vector<Session<Real>*> ss;
+    std::vector<api::Session*> ss;
     std::vector<int64_t> step_ids;
     std::vector<size_t> at;
     const int64_t V = vocab_size();
     for (size_t i = 0; i < slots.size(); ++i) {
-        Session<Real>& s = slots[i]->p_->s;
+        const api::Session& s = slots[i]->p_->s;
         const int64_t id = ids[i];
         std::string& err = (*errors)[i];
         if (s.length() == 0)
             err = "decode before prefill";
         else if (s.length() >= s.capacity())
-            err = cat("the context is full (", s.capacity(), " tokens)");
+            err = "the context is full (" + std::to_string(s.capacity()) + " tokens)";
         else if (id < 0 || id >= V)
-            err = cat("token id ", id, " is outside the vocabulary [0, ", V, ")");
+            err = "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string(V) + ")";
         if (!err.empty()) continue;
-        for (size_t j : at) PLDR_CHECK(slots[j] != slots[i]);
-        ss.push_back(&s);
+        for (size_t j : at)
+            api::internal_check(slots[j] != slots[i], "decode_batch: a slot steps once");
+        ss.push_back(&slots[i]->p_->s);
         step_ids.push_back(id);
         at.push_back(i);
     }
+    if (ss.empty()) return;
+    std::vector<api::Tensor> logits;
     try {
-        decode_step(ss, step_ids, false);  // nothing reads a slot's activations after a decode
+        logits = api::decode_batch(ss, step_ids);
     } catch (const std::exception& e) {
         for (size_t i : at) (*errors)[i] = e.what();
         return;
     }
-    for (size_t i : at) slots[i]->p_->logits = &slots[i]->p_->s.logits();
+    for (size_t k = 0; k < at.size(); ++k) slots[at[k]]->p_->logits = std::move(logits[k]);
 }
 
 std::vector<TokenLogprob> Engine::prompt_logprobs(const std::vector<int64_t>& ids, int64_t top_n,
                                                   const Slot* slot) const {
-    const Model<Real>& m = p_->m;
-    const int64_t n = int64_t(ids.size()), V = m.cfg.vocab_size, d = m.cfg.hidden_size;
     std::vector<TokenLogprob> out;
-    if (n < 2) return out;
-    std::vector<Real> logits(size_t((n - 1) * V));
+    if (ids.size() < 2) return out;
+    api::ScoreResult r;
     if (echo_ == EchoMode::BLOCK || !slot) {
-        // The published evaluations' pass (spec §6.2): prompt[:-1], every row through the head.
-        check_inputs(m, ids.data(), 1, n - 1);
-        Activations<Real> a;
-        forward_layers(m, ids.data(), 1, n - 1, a);
-        linear_forward(logits.data(), a.final_hidden().ptr(), m.lw.head, m.w.head_b, n - 1, d, V);
+        // The published evaluations' pass (spec §6.2): block scoring of (ids[:1], ids[1:]), one
+        // pass over prompt[:-1].
+        api::ScoreOptions o;
+        o.mode = api::ScoreMode::BLOCK;
+        o.top_logprobs = top_n;
+        r = p_->m.score_ids({ids.front()}, {ids.begin() + 1, ids.end()}, o);
     } else {
-        const Activations<Real>& a = slot->p_->s.last();
-        PLDR_CHECK(a.S == n && slot->p_->s.tokens() == ids);
-        linear_forward(logits.data(), a.final_hidden().ptr(), m.lw.head, m.w.head_b, n - 1, d, V);
+        api::internal_check(slot->p_->s.tokens() == ids, "cached echo: the slot holds the prompt");
+        r = slot->p_->s.score_prompt(top_n);
     }
-    std::vector<double> scratch;
-    for (int64_t i = 1; i < n; ++i)
-        out.push_back(take(logits.data() + (i - 1) * V, V, ids[size_t(i)], top_n, scratch));
+    for (size_t i = 0; i < r.token_logprobs.size(); ++i)
+        out.push_back(token_logprob(ids[i + 1], r.token_logprobs[i],
+                                    i < r.top.size() ? r.top[i] : std::vector<api::TopLogprob>{}));
     return out;
 }
 
 Deductive Engine::deductive(const std::vector<int64_t>& ids, int64_t prefix_len) const {
-    const Model<Real>& m = p_->m;
-    const Config& c = m.cfg;
-    const int64_t n = int64_t(ids.size()), DD = c.head_dim * c.head_dim;
-    const int64_t hn = c.num_heads * DD;
-    PLDR_REQUIRE(n >= 1, "empty text: the deductive outputs need at least one token");
-    PLDR_REQUIRE(n <= ctx_, "text of ", n, " tokens is longer than the context (", ctx_, ")");
-    PLDR_REQUIRE(prefix_len >= 0 && prefix_len <= n, "prefix_len must be in [0, ", n, "], got ",
-                 prefix_len);
-    check_inputs(m, ids.data(), 1, n);
+    const api::ModelInfo& info = p_->m.info();
+    const int64_t n = int64_t(ids.size());
+    const int64_t hn = info.num_heads * info.head_dim * info.head_dim;
+    require(n >= 1, "empty text: the deductive outputs need at least one token");
+    require(n <= ctx_, "text of ", std::to_string(n), " tokens is longer than the context (",
+            std::to_string(ctx_), ")");
+    require(prefix_len >= 0 && prefix_len <= n, "prefix_len must be in [0, ", std::to_string(n),
+            "], got ", std::to_string(prefix_len));
+    check_ids(ids);
     Deductive d;
-    d.layers = c.num_layers;
-    d.heads = c.num_heads;
-    d.head_dim = c.head_dim;
+    d.layers = info.num_layers;
+    d.heads = info.num_heads;
+    d.head_dim = info.head_dim;
     d.tokens = n;
     d.prefix_len = prefix_len;
-    auto widen = [&](const Tensor<Real>& t) {
-        std::vector<double> v;
-        if (t.numel() >= hn) v.assign(t.data.begin(), t.data.begin() + hn);
-        return v;
-    };
-    auto gs = [&](int64_t len) {
-        Activations<Real> a;
-        forward_layers(m, ids.data(), 1, len, a);
-        std::vector<std::vector<double>> g;
-        for (const auto& la : a.layers) g.push_back(widen(la.G));
-        return std::make_pair(std::move(a), std::move(g));
-    };
-    auto full = gs(n);
-    const Activations<Real>& a = full.first;
-    const std::vector<std::vector<double>>& gfull = full.second;
-    for (const auto& la : a.layers) {
-        d.A.push_back(widen(la.A));
-        d.A_LM.push_back(widen(la.A_LM));
-        d.A_P.push_back(widen(la.A_P));
-        d.G.push_back(widen(la.G));
+    const api::ForwardResult r = p_->m.forward(ids);
+    for (int64_t l = 0; l < info.num_layers; ++l) {
+        d.A.push_back(head_values(r, l, "A", hn));
+        d.A_LM.push_back(head_values(r, l, "A_LM", hn));
+        d.A_P.push_back(head_values(r, l, "Ap", hn));
+        d.G.push_back(head_values(r, l, "G_LM", hn));
     }
-    if (prefix_len > 0 && prefix_len < n) {
-        const auto g0 = gs(prefix_len).second;
-        const int64_t steps = n - prefix_len;
-        d.eps_G.assign(size_t(steps), {});
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int64_t t = 0; t < steps; ++t) {
-            const auto g = t + 1 == steps ? gfull : gs(prefix_len + 1 + t).second;
-            std::vector<double> e;
-            for (int64_t l = 0; l < c.num_layers; ++l)
-                e.push_back(rel_rms(g[size_t(l)], g0[size_t(l)]));
-            d.eps_G[size_t(t)] = std::move(e);
-        }
-    }
+    if (prefix_len > 0 && prefix_len < n) d.eps_G = api::eps_g(p_->m, ids, prefix_len);
     return d;
 }
 

@@ -1,8 +1,9 @@
 // The serving engine: the one adapter between `pldr serve` and the model library. Everything the
 // server needs from a model goes through this interface (load, tokenization with per-token
 // pieces and offsets, slots with their own KV- and G-caches, a batched decode step, prompt
-// log-probabilities for echo, sampling, deductive outputs), so that moving the server onto
-// another model API means rewriting engine.cpp only. Compute dtype: float32.
+// log-probabilities for echo, sampling, deductive outputs), and engine.cpp implements it over
+// the public C++ API (include/pldr/pldr.hpp) only, as the CLI and the Python module do.
+// Compute dtype: float32.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,9 +33,10 @@ struct TokenLogprob {
 };
 
 // The deductive outputs of one text: per layer, [H,D,D] row-major in double; A, A_LM, A_P are
-// empty for fixed-G models. eps_G[t][l]: relative RMS difference between layer l's G_LM of the
-// first prefix_len + 1 + t tokens and that of the first prefix_len tokens (the operator a KVG
-// cache would keep frozen while the rest is generated).
+// empty for fixed-G models. eps_G[t][l]: `pldr audit`'s eps_G (api::eps_g) of layer l at the
+// first prefix_len + 1 + t tokens, RMS(G_u − G_c) / RMS(G_u) with G_u the G_LM of those tokens
+// (uncached) and G_c that of the first prefix_len tokens (the operator a KVG cache would keep
+// frozen while the rest is generated).
 struct Deductive {
     int64_t layers = 0, heads = 0, head_dim = 0, tokens = 0, prefix_len = 0;
     std::vector<std::vector<double>> A, A_LM, A_P, G;
@@ -93,7 +95,11 @@ class Engine {
     // detokenize(ids)), and the byte offset of each in that text.
     void pieces(const std::vector<int64_t>& ids, std::vector<std::string>* pieces,
                 std::vector<int64_t>* offsets) const;
-    std::string piece(int64_t id) const;  // SentencePiece piece string of one id
+    std::string piece(int64_t id) const;       // SentencePiece piece string of one id
+    std::string piece_text(int64_t id) const;  // the piece with "▁" as a space
+    // The text generated ids add after prompt (api::Tokenizer::continuation_text).
+    std::string continuation_text(const std::vector<int64_t>& prompt,
+                                  const std::vector<int64_t>& ids) const;
     // Throws pldr::Error unless every id lies in [0, vocab).
     void check_ids(const std::vector<int64_t>& ids) const;
 

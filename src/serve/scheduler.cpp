@@ -134,13 +134,10 @@ void Scheduler::sample_and_emit(Job& j) {
     const bool eos = j.stop_at_eos && t.id == e_.eos_id();
     // The text the generated tokens add after the prompt: decoded after the last prompt token,
     // so that a leading space is kept (a decoded text drops the space of its first piece).
-    std::vector<int64_t> ids = {j.prompt.back()};
+    std::vector<int64_t> ids;
     for (const auto& g : j.gen) ids.push_back(g.id);
     if (eos) ids.pop_back();
-    const std::string head = e_.detokenize({j.prompt.back()});
-    j.all = e_.detokenize(ids);
-    j.all = j.all.compare(0, head.size(), head) == 0 ? j.all.substr(head.size())
-                                                     : e_.detokenize({ids.begin() + 1, ids.end()});
+    j.all = e_.continuation_text({j.prompt.back()}, ids);
     // The first stop string found ends the text before it.
     size_t cut = std::string::npos;
     for (const auto& s : j.stop) {

@@ -389,16 +389,7 @@ void Server::submit(const std::vector<std::shared_ptr<Job>>& jobs) {
 
 // The key of an alternative in top_logprobs: its piece with the word marker as a space.
 std::string Server::key_of(int64_t id) const {
-    std::string p = e_.piece(id), out;
-    for (size_t i = 0; i < p.size();) {
-        if (p.compare(i, 3, "\xE2\x96\x81") == 0) {
-            out += ' ';
-            i += 3;
-        } else {
-            out += p[i++];
-        }
-    }
-    return out;
+    return e_.piece_text(id);
 }
 
 json Server::choice_logprobs(const Job& j, bool echo, int64_t base) const {
