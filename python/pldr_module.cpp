@@ -350,7 +350,7 @@ PYBIND11_MODULE(pldr, mod) {
         .def("reset", &api::Session::reset)
         .def_property_readonly("tokens", &api::Session::tokens)
         .def("__len__", &api::Session::length)
-        .def("save_g_cache", &api::Session::save_g_cache, py::arg("path"))
+        .def("save_g_cache", &api::Session::save_g_cache, py::arg("path"), py::arg("force") = false)
         .def("load_g_cache", &api::Session::load_g_cache, py::arg("path"))
         .def("g_cache",
              [](const api::Session& s) {
@@ -409,11 +409,12 @@ PYBIND11_MODULE(pldr, mod) {
     mod.def(
         "audit",
         [](const api::Model& m, std::vector<std::string> prompts, int64_t steps,
-           const std::string& out_dir) {
+           const std::string& out_dir, bool force) {
             api::AuditOptions o;
             for (auto& p : prompts) o.prompts.push_back({std::move(p), {}});
             o.steps = steps;
             o.out_dir = out_dir;
+            o.force = force;
             std::string json;
             {
                 py::gil_scoped_release nogil;
@@ -422,13 +423,14 @@ PYBIND11_MODULE(pldr, mod) {
             return py::module_::import("json").attr("loads")(json);
         },
         py::arg("model"), py::arg("prompts") = std::vector<std::string>{}, py::arg("steps") = 16,
-        py::arg("out_dir") = "", "The collapse audit (docs/audit.md): audit.json as a dict");
+        py::arg("out_dir") = "", py::arg("force") = false,
+        "The collapse audit (docs/audit.md): audit.json as a dict");
     mod.def(
         "train",
         [](const std::string& data_dir, const std::string& out_dir, const std::string& preset,
            const std::string& config, const std::string& resume, const std::string& dtype,
            int64_t steps, int64_t batch, int64_t ctx, uint64_t seed, double lr, int64_t warmup,
-           int64_t eval_every, int64_t save_every, const py::object& callback) {
+           int64_t eval_every, int64_t save_every, const py::object& callback, bool force) {
             api::TrainOptions o;
             o.data_dir = data_dir;
             o.out_dir = out_dir;
@@ -444,6 +446,7 @@ PYBIND11_MODULE(pldr, mod) {
             o.warmup = warmup;
             o.eval_every = eval_every;
             o.save_every = save_every;
+            o.force = force;
             PendingError pending;
             std::function<bool(const api::TrainStep&)> cb;
             if (!callback.is_none())
@@ -480,7 +483,7 @@ PYBIND11_MODULE(pldr, mod) {
         py::arg("resume") = "", py::arg("dtype") = "f32", py::arg("steps") = 1000,
         py::arg("batch") = 16, py::arg("ctx") = 0, py::arg("seed") = 1234, py::arg("lr") = 1e-3,
         py::arg("warmup") = -1, py::arg("eval_every") = 100, py::arg("save_every") = 500,
-        py::arg("callback") = py::none(),
+        py::arg("callback") = py::none(), py::arg("force") = false,
         "Trains (or resumes) on a prepared shard directory with checkpoints in out_dir; "
         "callback(step_dict) runs after every step, returning False stops (with a checkpoint)");
 }

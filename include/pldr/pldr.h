@@ -140,6 +140,7 @@ typedef struct pldr_train_options {
     double lr;
     double dag_a, dag_ap, dag_g; /* DAG loss coefficients */
     int64_t eval_every, eval_batches, save_every, stop_at;
+    int force; /* nonzero: out_dir may be another model directory or checkpoint (replaced) */
 } pldr_train_options;
 /* Defaults as pldr train: 1000 steps, batch 16, lr 1e-3, seed 1234, eval every 100 over 8
  * batches, checkpoints every 500. */

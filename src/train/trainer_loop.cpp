@@ -249,24 +249,22 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
                  "give only one of --preset and --config");
 
     {
-        // The output is this run's own checkpoint directory: never an input, never another
-        // model's directory.
+        // The output is this run's own checkpoint directory: never an input, and another
+        // model's directory only when forced.
         const bool own = resume && fs::exists(o.out_dir) && fs::exists(o.resume_dir) &&
                          fs::equivalent(o.out_dir, o.resume_dir);
         InputSet in;
         in.add_dir(o.data_dir);
         in.add_file(o.config_path);
         if (resume && !own) in.add_dir(o.resume_dir);
-        require_dir_not_input(o.out_dir, in, "--out",
-                              {"config.json", "model.safetensors", kTrainStateFile, "metrics.jsonl",
-                               "tokenizer.model"});
-        if (!o.metrics_path.empty()) require_not_input(o.metrics_path, in, "--metrics");
-        PLDR_REQUIRE(
-            !is_model_dir(o.out_dir) || fs::exists(fs::path(o.out_dir) / kTrainStateFile) ||
-                fs::exists(fs::path(o.out_dir) / ".ckpt-new"),
-            "--out ", o.out_dir,
-            " is a model directory that is not a pldr training checkpoint (no ", kTrainStateFile,
-            "); training would overwrite its model; choose another --out");
+        // The output rule (core/fs.h): a new directory, the checkpoint being resumed, or with
+        // force another model directory or checkpoint.
+        require_output_dir(o.out_dir, in, "--out",
+                           {"config.json", "model.safetensors", kTrainStateFile, "metrics.jsonl",
+                            "tokenizer.model"},
+                           o.force, resume ? o.resume_dir : "");
+        if (!o.metrics_path.empty())
+            require_output_file(o.metrics_path, in, "--metrics", o.force || own);
     }
     const std::string train_path = (fs::path(o.data_dir) / "train.pldrtok").string();
     const std::string valid_path = (fs::path(o.data_dir) / "valid.pldrtok").string();
@@ -433,6 +431,17 @@ TrainOutcome run_typed(TrainOptions o, const TrainHooks& hooks) {
     }
     PLDR_REQUIRE(o.eval_every >= 0 && o.eval_batches > 0 && o.save_every >= 0,
                  "--eval-every and --save-every must be >= 0, --eval-batches > 0");
+    {
+        // Every size the run derives from the options (core/error.h): the chunks of a step and
+        // of the whole run (the data position), the tokens of a step, a validation's chunks.
+        const int64_t per_step =
+            checked_mul(checked_mul(int64_t(P), o.batch, "ranks x --batch"), o.accum,
+                        "the chunks of a step (ranks x --batch x --accum)");
+        checked_mul(per_step, o.steps, "the run's chunks (--steps x ranks x --batch x --accum)");
+        checked_mul(per_step, o.ctx, "the tokens of a step (ranks x --batch x --accum x --ctx)");
+        checked_mul(checked_mul(int64_t(P), o.batch, "ranks x --batch"), o.eval_batches,
+                    "a validation's chunks (--eval-batches x ranks x --batch)");
+    }
     if (valid)
         PLDR_REQUIRE(valid->ctx() >= o.ctx, valid_path, ": packed in chunks of ", valid->ctx(),
                      " tokens, shorter than the training context ", o.ctx);

@@ -15,7 +15,7 @@ struct GenArgs {
     std::string dir, tokenizer, cache = "kvg", g_cache, save_g_cache, top_p_mode = "reference";
     std::vector<std::string> prompts, ids;
     int64_t max_new = 64;
-    bool greedy = false, json = false, no_eos_stop = false;
+    bool greedy = false, json = false, no_eos_stop = false, force = false;
     api::SamplingOptions sc;
     ModelOptions mo;
 };
@@ -25,11 +25,12 @@ int run_generate(const GenArgs& a) {
             "give prompts with -p TEXT or token ids with "
             "--ids, not both (and at least one)");
     const bool text = !a.prompts.empty();
-    api::Inputs()
-        .dir(a.dir)
-        .file(a.tokenizer)
-        .file(a.g_cache)
-        .check_file(a.save_g_cache, "--save-g-cache");
+    if (!a.save_g_cache.empty())  // the output rule (docs/errors.md "Outputs")
+        api::Inputs()
+            .dir(a.dir)
+            .file(a.tokenizer)
+            .file(a.g_cache)
+            .check_file(a.save_g_cache, "--save-g-cache", a.force);
     if (a.tokenizer.empty() && !api::file_exists(a.dir + "/tokenizer.model"))
         require(!text, "no tokenizer: ", a.dir,
                 " has no tokenizer.model (give --tokenizer FILE, or token ids with --ids)");
@@ -130,7 +131,7 @@ int run_generate(const GenArgs& a) {
         api::Session s(m, opt.cache);
         if (!a.g_cache.empty()) s.load_g_cache(a.g_cache);
         s.prefill(prompts[0]);
-        s.save_g_cache(a.save_g_cache);
+        s.save_g_cache(a.save_g_cache, a.force);
         std::fprintf(stderr, "saved the G-cache of prompt 0 to %s\n", a.save_g_cache.c_str());
     }
     return 0;
@@ -169,7 +170,9 @@ void add_generate(CLI::App& app) {
         ->check(CLI::IsMember({"kvg", "kv", "none"}))
         ->capture_default_str();
     cmd->add_option("--g-cache", a->g_cache, "run with the fixed operator of a saved G-cache");
-    cmd->add_option("--save-g-cache", a->save_g_cache, "save prompt 0's G-cache to this file");
+    cmd->add_option("--save-g-cache", a->save_g_cache, "save prompt 0's G-cache to this file")
+        ->check(output_path());
+    add_force(cmd, &a->force);
     cmd->add_flag("--no-eos-stop", a->no_eos_stop, "do not stop at EOS");
     cmd->add_flag("--json", a->json, "one JSON object per prompt on stdout (timings on stderr)");
     a->mo.add_to(cmd);

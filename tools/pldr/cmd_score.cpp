@@ -11,13 +11,19 @@ namespace {
 
 struct ScoreArgs {
     std::string dir, requests, out, mode = "block", tokenizer;
+    bool force = false;
     ModelOptions mo;
 };
 
 int run_score(const ScoreArgs& a) {
     api::ScoreOptions so;
     so.mode = api::score_mode_from_name(a.mode);
-    api::Inputs().dir(a.dir).file(a.requests).file(a.tokenizer).check_file(a.out, "--out");
+    if (!a.out.empty())  // the output rule (docs/errors.md "Outputs"); none: standard output
+        api::Inputs()
+            .dir(a.dir)
+            .file(a.requests)
+            .file(a.tokenizer)
+            .check_file(a.out, "--out", a.force);
     const std::string tp = a.tokenizer.empty() ? a.dir + "/tokenizer.model" : a.tokenizer;
     const bool have_tok = api::file_exists(tp);
     const api::Model m = a.mo.open(a.dir, have_tok ? tp : "");
@@ -70,7 +76,8 @@ void add_score(CLI::App& app) {
     cmd->add_option("--mode", a->mode, "block, sequential or cached")
         ->check(CLI::IsMember({"block", "sequential", "cached"}))
         ->capture_default_str();
-    cmd->add_option("--out", a->out, "output JSONL (default stdout)");
+    cmd->add_option("--out", a->out, "output JSONL (default stdout)")->check(output_path());
+    add_force(cmd, &a->force);
     cmd->add_option("--tokenizer", a->tokenizer,
                     "SentencePiece model (default MODEL_DIR/tokenizer.model)");
     a->mo.add_to(cmd);

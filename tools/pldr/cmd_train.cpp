@@ -158,7 +158,9 @@ void add_train(CLI::App& app) {
     pre->excludes(cfg);
     cmd->add_option("--data", o.data_dir, "shard directory from pldr prepare")->required();
     cmd->add_option("--out", o.out_dir, "checkpoint directory (a loadable model directory)")
-        ->required();
+        ->required()
+        ->check(output_path());
+    add_force(cmd, &o.force);
     cmd->add_option("--resume", o.resume_dir, "continue from this checkpoint directory");
     auto& m = a->maths;
     m["steps"] =
@@ -208,7 +210,8 @@ void add_train(CLI::App& app) {
     cmd->add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str();
     cmd->add_option("--save-every", o.save_every, "checkpoint period (0 = at the end / on stop)")
         ->capture_default_str();
-    cmd->add_option("--metrics", o.metrics_path, "metrics JSONL (default: OUT/metrics.jsonl)");
+    cmd->add_option("--metrics", o.metrics_path, "metrics JSONL (default: OUT/metrics.jsonl)")
+        ->check(output_path());
     cmd->add_option("--log-every", a->log_every, "log-line period when stdout is not a terminal")
         ->capture_default_str();
     cmd->add_option("--recompute", o.recompute,
