@@ -341,7 +341,7 @@ PYBIND11_MODULE(pldr, mod) {
         .def("reset", &api::Session::reset)
         .def_property_readonly("tokens", &api::Session::tokens)
         .def("__len__", &api::Session::length)
-        .def("save_g_cache", &api::Session::save_g_cache, py::arg("path"))
+        .def("save_g_cache", &api::Session::save_g_cache, py::arg("path"), py::arg("force") = false)
         .def("load_g_cache", &api::Session::load_g_cache, py::arg("path"))
         .def("g_cache",
              [](const api::Session& s) {
@@ -400,11 +400,12 @@ PYBIND11_MODULE(pldr, mod) {
     mod.def(
         "audit",
         [](const api::Model& m, std::vector<std::string> prompts, int64_t steps,
-           const std::string& out_dir) {
+           const std::string& out_dir, bool force) {
             api::AuditOptions o;
             for (auto& p : prompts) o.prompts.push_back({std::move(p), {}});
             o.steps = steps;
             o.out_dir = out_dir;
+            o.force = force;
             std::string json;
             {
                 py::gil_scoped_release nogil;
@@ -413,7 +414,8 @@ PYBIND11_MODULE(pldr, mod) {
             return py::module_::import("json").attr("loads")(json);
         },
         py::arg("model"), py::arg("prompts") = std::vector<std::string>{}, py::arg("steps") = 16,
-        py::arg("out_dir") = "", "The collapse audit (docs/audit.md): audit.json as a dict");
+        py::arg("out_dir") = "", py::arg("force") = false,
+        "The collapse audit (docs/audit.md): audit.json as a dict");
     mod.def(
         "train",
         [](const py::object& callback, const py::kwargs& kw) {

@@ -33,12 +33,14 @@ inline std::string slurp(const std::string& path) {
     return ss.str();
 }
 
-// Runs `pldr <args>` (args already shell-quoted as needed).
-inline Result run(const std::string& args) {
+// Runs `pldr <args>` (args already shell-quoted as needed), in the working directory `cwd`
+// ("" = this process's).
+inline Result run_in(const std::string& cwd, const std::string& args) {
     static int counter = 0;
     const std::string base = tmp_dir("cli") + "/run" + std::to_string(counter++);
-    const std::string cmd =
-        std::string(PLDR_BINARY_DIR) + "/pldr " + args + " >" + base + ".out 2>" + base + ".err";
+    const std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") +
+                            std::string(PLDR_BINARY_DIR) + "/pldr " + args + " >" + base +
+                            ".out 2>" + base + ".err";
     const int st = std::system(cmd.c_str());
     Result r;
     if (WIFEXITED(st)) {
@@ -49,6 +51,10 @@ inline Result run(const std::string& args) {
     r.out = slurp(base + ".out");
     r.err = slurp(base + ".err");
     return r;
+}
+
+inline Result run(const std::string& args) {
+    return run_in("", args);
 }
 
 inline int count_lines(const std::string& s) {

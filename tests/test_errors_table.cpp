@@ -159,6 +159,14 @@ std::string q8_config(const std::string& name, const json& quantization) {
 }
 const std::string kW3 = "decoder.dec_layers.1.ffn.gluw3.weight";
 
+// The working directory of the next command ("" = the test's): a case that runs pldr from
+// inside a model directory sets it through in_dir().
+std::string g_cwd;
+std::string in_dir(const std::string& dir, const std::string& args) {
+    g_cwd = dir;
+    return args;
+}
+
 std::string resume(const std::string& ck) {
     return "train --resume " + q(ck) + " --data " + q(data_dir()) + " --out " + q(ck);
 }
@@ -255,7 +263,58 @@ std::vector<Case> cases() {
                      return "train --config " + q(kLearned + "/config.json") + " --data " +
                             q(data_dir()) + " --out " + q(d) + " --steps 2 --batch 2";
                  },
-                 "is a model directory that is not a pldr training checkpoint"});
+                 "is a model directory; writing there would replace it"});
+    // --- the output rule: an empty path, an existing model directory or checkpoint ---
+    // Run from inside the model directory: an empty --out used to write there (collapse and
+    // convert replaced the model, exit 0), or nowhere (audit: "wrote /audit.json"), or crash
+    // (dump: exit 2).
+    c.push_back({"OVR-collapse-empty",
+                 [&] {
+                     auto d = copy_dir(kLearned, "ovr-e1");
+                     return in_dir(d, "collapse . --out ''");
+                 },
+                 "--out: is empty: give an output path"});
+    c.push_back({"OVR-convert-empty",
+                 [&] {
+                     auto d = copy_dir(kLearned, "ovr-e2");
+                     return in_dir(d, "convert . --dtype q8 --out ''");
+                 },
+                 "--out: is empty: give an output path"});
+    c.push_back({"OVR-audit-empty",
+                 [&] {
+                     auto d = copy_dir(kLearned, "ovr-e3");
+                     return in_dir(d, "audit . --steps 1 --cont-len 1 --out ''");
+                 },
+                 "--out: is empty: give an output path"});
+    c.push_back({"OVR-dump-empty",
+                 [&] {
+                     auto d = copy_dir(kLearned, "ovr-e4");
+                     return in_dir(d, "dump . --tokens 1,2,3 --out ''");
+                 },
+                 "--out: is empty: give an output path"});
+    c.push_back({"OVR-convert-model-dir",
+                 [&] {
+                     auto d = copy_dir(kLearned, "ovr-m1");
+                     return "convert " + q(kLearned) + " --dtype q8 --out " + q(d);
+                 },
+                 "is a model directory; writing there would replace it"});
+    c.push_back({"OVR-collapse-checkpoint",
+                 [&] { return "collapse " + q(kLearned) + " --out " + q(checkpoint("ovr-m2")); },
+                 "is a pldr training checkpoint; writing there would replace it"});
+    c.push_back({"OVR-train-checkpoint",
+                 [&] {
+                     return "train --config " + q(kLearned + "/config.json") + " --data " +
+                            q(data_dir()) + " --out " + q(checkpoint("ovr-m3")) +
+                            " --steps 2 --batch 2";
+                 },
+                 "is a pldr training checkpoint; writing there would replace it"});
+    c.push_back({"OVR-generate-gcache-model",
+                 [&] {
+                     auto d = copy_dir(kLearned, "ovr-m4");
+                     return "generate " + q(kLearned) + " --ids 1,2 -n 1 --greedy --save-g-cache " +
+                            q(d + "/model.safetensors");
+                 },
+                 "would replace a file of a model directory"});
     c.push_back({"OVR-train-config",
                  [&] {
                      auto d = copy_dir(kLearned, "ovr11");
@@ -278,6 +337,24 @@ std::vector<Case> cases() {
                      return "plot " + q(m) + " --out " + q(m);
                  },
                  "would overwrite the input"});
+    // --- sizes whose products or sums overflow int64 (core/error.h checked_mul, checked_add) ---
+    c.push_back({"SIZE-perplexity-batches-overflow",
+                 [&] {
+                     return "perplexity " + q(kLearned) + " --data " + q(data_dir()) +
+                            " --split train --batch 2 --batches 9223372036854775807";
+                 },
+                 "the batches' chunks (batches x batch) is too large: 9223372036854775807 x 2"});
+    c.push_back({"SIZE-train-eval-batches-overflow",
+                 [&] {
+                     fs::remove_all(work() + "/size-train");
+                     return "train --config " + q(kLearned + "/config.json") + " --data " +
+                            q(data_dir()) + " --out " + q(work() + "/size-train") +
+                            " --steps 2 --batch 4 --eval-batches 2305843009213693952";
+                 },
+                 "a validation's chunks (--eval-batches x ranks x --batch) is too large"});
+    c.push_back({"SIZE-generate-n-overflow",
+                 [&] { return "generate " + q(kLearned) + " --ids 1,2 -n 9223372036854775807"; },
+                 "the prompt plus -n new tokens is too large: 2 + 9223372036854775807"});
     // --- unbounded sizes ---
     // Beyond the config limits (model/config.h): refused by the validator; within them, the
     // loader compares the tensor count the config implies with the file before building names.
@@ -615,9 +692,12 @@ TEST(ErrorsTable, EveryRowGetsItsError) {
 #if defined(__SANITIZE_ADDRESS__)
         if (c.id == "EXIT-signal") continue;  // ASan reports the signal itself (with a stack)
 #endif
+        g_cwd.clear();
         const std::string args = c.args();
         cli_test::Result r;
-        if (c.env.empty()) {
+        if (!g_cwd.empty()) {
+            r = cli_test::run_in(g_cwd, args);
+        } else if (c.env.empty()) {
             r = cli_test::run(args);
         } else {
             // The simulated faults are switched on through the environment of this process.

@@ -249,8 +249,7 @@ TEST(LowpFormat, Q8InputsAreTheFormula) {
                 for (int64_t i = 0; i < xq.stride; ++i) {
                     const int8_t q = xq.qrow(n)[i];
                     ASSERT_EQ(q, i < I ? qr[size_t(i)] : 0) << I << " " << n << " " << i;
-                    ASSERT_EQ(xq.arow(n)[i], std::abs(int(q)));
-                    ASSERT_EQ((xq.negrow(n)[i / 64] >> (i % 64)) & 1, uint64_t(q < 0));
+                    ASSERT_NE(q, -128);  // the kernels negate inputs
                 }
                 for (int64_t blk = 0; blk < blocks; ++blk)
                     ASSERT_EQ(xq.srow(n)[blk], blk < nb ? sr[size_t(blk)] : 0.0f) << blk;
@@ -484,6 +483,60 @@ TEST(LowpKernels, Q8KernelsAreTheDecodeSemantics) {
             }
         }
     EXPECT_EQ(cases, 10 * 3 * 8);
+}
+
+// Every legal stored value, the extremes included: weights −128 … 127 (−128 is a legal I8 value
+// that the loader accepts) against quantized inputs −127 … 127 of either sign, on the kernel of
+// every instruction set this CPU has and through the dispatch (the streaming kernels, N ≤ 16, and
+// the GEMM over the dequantized weights, N = 17). With unit scales every product is an exact
+// integer below 2^24 in magnitude, so each path must give exactly Σ q_w·q_x. A sign trick that
+// negates the weights wraps −(−128) back to −128 in int8 and gives the wrong sign: such a kernel
+// fails here (the AVX2 and AVX-512 kernels did, before they put the sign on the inputs).
+TEST(LowpKernels, Q8KernelsTakeEveryStoredValue) {
+    const int64_t O = 258, I = 331;  // one whole group of 8 blocks, then 75 = 32 + 32 + 11
+    Packed k = make_packed({WeightFormat::Q8_0, O, I, false}, 11);
+    for (int64_t o = 0; o < O; ++o)
+        for (int64_t i = 0; i < I; ++i)  // row 0: all −128, row 1: all 127, then every value
+            k.p.q8[size_t(o * I + i)] = int8_t(o == 0   ? -128
+                                               : o == 1 ? 127
+                                                        : (o + 3 * i) % 256 - 128);
+    std::fill(k.p.scale.begin(), k.p.scale.end(), 1.0f);
+    for (int64_t N : {5, 17}) {
+        // Row 0: all −127, row 1: all 127, then every value, with ±127 first in each block so
+        // that every input scale is 1 and the quantized inputs are these integers.
+        std::vector<float> x(size_t(N * I));
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t i = 0; i < I; ++i)
+                x[size_t(n * I + i)] = float(n == 0        ? -127
+                                             : n == 1      ? 127
+                                             : i % 32 == 0 ? (i / 32 + n) % 2 ? 127 : -127
+                                                           : (7 * i + 31 * n) % 255 - 127);
+        qlinear::Q8Rows xq;
+        qlinear::q8_quantize_rows(x.data(), std::min<int64_t>(N, qlinear::kMaxRows), I, xq);
+        for (int64_t n = 0; n < xq.N; ++n)
+            for (int64_t i = 0; i < I; ++i) {
+                ASSERT_EQ(xq.qrow(n)[i], int8_t(x[size_t(n * I + i)]));
+                ASSERT_EQ(xq.srow(n)[i / 32], 1.0f);
+            }
+        std::vector<float> want(size_t(N * O));
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t o = 0; o < O; ++o) {
+                int64_t sum = 0;
+                for (int64_t i = 0; i < I; ++i)
+                    sum += int64_t(k.p.q8[size_t(o * I + i)]) * int64_t(x[size_t(n * I + i)]);
+                want[size_t(n * O + o)] = float(sum);
+                ASSERT_EQ(double(want[size_t(n * O + o)]), double(sum));  // exact in float32
+            }
+        EXPECT_EQ(want[0], float(-128 * -127 * I));  // the case the sign trick got wrong
+        if (N <= qlinear::kMaxRows) {
+            for (qlinear::Isa isa : cpu_isas())
+                EXPECT_EQ(q8_rows(isa, k, x, N, I, O), want) << qlinear::isa_name(isa);
+        }
+        std::vector<float> out(size_t(N * O), NAN);
+        linear_forward(out.data(), x.data(), k.p.view(), static_cast<const float*>(nullptr), N, I,
+                       O);
+        EXPECT_EQ(out, want) << "linear_forward N=" << N;
+    }
 }
 
 // A non-finite input makes the outputs of its row non-finite (the model names the tensor where

@@ -16,6 +16,7 @@
 #include "io/json_util.h"
 #include "io/param_names.h"
 #include "io/safetensors.h"
+#include "train/checkpoint.h"
 #include "train/shard.h"
 
 namespace fs = std::filesystem;
@@ -65,6 +66,65 @@ TEST(Reliability, RequireNotInputSeesPathsAndLinks) {
     EXPECT_FALSE(pldr::is_model_dir(d + "/model"));  // config.json without weights
     write(d + "/model/model.safetensors", "");
     EXPECT_TRUE(pldr::is_model_dir(d + "/model"));
+}
+
+// The output rule of every writer (core/fs.h require_output_file / require_output_dir): an empty
+// path is refused; an existing model directory or training checkpoint is written only with
+// force (a directory output that is one, a file output that replaces one of its files), except
+// the command's own checkpoint; new paths beside them are fine; the input check holds even
+// with force.
+TEST(Reliability, OutputRule) {
+    const std::string d = cli_test::tmp_dir("rel_rule");
+    fs::create_directories(d + "/model");
+    write(d + "/model/config.json", "{}");
+    write(d + "/model/model.safetensors", "");
+    fs::create_directories(d + "/ck");
+    write(d + "/ck/config.json", "{}");
+    write(d + "/ck/model.safetensors", "");
+    write(d + "/ck/" + std::string(pldr::kTrainStateFile), "");
+    fs::create_directories(d + "/half/.ckpt-new");  // a first checkpoint stopped in its swap
+    write(d + "/half/.ckpt-new/COMMIT", "1\n");
+    fs::create_directories(d + "/none/.ckpt-new");  // stopped before COMMIT: no checkpoint yet
+    write(d + "/file.txt", "x");
+    pldr::InputSet none, in;
+    in.add_dir(d + "/model");
+    EXPECT_ERROR_HAS(pldr::require_output_file("", none, "--out", false), "--out is empty");
+    EXPECT_ERROR_HAS(pldr::require_output_file("", none, "--out", true), "--out is empty");
+    EXPECT_ERROR_HAS(pldr::require_output_dir("", none, "--out", {}, true), "--out is empty");
+    EXPECT_NO_THROW(pldr::require_output_file("-", none, "--out", false));  // standard output
+    // Directories.
+    EXPECT_TRUE(pldr::is_checkpoint_dir(d + "/ck"));
+    EXPECT_TRUE(pldr::is_checkpoint_dir(d + "/half"));
+    EXPECT_FALSE(pldr::is_checkpoint_dir(d + "/model"));
+    EXPECT_FALSE(pldr::is_checkpoint_dir(d + "/none"));
+    EXPECT_NO_THROW(pldr::require_output_dir(d + "/none", none, "--out", {}, false));
+    EXPECT_ERROR_HAS(pldr::require_output_dir(d + "/model", none, "--out", {}, false),
+                     "--out " + d + "/model is a model directory; writing there would replace it");
+    EXPECT_ERROR_HAS(pldr::require_output_dir(d + "/ck", none, "--out", {}, false),
+                     "is a pldr training checkpoint; writing there would replace it");
+    EXPECT_ERROR_HAS(pldr::require_output_dir(d + "/half", none, "--out", {}, false),
+                     "is a pldr training checkpoint");
+    EXPECT_ERROR_HAS(pldr::require_output_dir(d + "/file.txt", none, "--out", {}, true),
+                     "is a file, not a directory");
+    EXPECT_NO_THROW(pldr::require_output_dir(d + "/model", none, "--out", {}, true));
+    EXPECT_NO_THROW(pldr::require_output_dir(d + "/ck", none, "--out", {}, false, d + "/ck"));
+    EXPECT_ERROR_HAS(pldr::require_output_dir(d + "/ck", none, "--out", {}, false, d + "/model"),
+                     "is a pldr training checkpoint");
+    EXPECT_NO_THROW(pldr::require_output_dir(d + "/fresh", none, "--out", {}, false));
+    EXPECT_NO_THROW(pldr::require_output_dir(d, none, "--out", {}, false));
+    EXPECT_ERROR_HAS(pldr::require_output_dir(d + "/model", in, "--out", {}, true),
+                     "is the input directory");
+    // Files: replacing a file of a model directory or checkpoint needs force; a new file there
+    // does not; an input never.
+    EXPECT_ERROR_HAS(pldr::require_output_file(d + "/ck/model.safetensors", none, "--out", false),
+                     "would replace a file of a pldr training checkpoint (" + d + "/ck)");
+    EXPECT_ERROR_HAS(pldr::require_output_file(d + "/model/config.json", none, "-o", false),
+                     "-o " + d + "/model/config.json would replace a file of a model directory");
+    EXPECT_NO_THROW(pldr::require_output_file(d + "/model/config.json", none, "--out", true));
+    EXPECT_NO_THROW(pldr::require_output_file(d + "/model/g.safetensors", none, "--out", false));
+    EXPECT_NO_THROW(pldr::require_output_file(d + "/file.txt", none, "--out", false));
+    EXPECT_ERROR_HAS(pldr::require_output_file(d + "/model/config.json", in, "--out", true),
+                     "would overwrite the input");
 }
 
 TEST(Reliability, AtomicWriteLeavesOnlyTheFile) {

@@ -28,19 +28,25 @@ void save_npy(const std::string& path, const Tensor& t);
 // An i64 tensor owning a copy of `ids`.
 Tensor int_tensor(std::vector<int64_t> shape, std::vector<int64_t> ids);
 
-// The inputs of a command; check_file / check_dir throw pldr::Error when an output would
-// replace one of them ("<flag> <out> would overwrite the input <input>"), through hard or
-// symbolic links too. A directory input stands for every file below it.
+// The inputs of a command, and the output rule every pldr writer applies (docs/errors.md
+// "Outputs"): check_file / check_dir throw pldr::Error when the output path is empty, when it
+// would replace one of the inputs ("<flag> <out> would overwrite the input <input>", through
+// hard or symbolic links too; a directory input stands for every file below it), and, unless
+// `force`, when it writes into an existing model directory or training checkpoint (an output
+// directory that is one, an output file that replaces one of its files). `own`: a checkpoint
+// the command may always rewrite (training that resumes into its own --out). "-" passes
+// check_file (standard output).
 class Inputs {
   public:
     Inputs();
     ~Inputs();
     Inputs& file(const std::string& path);  // "" is ignored
     Inputs& dir(const std::string& path);
-    void check_file(const std::string& out, const std::string& flag) const;
+    void check_file(const std::string& out, const std::string& flag, bool force = false) const;
     // An output directory, and the files `writes` it will get.
     void check_dir(const std::string& out, const std::string& flag,
-                   const std::vector<std::string>& writes = {}) const;
+                   const std::vector<std::string>& writes = {}, bool force = false,
+                   const std::string& own = "") const;
 
     struct Impl;
 

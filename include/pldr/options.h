@@ -109,6 +109,8 @@
       "shard directory from pldr prepare (train.pldrtok [+ valid.pldrtok])")                    \
     X(STR, out_dir, "", "", PLDR_TRAIN_CP, "--out",                                             \
       "checkpoint directory (a loadable model directory)")                                      \
+    X(BOOL, force, 0, "", PLDR_TRAIN_CP, "--force",                                               \
+      "out_dir may be an existing model directory or another training checkpoint (replaced)")      \
     X(STR, resume_dir, "", "", PLDR_TRAIN_CP, "--resume", "continue from this checkpoint")      \
     X(STR, device, "cpu", "", PLDR_TRAIN_CP, "--device",                                          \
       "where the model trains: cpu, or cuda[:N] (docs/gpu.md)")                                   \

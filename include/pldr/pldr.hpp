@@ -336,8 +336,10 @@ class Model {
 
     // Writes the model as a model directory (config.json + model.safetensors, stored as F32 or
     // F64), atomically; the tokenizer is not copied. Packed weights are written as their
-    // dequantized values (convert_model keeps a format).
-    void save(const std::string& dir, DType stored = DType::F32) const;
+    // dequantized values (convert_model keeps a format). The output rule of every writer
+    // (docs/errors.md "Outputs"): never the directory the model was loaded from, and an existing
+    // model directory or training checkpoint only with `force`.
+    void save(const std::string& dir, DType stored = DType::F32, bool force = false) const;
 
     struct Impl;
     explicit Model(std::shared_ptr<const Impl> impl);
@@ -376,7 +378,9 @@ class Session {
     std::vector<GCacheLayer> g_cache() const;
     // Runs every later call with a saved G-cache's fixed operator (before prefill).
     void load_g_cache(const std::string& path);
-    void save_g_cache(const std::string& path) const;
+    // Never a file of the model's own directory; a file of another model directory or training
+    // checkpoint only with `force` (the output rule, docs/errors.md "Outputs").
+    void save_g_cache(const std::string& path, bool force = false) const;
     // The deductive outputs of the last call (prefill: the whole prompt) under the golden naming.
     ForwardResult last_outputs() const;
     // Off: later calls keep no deductive outputs (last_outputs and score_prompt then throw),
@@ -496,6 +500,7 @@ struct AuditOptions {
     std::string truthfulqa;
     int64_t items = 0;
     std::string out_dir;  // writes audit.json and report.html when not empty
+    bool force = false;   // out_dir may be an existing model directory or training checkpoint
 };
 struct AuditResult {
     std::string json, html, summary;  // audit.json, report.html, the printed summary
@@ -538,6 +543,7 @@ struct TokenizerTrainOptions {
     int num_threads = 0;                    // 0 = every core
     unsigned seed = 0;
     bool verbose = false;  // SentencePiece's log on stderr
+    bool force = false;    // may replace a file of a model directory or training checkpoint
 };
 void train_tokenizer(const TokenizerTrainOptions& opt);
 
@@ -553,6 +559,7 @@ struct PrepareOptions {
     std::vector<std::string> valid_files;
     std::string output_dir;
     int num_threads = 0;  // 0 = the OpenMP default
+    bool force = false;   // output_dir may be an existing model directory or training checkpoint
 };
 struct SplitStats {
     int64_t documents = 0, tokens = 0, chunks = 0, dropped_tokens = 0;
@@ -603,14 +610,21 @@ ModelComparison compare_models(const Model& a, const Model& b, const std::vector
 //          as NAME.q8 (I8 [O,I]) and NAME.q8_scale (F32 [O,ceil(I/32)]), config.json
 //          "quantization": {"method": "q8_0", "block": 32}.
 // Everything else (embedding lookup, LayerNorms, biases, PLGA operator, metric learner) is
-// float32. tokenizer.model is copied; files are written atomically; out_dir must not be dir.
+// float32. tokenizer.model is copied; files are written atomically; out_dir must not be dir, and
+// may be an existing model directory or training checkpoint only with `force` (docs/errors.md
+// "Outputs").
+//
+// A stored q8 value may be any int8, −128 included (pldr writes ±127 at most, as above; other
+// writers may use −128): the loader accepts it and every kernel multiplies it exactly (the
+// vector kernels take the weights as |q| ≤ 128 and put their sign on the inputs, which the
+// input quantizer keeps within ±127).
 struct ConvertResult {
     std::string dtype;  // "f32" | "bf16" | "q8_0"
     int64_t packed_tensors = 0, packed_params = 0, packed_bytes = 0;
     int64_t bytes_in = 0, bytes_out = 0;  // tensor bytes of the weights read and written
 };
 ConvertResult convert_model(const std::string& dir, const std::string& out_dir,
-                            const std::string& dtype);
+                            const std::string& dtype, bool force = false);
 
 // ---- Training --------------------------------------------------------------------------------
 

@@ -609,7 +609,8 @@ void Session::load_g_cache(const std::string& path) {
         s.set_g_cache(::pldr::load_g_cache<T>(path, s.model().cfg));
     });
 }
-void Session::save_g_cache(const std::string& path) const {
+void Session::save_g_cache(const std::string& path, bool force) const {
+    require_output_file(path, inputs_of(impl_->model), "the G-cache path", force);
     impl_->visit([&](const auto& s) {
         PLDR_REQUIRE(s.length() > 0, "no G-cache before prefill");
         ::pldr::save_g_cache(s.g_cache(), s.model().cfg, path);

@@ -75,6 +75,7 @@ BenchStats stats(const std::vector<double>& v) {
 void save_bench_model(const std::string& config, const std::string& dir, int64_t context) {
     PLDR_REQUIRE(context >= 2 && context <= (int64_t(1) << 20), "context ", context,
                  " is outside [2, 1048576]");
+    require_output_dir(dir, {}, "the benchmark model's directory", {}, true);  // "", a file
     PLDR_REQUIRE(!is_model_dir(dir), dir,
                  " already holds a model; the benchmark model goes to a new or empty directory");
     ::pldr::Model<float> m(perf::bench_config(config, context));

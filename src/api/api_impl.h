@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/tensor.h"
 #include "infer/session.h"
 #include "io/tokenizer.h"
@@ -85,6 +86,9 @@ struct Model::Impl {
 };
 
 const Model::Impl& impl_of(const Model& m);
+// The inputs a writer given this model must not replace (the output rule, core/fs.h): the
+// directory it was loaded from (files.cpp).
+::pldr::InputSet inputs_of(const Model& m);
 
 // The ModelInfo of an internal model loaded from `dir` in precision `dtype`.
 template <typename T>

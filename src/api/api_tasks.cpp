@@ -120,6 +120,12 @@ AuditResult audit(const Model& m, const AuditOptions& opt) {
     PLDR_REQUIRE(opt.steps >= 1, "--steps must be >= 1");
     PLDR_REQUIRE(opt.cont_len >= 1, "--cont-len must be >= 1");
     PLDR_REQUIRE(opt.pad >= 0, "--pad must be >= 0");
+    if (!opt.out_dir.empty()) {  // checked before the audit runs
+        ::pldr::InputSet inputs = inputs_of(m);
+        inputs.add_file(opt.truthfulqa);
+        require_output_dir(opt.out_dir, inputs, "out_dir", {"audit.json", "report.html"},
+                           opt.force);
+    }
     ::pldr::audit::AuditInputs in;
     for (const auto& p : opt.prompts) {
         if (!p.ids.empty()) {
@@ -198,6 +204,7 @@ TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
     t.fixed_g_identity = o.fixed_g_identity;
     t.data_dir = o.data_dir;
     t.out_dir = o.out_dir;
+    t.force = o.force;
     t.resume_dir = o.resume_dir;
     t.metrics_path = o.metrics_path;
     t.dtype = name_of(o.dtype);

@@ -52,6 +52,13 @@ void train_tokenizer(const TokenizerTrainOptions& opt) {
     o.num_threads = opt.num_threads;
     o.seed = opt.seed;
     o.verbose = opt.verbose;
+    {
+        ::pldr::InputSet in;
+        for (const auto& f : opt.input_files) in.add_file(f);
+        require_output_path(opt.output_prefix, "output_prefix");
+        for (const char* ext : {".model", ".vocab"})
+            require_output_file(opt.output_prefix + ext, in, "output_prefix", opt.force);
+    }
     ::pldr::train_tokenizer(o);
 }
 
@@ -83,8 +90,10 @@ ModelDirInfo inspect_model_dir(const std::string& dir) {
     return r;
 }
 
-void Model::save(const std::string& dir, DType stored) const {
+void Model::save(const std::string& dir, DType stored, bool force) const {
     PLDR_REQUIRE(stored == DType::F32 || stored == DType::F64, "a model is stored as f32 or f64");
+    require_output_dir(dir, inputs_of(*this), "the output directory",
+                       {"config.json", "model.safetensors"}, force);
     impl_of(*this).visit([&](const auto& m) {
         save_model(m, dir, stored == DType::F64 ? ::pldr::DType::F64 : ::pldr::DType::F32);
     });
@@ -93,7 +102,7 @@ void Model::save(const std::string& dir, DType stored) const {
 // ---- Low-precision weights -------------------------------------------------------------------
 
 ConvertResult convert_model(const std::string& dir, const std::string& out_dir,
-                            const std::string& dtype) {
+                            const std::string& dtype, bool force) {
     WeightFormat f;
     if (dtype == "f32" || dtype == "float32")
         f = WeightFormat::DENSE;
@@ -103,7 +112,7 @@ ConvertResult convert_model(const std::string& dir, const std::string& out_dir,
         f = WeightFormat::Q8_0;
     else
         fail("convert: dtype must be f32, bf16 or q8 (got '", dtype, "')");
-    const ConvertStats st = convert_model_dir(dir, out_dir, f);
+    const ConvertStats st = convert_model_dir(dir, out_dir, f, force);
     ConvertResult r;
     r.dtype = weight_format_name(f);
     r.packed_tensors = st.packed_tensors;
@@ -127,6 +136,14 @@ PrepareStats prepare_corpus(const PrepareOptions& opt) {
     o.valid_files = opt.valid_files;
     o.output_dir = opt.output_dir;
     o.num_threads = opt.num_threads;
+    {
+        ::pldr::InputSet in;
+        in.add_file(opt.tokenizer_path);
+        for (const auto& f : opt.input_files) in.add_file(f);
+        for (const auto& f : opt.valid_files) in.add_file(f);
+        require_output_dir(opt.output_dir, in, "output_dir",
+                           {"train.pldrtok", "valid.pldrtok", "meta.json"}, opt.force);
+    }
     const ::pldr::PrepareStats st = ::pldr::prepare_corpus(o);
     const int64_t pad = ::pldr::Tokenizer(opt.tokenizer_path).pad_id();
     auto split = [&](const ::pldr::SplitStats& s, const char* file) {
@@ -163,7 +180,10 @@ ShardEval evaluate_shard(const Model& model, const std::string& path, int64_t ba
         auto& mm = const_cast<::pldr::Model<T>&>(m);
         TrainConfig tc;
         Trainer<T> tr(mm, tc);
-        const int64_t nb = batches > 0 ? batches : (shard.num_chunks() + batch - 1) / batch;
+        const int64_t nb =
+            batches > 0
+                ? batches
+                : checked_add(shard.num_chunks(), batch - 1, "the chunks plus --batch") / batch;
         const EvalResult e = ::pldr::evaluate_shard(tr, shard, ctx, batch, nb);
         ShardEval r;
         r.ctx = ctx;

@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 
+#include "core/error.h"
 #include "pldr/pldr.hpp"
 
 struct pldr_model {
@@ -314,7 +315,8 @@ pldr_status pldr_forward_tensor(const pldr_model* m, const int64_t* ids, int64_t
         need(name, "name");
         need(n_out, "n_out");
         if (batch < 1 || seq < 1) throw ArgError{"batch and seq must be >= 1"};
-        const auto r = m->m.forward(std::vector<int64_t>(ids, ids + batch * seq), batch);
+        const auto r = m->m.forward(
+            std::vector<int64_t>(ids, ids + pldr::checked_mul(batch, seq, "batch x seq")), batch);
         const auto& t = r.get(name);
         *n_out = t.numel();
         if (shape && ndim) {
@@ -344,8 +346,9 @@ pldr_status pldr_loss_and_grad(const pldr_model* m, const int64_t* tokens, int64
         need(tokens, "tokens");
         need(loss, "loss");
         if (batch < 1 || seq < 2) throw ArgError{"batch must be >= 1 and seq >= 2"};
-        const auto r =
-            m->m.loss_and_grads(std::vector<int64_t>(tokens, tokens + batch * seq), batch);
+        const auto r = m->m.loss_and_grads(
+            std::vector<int64_t>(tokens, tokens + pldr::checked_mul(batch, seq, "batch x seq")),
+            batch);
         *loss = r.loss.value;
         if (!grads) return;
         need(grad_name, "grad_name");

@@ -81,12 +81,19 @@ Inputs& Inputs::dir(const std::string& path) {
     impl_->in.add_dir(path);
     return *this;
 }
-void Inputs::check_file(const std::string& out, const std::string& flag) const {
-    ::pldr::require_not_input(out, impl_->in, flag);
+void Inputs::check_file(const std::string& out, const std::string& flag, bool force) const {
+    ::pldr::require_output_file(out, impl_->in, flag, force);
 }
 void Inputs::check_dir(const std::string& out, const std::string& flag,
-                       const std::vector<std::string>& writes) const {
-    ::pldr::require_dir_not_input(out, impl_->in, flag, writes);
+                       const std::vector<std::string>& writes, bool force,
+                       const std::string& own) const {
+    ::pldr::require_output_dir(out, impl_->in, flag, writes, force, own);
+}
+
+::pldr::InputSet inputs_of(const Model& m) {
+    ::pldr::InputSet in;
+    in.add_dir(m.info().dir);
+    return in;
 }
 
 }  // namespace pldr::api

@@ -2,6 +2,7 @@
 // the CLI turns it into one line on stderr and exit code 1. PLDR_CHECK guards invariants: it
 // throws pldr::InternalError (a bug, exit code 2; docs/errors.md).
 #pragma once
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -36,6 +37,24 @@ std::string cat(const A&... a) {
 template <typename... A>
 [[noreturn]] void fail(const A&... a) {
     throw Error(cat(a...));
+}
+
+// Checked int64 arithmetic for every size a user sets and every size derived from them
+// (batches × batch, prompt + max_new, steps × batch × accum, batch × seq, ...): the exact
+// result, or pldr::Error naming the quantity when it does not fit in 64 bits; a wrapped product
+// would pass the range checks after it and give a silently wrong result (docs/errors.md, the
+// SIZE-*-overflow rows).
+inline int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        fail(what, " is too large: ", a, " x ", b, " does not fit in 64 bits");
+    return r;
+}
+inline int64_t checked_add(int64_t a, int64_t b, const char* what) {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        fail(what, " is too large: ", a, " + ", b, " does not fit in 64 bits");
+    return r;
 }
 
 }  // namespace pldr

@@ -184,6 +184,61 @@ void require_dir_not_input(const std::string& out, const InputSet& in, const std
         require_not_input((fs::path(out) / w).string(), in, flag + " " + out + ":");
 }
 
+bool is_checkpoint_dir(const std::string& dir) {
+    std::error_code ec;
+    const fs::path d(dir);
+    // The names of train/checkpoint.h (kTrainStateFile, the transaction folder and its marker);
+    // core sits below train; Reliability.OutputRule checks the state file's name. A folder
+    // without its COMMIT marker is an interrupted first write, which opening discards: no
+    // checkpoint yet.
+    return fs::is_directory(d, ec) && (fs::exists(d / "train_state.safetensors", ec) ||
+                                       fs::exists(d / ".ckpt-new" / "COMMIT", ec));
+}
+
+namespace {
+
+// "a model directory" / "a training checkpoint" for an existing one, else "".
+std::string model_kind(const std::string& dir) {
+    if (is_checkpoint_dir(dir)) return "a pldr training checkpoint";
+    if (is_model_dir(dir)) return "a model directory";
+    return "";
+}
+
+}  // namespace
+
+void require_output_path(const std::string& out, const std::string& flag) {
+    PLDR_REQUIRE(!out.empty(), flag,
+                 " is empty: give an output path (an empty one would write into the current "
+                 "directory)");
+}
+
+void require_output_file(const std::string& out, const InputSet& in, const std::string& flag,
+                         bool force) {
+    require_output_path(out, flag);
+    if (out == "-") return;
+    require_not_input(out, in, flag);
+    std::error_code ec;
+    if (force || !fs::exists(fs::symlink_status(out, ec)) || ec) return;
+    const std::string dir = parent_of(out), kind = model_kind(dir);
+    PLDR_REQUIRE(kind.empty(), flag, " ", out, " would replace a file of ", kind, " (", dir,
+                 "); choose another path, or force it (--force)");
+}
+
+void require_output_dir(const std::string& out, const InputSet& in, const std::string& flag,
+                        const std::vector<std::string>& writes, bool force,
+                        const std::string& own) {
+    require_output_path(out, flag);
+    std::error_code ec;
+    PLDR_REQUIRE(!fs::exists(out, ec) || fs::is_directory(out, ec), flag, " ", out,
+                 " is a file, not a directory");
+    require_dir_not_input(out, in, flag, writes);
+    if (force) return;
+    if (!own.empty() && make_entry(out).exists && same(make_entry(out), make_entry(own))) return;
+    const std::string kind = model_kind(out);
+    PLDR_REQUIRE(kind.empty(), flag, " ", out, " is ", kind,
+                 "; writing there would replace it; choose a new directory, or force it (--force)");
+}
+
 bool is_model_dir(const std::string& dir) {
     std::error_code ec;
     const fs::path d(dir);

@@ -47,5 +47,27 @@ void require_dir_not_input(const std::string& out, const InputSet& in, const std
 // True when `dir` is an existing directory holding a model (config.json with model.safetensors
 // or model.safetensors.index.json).
 bool is_model_dir(const std::string& dir);
+// True when `dir` is an existing directory holding a pldr training checkpoint, complete
+// (train_state.safetensors, train/checkpoint.h) or in an interrupted swap (.ckpt-new/COMMIT).
+bool is_checkpoint_dir(const std::string& dir);
+
+// The output rule, the one every writer applies (the CLI's commands, the C++, C and Python APIs;
+// docs/errors.md "Outputs"):
+//   - an output path must be given: "" is an error naming the flag (a file written to "" or a
+//     directory "" would land in the current directory);
+//   - it never replaces an input (require_not_input, require_dir_not_input);
+//   - an output directory is not an existing file;
+//   - writing into an existing model directory or training checkpoint needs `force`: for an
+//     output directory, being one; for an output file, replacing an existing file of one.
+//     The exception is the command's own checkpoint `own` (training that resumes into its --out),
+//     which it may always rewrite.
+// `flag` names the output in the messages ("--out", "out_dir"); "-" (standard output) passes.
+void require_output_file(const std::string& out, const InputSet& in, const std::string& flag,
+                         bool force);
+// The first clause alone, for an output that is not one path (a prefix of several files).
+void require_output_path(const std::string& out, const std::string& flag);
+void require_output_dir(const std::string& out, const InputSet& in, const std::string& flag,
+                        const std::vector<std::string>& writes, bool force,
+                        const std::string& own = "");
 
 }  // namespace pldr

@@ -103,8 +103,9 @@ void check_generation_fits(const Model<T>& m, const std::vector<int64_t>& prompt
     PLDR_REQUIRE(!prompt.empty(), "empty prompt: give at least one token");
     PLDR_REQUIRE(max_new >= 1, "-n must be >= 1 (got ", max_new, ")");
     check_inputs(m, prompt.data(), 1, int64_t(prompt.size()));
-    PLDR_REQUIRE(int64_t(prompt.size()) + max_new <= m.cfg.max_position, "prompt of ",
-                 prompt.size(), " tokens plus ", max_new,
+    PLDR_REQUIRE(checked_add(int64_t(prompt.size()), max_new, "the prompt plus -n new tokens") <=
+                     m.cfg.max_position,
+                 "prompt of ", prompt.size(), " tokens plus ", max_new,
                  " new tokens is longer than the context (max_position_embeddings ",
                  m.cfg.max_position, ")");
 }

@@ -222,13 +222,14 @@ void save_model(const Model<T>& m, const std::string& dir, DType dtype, bool kee
     save_model_dir(dir, c, w);
 }
 
-ConvertStats convert_model_dir(const std::string& dir, const std::string& out, WeightFormat f) {
+ConvertStats convert_model_dir(const std::string& dir, const std::string& out, WeightFormat f,
+                               bool force) {
     PLDR_CHECK(f == WeightFormat::DENSE || f == WeightFormat::BF16 || f == WeightFormat::Q8_0);
     {
         InputSet in;
         in.add_dir(dir);
-        require_dir_not_input(out, in, "the output directory",
-                              {"config.json", "model.safetensors", "tokenizer.model"});
+        require_output_dir(out, in, "the output directory",
+                           {"config.json", "model.safetensors", "tokenizer.model"}, force);
     }
     ConvertStats st;
     std::string tokenizer;

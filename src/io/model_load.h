@@ -47,11 +47,13 @@ void save_model(const Model<T>& m, const std::string& dir, DType dtype = DType::
 
 // pldr convert: reads the model directory `dir` (any stored format) and writes it to `out` with
 // the linear weights as `f` (DENSE = every tensor F32; BF16; Q8_0), tokenizer.model copied.
-// Returns the bytes of the packed weights (0 for DENSE).
+// Returns the bytes of the packed weights (0 for DENSE). `out` follows the output rule
+// (core/fs.h require_output_dir): an existing model directory or checkpoint only with `force`.
 struct ConvertStats {
     int64_t packed_tensors = 0, packed_numel = 0, packed_bytes = 0;
     int64_t in_bytes = 0, out_bytes = 0;  // size of the weights file(s) read and written
 };
-ConvertStats convert_model_dir(const std::string& dir, const std::string& out, WeightFormat f);
+ConvertStats convert_model_dir(const std::string& dir, const std::string& out, WeightFormat f,
+                               bool force = false);
 
 }  // namespace pldr

@@ -91,18 +91,13 @@ void q8_quantize_rows(const float* x, int64_t N, int64_t I, Q8Rows& out) {
     const size_t bytes = size_t(N * out.stride);
     // Sized once and reused (a decode step quantizes the inputs of every linear layer); the
     // padding is rewritten below, as the previous call may have had another I.
-    if (out.q.size() < bytes) {
-        out.q.resize(bytes);
-        out.aq.resize(bytes);
-        out.neg.resize(bytes / 64);
-    }
+    if (out.q.size() < bytes) out.q.resize(bytes);
     if (out.scale.size() < size_t(N * out.blocks)) out.scale.resize(size_t(N * out.blocks));
     // Written so that the loops vectorize (no libm call, integer reductions): the same values as
     // q8_quantize_row, which the tests check.
     for (int64_t n = 0; n < N; ++n) {
         const float* xr = x + n * I;
         int8_t* q = out.q.data() + n * out.stride;
-        uint8_t* aq = out.aq.data() + n * out.stride;
         float* sc = out.scale.data() + n * out.blocks;
         for (int64_t blk = 0; blk < nb; ++blk) {
             const int64_t i0 = blk * kQ8Block, i1 = std::min(I, i0 + kQ8Block);
@@ -133,15 +128,6 @@ void q8_quantize_rows(const float* x, int64_t N, int64_t I, Q8Rows& out) {
         }
         std::fill(q + I, q + out.stride, int8_t(0));
         std::fill(sc + nb, sc + out.blocks, 0.0f);
-        for (int64_t i = 0; i < out.stride; ++i) aq[i] = uint8_t(q[i] < 0 ? -q[i] : q[i]);
-        // The sign bits, 8 bytes at a time: the top bit of each byte moved to bit 0, then the
-        // multiply gathers bit 8k into bit 56 + k.
-        uint8_t* neg = reinterpret_cast<uint8_t*>(out.neg.data() + n * (out.stride / 64));
-        for (int64_t j = 0; j < out.stride / 8; ++j) {
-            uint64_t w;
-            std::memcpy(&w, q + 8 * j, 8);
-            neg[j] = uint8_t((((w >> 7) & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56);
-        }
     }
 }
 

@@ -63,25 +63,22 @@ void rows_bf16_scalar(float* out, const float* in, const LinearWeight<float>& W,
 // scale = max|x| / 127 and q = round(x / scale), half away from zero, within ±127, 0 for an
 // all-zero block; a block holding a non-finite input gets scale NaN (and q = 0), so that the
 // products it enters are NaN. Stored padded for the vector kernels: `blocks` = q8_blocks(I)
-// rounded up to a multiple of kQ8Group, `stride` = 32·blocks bytes per row, zeros past I (q,
-// |q|, the sign bits) and past q8_blocks(I) (scales).
+// rounded up to a multiple of kQ8Group, `stride` = 32·blocks bytes per row, zeros past I (q) and
+// past q8_blocks(I) (scales). The inputs are never −128, so the vector kernels negate them
+// exactly; the weights may be (a legal stored value), and are only ever taken as |q_w| ≤ 128.
 inline constexpr int64_t kQ8Group = 8;  // blocks per float32 accumulator vector (8 lanes)
 struct Q8Rows {
     int64_t N = 0, I = 0, blocks = 0, stride = 0;
-    std::vector<int8_t> q;      // [N, stride]
-    std::vector<uint8_t> aq;    // |q|, [N, stride]
-    std::vector<uint64_t> neg;  // bit j of word k: q[64k + j] < 0, [N, stride / 64]
-    std::vector<float> scale;   // [N, blocks]
+    std::vector<int8_t> q;     // [N, stride]
+    std::vector<float> scale;  // [N, blocks]
     const int8_t* qrow(int64_t n) const { return q.data() + n * stride; }
-    const uint8_t* arow(int64_t n) const { return aq.data() + n * stride; }
-    const uint64_t* negrow(int64_t n) const { return neg.data() + n * (stride / 64); }
     const float* srow(int64_t n) const { return scale.data() + n * blocks; }
 };
 void q8_quantize_rows(const float* x, int64_t N, int64_t I, Q8Rows& out);
 
 // out[n·O + o] = Σ_blk float(isum) · (scale_w · scale_x) (+ b[o]) for o in [o0, o1) and every
 // input row n < x.N ≤ kMaxRows, where isum = Σ_{i in blk} q_w[o][i] · q_x[n][i] is the exact
-// int32 dot product of block blk (|isum| ≤ 32·127², so float(isum) is exact) and W is Q8_0.
+// int32 dot product of block blk (|isum| ≤ 32·128·127, so float(isum) is exact) and W is Q8_0.
 // The float32 sum has one fixed order on every instruction set, so all give the same bits: 8
 // partial sums, a_j over the blocks blk ≡ j (mod 8) in increasing order, each step
 // a_j = fma(float(isum), scale_w · scale_x, a_j) (the scale product rounded to float32 first);

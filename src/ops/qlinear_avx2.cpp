@@ -5,13 +5,18 @@
 //
 // q8_0 weights, q8_0 inputs (ops/qlinear.h Q8Rows): for one row of W and up to four input rows,
 // groups of 8 blocks (256 weights): per block the exact int32 sum Σ q_w·q_x, by the sign trick
-// (vpmaddubsw takes an unsigned and a signed operand: |q_x| times q_w with the sign of q_x, in
-// int16 pairs ≤ 2·127², then vpmaddwd by ones to int32), the 8 blocks' lanes added into one
+// (vpmaddubsw takes an unsigned and a signed operand: |q_w| times q_x with the sign of q_w, in
+// int16 pairs ≤ 2·128·127, then vpmaddwd by ones to int32), the 8 blocks' lanes added into one
 // vector of 8 block sums (vphaddd), then one FMA per group into the row's 8 float32 lanes
 // (lane j: the blocks ≡ j mod 8, the order of rows_q8_scalar). The last group of a row, when it
 // holds fewer than 256 weights, is copied into a zero-padded buffer (the inputs are zero past I).
 // A row of W is a few KB, so it is read from memory once and from L1 for the following input
 // rows.
+//
+// The sign goes onto the inputs, never onto the weights: a stored weight may be −128 (a legal I8
+// value the loader accepts), whose negation wraps back to −128 in int8, while |−128| = 128 is
+// exact as the unsigned operand, and the inputs are within ±127 (Q8Rows), so negating them is
+// exact.
 #include "ops/qlinear.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -32,15 +37,15 @@ namespace {
 using simd::hsum8;
 
 // The exact int32 sums of 8 blocks of one input row: w[k] the 32 weights of block k (zero past
-// the row), xq / xa the row's 256 signed / absolute input values. Lane k of the result: block k.
-PLDR_AVX2 inline __m256i q8_block_sums(const __m256i* w, const int8_t* xq, const uint8_t* xa) {
+// the row), wa[k] their absolute values (as unsigned bytes: 128 for −128), xq the row's 256
+// input values. Lane k of the result: block k.
+PLDR_AVX2 inline __m256i q8_block_sums(const __m256i* w, const __m256i* wa, const int8_t* xq) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i p[8];
     for (int k = 0; k < 8; ++k) {
         const __m256i s =
-            _mm256_sign_epi8(w[k], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq) + k));
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa) + k);
-        p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(a, s), ones);  // 8 lanes of block k
+            _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq) + k), w[k]);
+        p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(wa[k], s), ones);  // 8 lanes of block k
     }
     // Per 128-bit half h: [Σ lanes 4h..4h+3 of p0, p1, p2, p3], then of p4..p7.
     const __m256i h03 =
@@ -74,11 +79,13 @@ PLDR_AVX2 void q8_row(const int8_t* qw, const float* sw, const Q8Rows& x, int64_
                 _mm256_cmpgt_epi32(_mm256_set1_epi32(int(nb - g * kQ8Group)), lane);
             swv = _mm256_maskload_ps(sw + g * kQ8Group, live);
         }
-        __m256i w[8];
-        for (int k = 0; k < 8; ++k)
+        __m256i w[8], wa[8];
+        for (int k = 0; k < 8; ++k) {
             w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp) + k);
+            wa[k] = _mm256_abs_epi8(w[k]);
+        }
         for (int r = 0; r < R; ++r) {
-            const __m256i s = q8_block_sums(w, x.qrow(n0 + r) + i0, x.arow(n0 + r) + i0);
+            const __m256i s = q8_block_sums(w, wa, x.qrow(n0 + r) + i0);
             const __m256 d = _mm256_mul_ps(swv, _mm256_loadu_ps(x.srow(n0 + r) + g * kQ8Group));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[r]);
         }

@@ -3,9 +3,10 @@
 // x86-64; qlinear::isa() calls them only on a CPU with AVX-512 F, BW, VL and VNNI.
 //
 // For one row of W and up to four input rows, groups of 8 blocks (256 weights, four 64-byte
-// vectors): vpdpbusd multiplies unsigned by signed bytes, so each input row is stored as |q_x|
-// (Q8Rows::aq) and its sign goes onto the weights through a mask (Q8Rows::neg: q_w negated where
-// q_x < 0, exact as |q_w| ≤ 127), then vpdpbusd sums each 4 products into one int32 lane: lanes
+// vectors): vpdpbusd multiplies unsigned by signed bytes, so the weights go in as |q_w| (128 for
+// a stored −128, exact as an unsigned byte) and their sign goes onto the inputs through a mask
+// (q_x negated where q_w < 0, exact as the inputs are within ±127; negating a weight of −128
+// would wrap back to −128), then vpdpbusd sums each 4 products into one int32 lane: lanes
 // 0–7 of a vector hold block 2k, lanes 8–15 block 2k + 1. Those 64 lanes are added into the 8
 // exact block sums (two rounds of 128-bit shuffles and adds, one of 64-bit unpacks, one of
 // 32-bit swaps, a permute), then one FMA per group into the row's 8 float32 lanes, as in
@@ -34,14 +35,15 @@ namespace {
 
 using simd::hsum8;
 
-// The exact int32 sums of 8 blocks of one input row: w[k] the weights of blocks 2k and 2k + 1
-// (zero past the row), xa the row's 256 values |q_x|, neg their sign bits. Lane k: block k.
-PLDR_AVX512 inline __m256i block_sums(const __m512i* w, const uint8_t* xa, const uint64_t* neg) {
+// The exact int32 sums of 8 blocks of one input row: wa[k] the absolute weights of blocks 2k and
+// 2k + 1 (zero past the row), wneg[k] their sign bits, xq the row's 256 input values. Lane k:
+// block k.
+PLDR_AVX512 inline __m256i block_sums(const __m512i* wa, const __mmask64* wneg, const int8_t* xq) {
     const __m512i zero = _mm512_setzero_si512();
     __m512i p[4];
     for (int k = 0; k < 4; ++k) {
-        const __m512i ws = _mm512_mask_sub_epi8(w[k], _cvtu64_mask64(neg[k]), zero, w[k]);
-        p[k] = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(xa + 64 * k), ws);
+        const __m512i x = _mm512_loadu_si512(xq + 64 * k);
+        p[k] = _mm512_dpbusd_epi32(zero, wa[k], _mm512_mask_sub_epi8(x, wneg[k], zero, x));
     }
     // 128-bit lanes: p[k] = [b(2k).lo, b(2k).hi, b(2k+1).lo, b(2k+1).hi] (4 int32 each).
     // s03 lane j = 4 partial sums of block j, s47 lane j = of block 4 + j.
@@ -86,8 +88,14 @@ PLDR_AVX512 void q8_row(const int8_t* qw, const float* sw, const Q8Rows& x, int6
             const __mmask8 live = __mmask8((1u << (nb - g * kQ8Group)) - 1);
             swv = _mm256_maskz_loadu_ps(live, sw + g * kQ8Group);
         }
+        __m512i wa[4];
+        __mmask64 wneg[4];
+        for (int k = 0; k < 4; ++k) {
+            wa[k] = _mm512_abs_epi8(w[k]);
+            wneg[k] = _mm512_movepi8_mask(w[k]);
+        }
         for (int r = 0; r < R; ++r) {
-            const __m256i s = block_sums(w, x.arow(n0 + r) + i0, x.negrow(n0 + r) + i0 / 64);
+            const __m256i s = block_sums(wa, wneg, x.qrow(n0 + r) + i0);
             const __m256 d = _mm256_mul_ps(swv, _mm256_loadu_ps(x.srow(n0 + r) + g * kQ8Group));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[r]);
         }

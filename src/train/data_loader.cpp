@@ -77,7 +77,8 @@ EvalResult evaluate_shard(Trainer<T>& trainer, const ShardReader& shard, int64_t
     PLDR_REQUIRE(shard.ctx() >= ctx, shard.path(), ": packed for ctx ", shard.ctx(),
                  ", shorter than the training context ", ctx);
     PLDR_REQUIRE(B > 0 && max_batches > 0, "validation needs a positive batch and batch count");
-    const int64_t n = std::min(shard.num_chunks(), max_batches * B);
+    const int64_t n = std::min(
+        shard.num_chunks(), checked_mul(max_batches, B, "the batches' chunks (batches x batch)"));
     EvalResult r;
     std::vector<int64_t> buf;
     double ce_sum = 0, dA = 0, dAp = 0, dG = 0, dag_loss = 0;

@@ -272,23 +272,22 @@ void check_output_options(const TrainOptions& o) {
                  "give exactly one of --preset and --config");
     PLDR_REQUIRE(o.preset.empty() || o.config_path.empty(),
                  "give only one of --preset and --config");
-    // The output is this run's own checkpoint directory: never an input, never another model's
-    // directory.
+    // The output is this run's own checkpoint directory: never an input, and another model's
+    // directory only when forced.
     const bool own = resume && fs::exists(o.out_dir) && fs::exists(o.resume_dir) &&
                      fs::equivalent(o.out_dir, o.resume_dir);
     InputSet in;
     in.add_dir(o.data_dir);
     in.add_file(o.config_path);
     if (resume && !own) in.add_dir(o.resume_dir);
-    require_dir_not_input(
-        o.out_dir, in, "--out",
-        {"config.json", "model.safetensors", kTrainStateFile, "metrics.jsonl", "tokenizer.model"});
-    if (!o.metrics_path.empty()) require_not_input(o.metrics_path, in, "--metrics");
-    PLDR_REQUIRE(!is_model_dir(o.out_dir) || fs::exists(fs::path(o.out_dir) / kTrainStateFile) ||
-                     fs::exists(fs::path(o.out_dir) / ".ckpt-new"),
-                 "--out ", o.out_dir,
-                 " is a model directory that is not a pldr training checkpoint (no ",
-                 kTrainStateFile, "); training would overwrite its model; choose another --out");
+    // The output rule (core/fs.h): a new directory, the checkpoint being resumed, or with force
+    // another model directory or checkpoint.
+    require_output_dir(o.out_dir, in, "--out",
+                       {"config.json", "model.safetensors", kTrainStateFile, "metrics.jsonl",
+                        "tokenizer.model"},
+                       o.force, resume ? o.resume_dir : "");
+    if (!o.metrics_path.empty())
+        require_output_file(o.metrics_path, in, "--metrics", o.force || own);
 }
 
 }  // namespace pldr

@@ -180,6 +180,17 @@ void check_run_options(TrainOptions& o, const Shards& data, const Config& cfg,
     }
     PLDR_REQUIRE(o.eval_every >= 0 && o.eval_batches > 0 && o.save_every >= 0,
                  "--eval-every and --save-every must be >= 0, --eval-batches > 0");
+    {
+        // Every size the run derives from the options (core/error.h): the chunks of a step and
+        // of the whole run (the data position), the tokens of a step, a validation's chunks.
+        const int64_t per_step =
+            checked_mul(checked_mul(int64_t(P), o.batch, "ranks x --batch"), o.accum,
+                        "the chunks of a step (ranks x --batch x --accum)");
+        checked_mul(per_step, o.steps, "the run's chunks (--steps x ranks x --batch x --accum)");
+        checked_mul(per_step, o.ctx, "the tokens of a step (ranks x --batch x --accum x --ctx)");
+        checked_mul(checked_mul(int64_t(P), o.batch, "ranks x --batch"), o.eval_batches,
+                    "a validation's chunks (--eval-batches x ranks x --batch)");
+    }
     if (data.valid)
         PLDR_REQUIRE(data.valid->ctx() >= o.ctx, data.valid_path, ": packed in chunks of ",
                      data.valid->ctx(), " tokens, shorter than the training context ", o.ctx);

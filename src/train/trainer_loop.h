@@ -23,8 +23,9 @@ struct TrainOptions {
     std::string out_dir;            // checkpoint directory (gets a copy of the shards'
                                     // tokenizer.model when meta.json names one)
     std::string resume_dir;         // continue from this checkpoint ("" = new run)
-    std::string metrics_path;       // "" = <out_dir>/metrics.jsonl
-    std::string dtype = "f32";      // compute (and checkpoint) precision
+    bool force = false;         // out_dir may be another model directory or checkpoint (core/fs.h)
+    std::string metrics_path;   // "" = <out_dir>/metrics.jsonl
+    std::string dtype = "f32";  // compute (and checkpoint) precision
     // "reference": the reference's float32 islands inside float64 (model.h); "exact": pure
     // float64 (the data-parallel equivalence test needs it: a float32 rounding of q, k or the
     // DAG terms turns a summation-order difference of 1e-16 into one of 1e-8).

@@ -12,6 +12,7 @@ namespace {
 struct AuditArgs {
     std::string dir, out, prompts, text, tqa;
     int64_t items = 5;
+    bool force = false;
     api::AuditOptions opt;
     ModelOptions mo;
 };
@@ -37,7 +38,7 @@ std::string trim(std::string s) {
 int run_audit_cmd(const AuditArgs& a) {
     require(api::file_exists(a.dir + "/config.json"), "model directory ", a.dir, " not found");
     api::Inputs().dir(a.dir).file(a.prompts).file(a.text).file(a.tqa).check_dir(
-        a.out, "--out", {"audit.json", "report.html"});
+        a.out, "--out", {"audit.json", "report.html"}, a.force);
     const api::Model m = a.mo.open(a.dir);
     const std::string tok_path = a.dir + "/tokenizer.model";
     const bool tok = m.has_tokenizer();
@@ -88,6 +89,7 @@ int run_audit_cmd(const AuditArgs& a) {
         o.items = a.items;
     }
     o.out_dir = a.out;
+    o.force = a.force;
     const api::AuditResult r = api::audit(m, o);
     std::fputs(r.summary.c_str(), stdout);
     if (!o.truthfulqa.empty()) std::printf("  (TruthfulQA items from %s)\n", tqa.c_str());
@@ -102,7 +104,10 @@ void add_audit(CLI::App& app) {
     auto* cmd = app.add_subcommand(
         "audit", "the paper's collapse measurements: audit.json and report.html (docs/audit.md)");
     cmd->add_option("MODEL_DIR", a->dir, "model directory")->required();
-    cmd->add_option("--out", a->out, "output directory (audit.json, report.html)")->required();
+    cmd->add_option("--out", a->out, "output directory (audit.json, report.html)")
+        ->required()
+        ->check(output_path());
+    add_force(cmd, &a->force);
     cmd->add_option("--prompts", a->prompts,
                     "one prompt per line: text (needs tokenizer.model) or comma-separated ids; "
                     "default: a built-in set");

@@ -38,7 +38,7 @@ struct BenchArgs {
     double min_time = -1;
     int64_t batch = 8, prompt_prefill = 128, prompt_decode = 32, n_new = 64, context = 1024;
     int64_t train_batch = 8, train_seq = 256;
-    bool no_isolate = false, check_bandwidth = false;
+    bool no_isolate = false, check_bandwidth = false, force = false;
 };
 
 api::BenchOptions options_of(const BenchArgs& a) {
@@ -257,6 +257,8 @@ int run_bench(const BenchArgs& a) {
     }
     require(a.dir.empty() != a.config.empty(), "bench: give a MODEL_DIR or --config S|M|110M");
     api::check_device(a.device);
+    if (!a.json_path.empty())  // the output rule, before the runs (docs/errors.md "Outputs")
+        api::Inputs().dir(a.dir).check_file(a.json_path, "--json", a.force);
     if (!a.save_model.empty()) {
         require(!a.config.empty(), "--save-model writes the random model of --config");
         api::save_bench_model(a.config, a.save_model, a.context);
@@ -375,7 +377,8 @@ void add_bench(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--save-model", a->save_model,
                     "with --config: write its random model to DIR (a model directory) and exit; "
-                    "pldr bench DIR then measures it loaded from the file");
+                    "pldr bench DIR then measures it loaded from the file")
+        ->check(output_path());
     cmd->add_option("--only", a->only, "workloads: prefill,decode,train")->capture_default_str();
     cmd->add_option("--caches", a->caches, "decode cache modes at batch 1")->capture_default_str();
     cmd->add_option("--batch", a->batch, "decode batch (kvg) besides batch 1; 1 = none")
@@ -415,7 +418,9 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--output", a->output, "md or json")
         ->check(CLI::IsMember({"md", "json"}))
         ->capture_default_str();
-    cmd->add_option("--json", a->json_path, "also write the JSON report to FILE (atomically)");
+    cmd->add_option("--json", a->json_path, "also write the JSON report to FILE (atomically)")
+        ->check(output_path());
+    add_force(cmd, &a->force);
     cmd->add_flag("--no-isolate", a->no_isolate,
                   "run every workload in this process (peak RSS is then cumulative)");
     cmd->add_flag("--check-bandwidth", a->check_bandwidth,

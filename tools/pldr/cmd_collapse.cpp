@@ -13,6 +13,7 @@ namespace {
 struct CollapseArgs {
     std::string dir, out, prompt, ids, text, eval_ids, save_dtype = "f32";
     int64_t window = 256;
+    bool force = false;
     ModelOptions mo;
 };
 
@@ -21,7 +22,8 @@ int run_collapse(const CollapseArgs& a) {
         api::Inputs in;
         in.dir(a.dir);
         in.file(a.text);
-        in.check_dir(a.out, "--out", {"config.json", "model.safetensors", "tokenizer.model"});
+        in.check_dir(a.out, "--out", {"config.json", "model.safetensors", "tokenizer.model"},
+                     a.force);
     }
     const std::string tok_path = a.dir + "/tokenizer.model";
     const api::Model m = a.mo.open(a.dir);
@@ -41,7 +43,7 @@ int run_collapse(const CollapseArgs& a) {
         how = "none needed: the model already has a fixed G_LM (exact no-op)";
     }
     const api::Model c = api::collapse(m, g_prompt);
-    c.save(a.out, a.save_dtype == "f64" ? api::DType::F64 : api::DType::F32);
+    c.save(a.out, a.save_dtype == "f64" ? api::DType::F64 : api::DType::F32, a.force);
     if (m.has_tokenizer())
         api::write_file_atomic(a.out + "/tokenizer.model", api::read_file(tok_path));
     std::printf(
@@ -75,7 +77,8 @@ void add_collapse(CLI::App& app) {
     auto* cmd = app.add_subcommand(
         "collapse", "turn a PLGA model into its fixed-G_LM model and measure the difference");
     cmd->add_option("MODEL_DIR", a->dir, "model directory")->required();
-    cmd->add_option("--out", a->out, "output model directory")->required();
+    cmd->add_option("--out", a->out, "output model directory")->required()->check(output_path());
+    add_force(cmd, &a->force);
     cmd->add_option("--prompt", a->prompt, "take G_LM from this prompt's prefill");
     cmd->add_option("--ids", a->ids, "take G_LM from these token ids' prefill");
     cmd->add_option("--text", a->text, "text file for the KL / top-1 comparison");

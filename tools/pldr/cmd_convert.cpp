@@ -11,15 +11,17 @@ namespace {
 
 struct ConvertArgs {
     std::string dir, out, dtype;
+    bool force = false;
 };
 
 int run_convert(const ConvertArgs& a) {
     {
         api::Inputs in;
         in.dir(a.dir);
-        in.check_dir(a.out, "--out", {"config.json", "model.safetensors", "tokenizer.model"});
+        in.check_dir(a.out, "--out", {"config.json", "model.safetensors", "tokenizer.model"},
+                     a.force);
     }
-    const api::ConvertResult r = api::convert_model(a.dir, a.out, a.dtype);
+    const api::ConvertResult r = api::convert_model(a.dir, a.out, a.dtype, a.force);
     std::printf("converted %s → %s: linear weights %s", a.dir.c_str(), a.out.c_str(),
                 r.dtype.c_str());
     if (r.packed_tensors > 0)
@@ -43,7 +45,8 @@ void add_convert(CLI::App& app) {
                     "int8 in blocks of 32 with a float32 scale (q8_0)")
         ->required()
         ->check(CLI::IsMember({"f32", "bf16", "q8"}));
-    cmd->add_option("--out", a->out, "output model directory")->required();
+    cmd->add_option("--out", a->out, "output model directory")->required()->check(output_path());
+    add_force(cmd, &a->force);
     cmd->callback([a]() { return run_convert(*a); });
 }
 

@@ -13,6 +13,7 @@ namespace {
 struct DumpArgs {
     std::string dir, out, prompt;
     std::vector<std::string> tokens;
+    bool force = false;
     ModelOptions mo;
 };
 
@@ -26,9 +27,9 @@ int run_dump(const DumpArgs& a) {
     api::Inputs in;
     in.dir(a.dir);
     if (st)
-        in.check_file(a.out, "--out");
+        in.check_file(a.out, "--out", a.force);
     else
-        in.check_dir(a.out, "--out");
+        in.check_dir(a.out, "--out", {}, a.force);
     int64_t B = 1, S = 0;
     std::vector<int64_t> ids;
     if (!a.prompt.empty()) {
@@ -95,7 +96,9 @@ void add_dump(CLI::App& app) {
                     "FILE.safetensors (one file; also any existing non-directory), or any other "
                     "path: a directory (created) with one NAME.npy per tensor (e.g. "
                     "fwd.layer0.G_LM.npy, fwd.input_ids.npy)")
-        ->required();
+        ->required()
+        ->check(output_path());
+    add_force(cmd, &a->force);
     a->mo.add_to(cmd);
     cmd->callback([a]() { return run_dump(*a); });
 }

@@ -13,6 +13,7 @@ namespace {
 struct EvalArgs {
     std::string dir, task, data, labels, out, mode = "block", tokenizer;
     int64_t limit = 0;
+    bool force = false;
     ModelOptions mo;
 };
 
@@ -20,12 +21,13 @@ int run_eval(const EvalArgs& a) {
     const api::ScoreMode mode = api::score_mode_from_name(a.mode);
     require(a.task == "truthfulqa" || a.task == "piqa" || a.task == "perplexity", "unknown task '",
             a.task, "' (known: truthfulqa, piqa, perplexity)");
-    api::Inputs()
-        .dir(a.dir)
-        .file(a.data)
-        .file(a.labels)
-        .file(a.tokenizer)
-        .check_file(a.out, "--out");
+    if (!a.out.empty())
+        api::Inputs()
+            .dir(a.dir)
+            .file(a.data)
+            .file(a.labels)
+            .file(a.tokenizer)
+            .check_file(a.out, "--out", a.force);
     const std::string tp = a.tokenizer.empty() ? a.dir + "/tokenizer.model" : a.tokenizer;
     require(api::file_exists(tp), "eval needs a tokenizer: ", tp, " not found");
     const api::Model m = a.mo.open(a.dir, tp);
@@ -98,7 +100,8 @@ void add_eval(CLI::App& app) {
     cmd->add_option("--mode", a->mode, "block, sequential or cached")
         ->check(CLI::IsMember({"block", "sequential", "cached"}))
         ->capture_default_str();
-    cmd->add_option("--out", a->out, "per-item JSONL output");
+    cmd->add_option("--out", a->out, "per-item JSONL output")->check(output_path());
+    add_force(cmd, &a->force);
     cmd->add_option("--limit", a->limit, "score only the first N items");
     cmd->add_option("--tokenizer", a->tokenizer,
                     "SentencePiece model (default MODEL_DIR/tokenizer.model)");

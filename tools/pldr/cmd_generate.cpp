@@ -15,7 +15,7 @@ namespace {
 struct GenArgs {
     std::string dir, tokenizer, save_g_cache;
     std::vector<std::string> prompts, ids;
-    bool json = false;
+    bool json = false, force = false;
     api::GenerateOptions opt;  // the flags of PLDR_GENERATE_OPTIONS (pldr/options.h)
     ModelOptions mo;
 };
@@ -25,11 +25,12 @@ int run_generate(const GenArgs& a) {
             "give prompts with -p TEXT or token ids with "
             "--ids, not both (and at least one)");
     const bool text = !a.prompts.empty();
-    api::Inputs()
-        .dir(a.dir)
-        .file(a.tokenizer)
-        .file(a.opt.g_cache_file)
-        .check_file(a.save_g_cache, "--save-g-cache");
+    if (!a.save_g_cache.empty())  // the output rule (docs/errors.md "Outputs")
+        api::Inputs()
+            .dir(a.dir)
+            .file(a.tokenizer)
+            .file(a.opt.g_cache_file)
+            .check_file(a.save_g_cache, "--save-g-cache", a.force);
     if (a.tokenizer.empty() && !api::file_exists(a.dir + "/tokenizer.model"))
         require(!text, "no tokenizer: ", a.dir,
                 " has no tokenizer.model (give --tokenizer FILE, or token ids with --ids)");
@@ -123,7 +124,7 @@ int run_generate(const GenArgs& a) {
         api::Session s(m, opt.cache);
         if (!opt.g_cache_file.empty()) s.load_g_cache(opt.g_cache_file);
         s.prefill(prompts[0]);
-        s.save_g_cache(a.save_g_cache);
+        s.save_g_cache(a.save_g_cache, a.force);
         std::fprintf(stderr, "saved the G-cache of prompt 0 to %s\n", a.save_g_cache.c_str());
     }
     return 0;
@@ -140,7 +141,9 @@ void add_generate(CLI::App& app) {
     cmd->add_option("--tokenizer", a->tokenizer,
                     "SentencePiece model (default MODEL_DIR/tokenizer.model)");
     add_option_flags(cmd, a->opt);
-    cmd->add_option("--save-g-cache", a->save_g_cache, "save prompt 0's G-cache to this file");
+    cmd->add_option("--save-g-cache", a->save_g_cache, "save prompt 0's G-cache to this file")
+        ->check(output_path());
+    add_force(cmd, &a->force);
     cmd->add_flag("--json", a->json, "one JSON object per prompt on stdout (timings on stderr)");
     a->mo.add_to(cmd);
     cmd->callback([a]() { return run_generate(*a); });

@@ -11,6 +11,7 @@ namespace {
 struct GradArgs {
     std::string dir, out, dag;
     std::vector<std::string> tokens;
+    bool force = false;
     ModelOptions mo;
 };
 
@@ -27,7 +28,7 @@ api::Tensor scalar(double v, api::DType dt) {
 }
 
 int run_grad(const GradArgs& a) {
-    api::Inputs().dir(a.dir).check_file(a.out, "--out");
+    api::Inputs().dir(a.dir).check_file(a.out, "--out", a.force);
     int64_t B = 0, S1 = 0;
     std::vector<int64_t> tok = rows_to_batch(a.tokens, &B, &S1);
     const api::DagCoefficients dag = a.dag.empty() ? api::DagCoefficients{} : parse_dag(a.dag);
@@ -62,7 +63,8 @@ void add_grad(CLI::App& app) {
                     "for a batch")
         ->required();
     cmd->add_option("--dag", a->dag, "DAG coefficients c_A,c_Ap,c_G (default 0,0,0)");
-    cmd->add_option("--out", a->out, "output .safetensors file")->required();
+    cmd->add_option("--out", a->out, "output .safetensors file")->required()->check(output_path());
+    add_force(cmd, &a->force);
     a->mo.add_to(cmd);
     cmd->callback([a]() { return run_grad(*a); });
 }

@@ -17,6 +17,7 @@ struct PlotArgs {
     int64_t smooth = 0;
     int width = 900, height = 560;
     std::vector<std::string> hlines;  // "VALUE" or "VALUE:LABEL"
+    bool force = false;
 };
 
 // (train, valid) colours per file.
@@ -38,7 +39,8 @@ void add_plot(CLI::App& app) {
     auto a = std::make_shared<PlotArgs>();
     auto* cmd = app.add_subcommand("plot", "plot the loss curves of metrics files (PNG or SVG)");
     cmd->add_option("METRICS", a->files, "metrics .jsonl files written by pldr train")->required();
-    cmd->add_option("--out", a->out, "output .png or .svg")->required();
+    cmd->add_option("--out", a->out, "output .png or .svg")->required()->check(output_path());
+    add_force(cmd, &a->force);
     cmd->add_option("--label", a->labels, "a label per metrics file (default: its folder)");
     cmd->add_option("--title", a->title, "plot title")->capture_default_str();
     cmd->add_option("--smooth", a->smooth,
@@ -55,7 +57,7 @@ void add_plot(CLI::App& app) {
         {
             api::Inputs in;
             for (const auto& f : a->files) in.file(f);
-            in.check_file(a->out, "--out");
+            in.check_file(a->out, "--out", a->force);
         }
         PlotSpec spec;
         spec.title = a->title;

@@ -30,7 +30,9 @@ void add_prepare(CLI::App& app) {
     cmd->add_option("--tokenizer", a->o.tokenizer_path, "SentencePiece .model file")->required();
     cmd->add_option("--out", a->o.output_dir,
                     "output directory (train.pldrtok, valid.pldrtok, meta.json)")
-        ->required();
+        ->required()
+        ->check(output_path());
+    add_force(cmd, &a->o.force);
     cmd->add_option("--ctx", a->o.ctx, "chunk length in tokens (the model sees ctx - 1)")
         ->capture_default_str();
     auto* vf = cmd->add_option("--valid-fraction", a->o.valid_fraction,
@@ -50,7 +52,8 @@ void add_prepare(CLI::App& app) {
             in.file(a->o.tokenizer_path);
             for (const auto& f : a->o.input_files) in.file(f);
             for (const auto& f : a->o.valid_files) in.file(f);
-            in.check_dir(a->o.output_dir, "--out", {"train.pldrtok", "valid.pldrtok", "meta.json"});
+            in.check_dir(a->o.output_dir, "--out", {"train.pldrtok", "valid.pldrtok", "meta.json"},
+                         a->o.force);
         }
         const api::PrepareStats st = api::prepare_corpus(a->o);
         std::printf("prepared %s: vocab %lld, ctx %lld, %lld empty documents skipped\n",

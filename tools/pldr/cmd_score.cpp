@@ -14,12 +14,18 @@ namespace {
 struct ScoreArgs {
     std::string dir, requests, out, tokenizer;
     api::ScoreOptions so;  // the flags of PLDR_SCORE_OPTIONS (pldr/options.h)
+    bool force = false;
     ModelOptions mo;
 };
 
 int run_score(const ScoreArgs& a) {
     const api::ScoreOptions& so = a.so;
-    api::Inputs().dir(a.dir).file(a.requests).file(a.tokenizer).check_file(a.out, "--out");
+    if (!a.out.empty())  // the output rule (docs/errors.md "Outputs"); none: standard output
+        api::Inputs()
+            .dir(a.dir)
+            .file(a.requests)
+            .file(a.tokenizer)
+            .check_file(a.out, "--out", a.force);
     const std::string tp = a.tokenizer.empty() ? a.dir + "/tokenizer.model" : a.tokenizer;
     const bool have_tok = api::file_exists(tp);
     const api::Model m = a.mo.open(a.dir, have_tok ? tp : "");
@@ -79,7 +85,8 @@ void add_score(CLI::App& app) {
     cmd->add_option("--requests", a->requests, "JSONL: {context, continuation} or token ids")
         ->required();
     add_option_flags(cmd, a->so);
-    cmd->add_option("--out", a->out, "output JSONL (default stdout)");
+    cmd->add_option("--out", a->out, "output JSONL (default stdout)")->check(output_path());
+    add_force(cmd, &a->force);
     cmd->add_option("--tokenizer", a->tokenizer,
                     "SentencePiece model (default MODEL_DIR/tokenizer.model)");
     a->mo.add_to(cmd);

@@ -35,7 +35,9 @@ void add_tokenizer(CLI::App& app) {
     tr->add_option("--input", ta->o.input_files, "UTF-8 text files (one sentence per line)")
         ->required();
     tr->add_option("--out", ta->o.output_prefix, "output prefix: writes PREFIX.model, PREFIX.vocab")
-        ->required();
+        ->required()
+        ->check(output_path());
+    add_force(tr, &ta->o.force);
     tr->add_option("--vocab-size", ta->o.vocab_size, "vocabulary size")->required();
     tr->add_option("--model-type", ta->o.model_type, "unigram, bpe, char or word")
         ->check(CLI::IsMember({"unigram", "bpe", "char", "word"}))
@@ -53,7 +55,7 @@ void add_tokenizer(CLI::App& app) {
             api::Inputs in;
             for (const auto& f : ta->o.input_files) in.file(f);
             for (const char* ext : {".model", ".vocab"})
-                in.check_file(ta->o.output_prefix + ext, "--out");
+                in.check_file(ta->o.output_prefix + ext, "--out", ta->o.force);
         }
         api::train_tokenizer(ta->o);
         const api::Tokenizer t = api::Tokenizer::load(ta->o.output_prefix + ".model");

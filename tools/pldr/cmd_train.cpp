@@ -155,7 +155,8 @@ void add_train(CLI::App& app) {
     auto& f = a->flags;
     f["preset"]->excludes(f["config_path"]);
     f["data_dir"]->required();
-    f["out_dir"]->required();
+    f["out_dir"]->required()->check(output_path());
+    f["metrics_path"]->check(output_path());
     f["clip_value"]->excludes(f["clip_norm"]);
     a->no_clip_flag = cmd->add_flag("--no-clip")->description("no gradient clipping");
     a->no_clip_flag->excludes(f["clip_value"])->excludes(f["clip_norm"]);

@@ -65,6 +65,24 @@ api::DagCoefficients parse_dag(const std::string& s) {
     return {v[0], v[1], v[2]};
 }
 
+const CLI::Validator& output_path() {
+    static const CLI::Validator v(
+        [](std::string& s) {
+            return s.empty() ? std::string(
+                                   "is empty: give an output path (an empty one would "
+                                   "write into the current directory)")
+                             : std::string();
+        },
+        "PATH");
+    return v;
+}
+
+void add_force(CLI::App* cmd, bool* force) {
+    cmd->add_flag("--force", *force,
+                  "write into an existing model directory or training checkpoint (replacing "
+                  "its files); never into an input");
+}
+
 api::Model ModelOptions::open(const std::string& dir, const std::string& tokenizer) const {
     api::LoadOptions o = load;
     o.reference_numerics = numerics == "reference";

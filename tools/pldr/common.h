@@ -38,6 +38,13 @@ std::vector<int64_t> rows_to_batch(const std::vector<std::string>& rows, int64_t
 // "c_A,c_Ap,c_G" → DAG coefficients (each finite and >= 0); a clear error on anything else.
 api::DagCoefficients parse_dag(const std::string& s);
 
+// The output rule on the command line (api::Inputs, docs/errors.md "Outputs"): every output
+// option checks its value with output_path() (an output given as "" is refused while parsing,
+// even an optional one), and every writing command takes --force, which lets it write into an
+// existing model directory or training checkpoint.
+const CLI::Validator& output_path();
+void add_force(CLI::App* cmd, bool* force);
+
 // Options every model-running subcommand takes: the flags of PLDR_LOAD_OPTIONS (pldr/options.h)
 // and --numerics reference|exact (the CLI's spelling of reference_numerics).
 struct ModelOptions {
