@@ -9,9 +9,13 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/tensor.h"
+#include "infer/generate.h"
+#include "infer/sampler.h"
+#include "infer/score.h"
 #include "infer/session.h"
 #include "io/tokenizer.h"
 #include "model/model.h"
+#include "model/named_outputs.h"
 #include "pldr/pldr.hpp"
 
 namespace pldr::api {
@@ -86,6 +90,70 @@ struct Model::Impl {
 };
 
 const Model::Impl& impl_of(const Model& m);
+
+// ---- the public options and results as the internals' (and back) ----
+
+inline ::pldr::ScoreMode internal(ScoreMode m) {
+    return m == ScoreMode::BLOCK        ? ::pldr::ScoreMode::BLOCK
+           : m == ScoreMode::SEQUENTIAL ? ::pldr::ScoreMode::SEQUENTIAL
+                                        : ::pldr::ScoreMode::CACHED;
+}
+inline ::pldr::SamplerConfig internal(const SamplingOptions& o) {
+    ::pldr::SamplerConfig c;
+#define PLDR_COPY_OPTION(K, n, d, r, s, cli, help) c.n = o.n;
+    PLDR_SAMPLING_OPTIONS(PLDR_COPY_OPTION)
+#undef PLDR_COPY_OPTION
+    c.validate();
+    return c;
+}
+inline std::vector<TopLogprob> to_top(const std::vector<std::pair<int64_t, double>>& v) {
+    std::vector<TopLogprob> out;
+    out.reserve(v.size());
+    for (const auto& [id, lp] : v) out.push_back({id, lp});
+    return out;
+}
+template <typename T>
+std::vector<double> log_softmax_of(const T* logits, int64_t V) {
+    std::vector<double> lp;
+    ::pldr::Sampler::log_softmax(logits, V, lp);
+    return lp;
+}
+
+// The public generation options as the generation loop's (infer/generate.h).
+inline ::pldr::GenerateOptions internal(const GenerateOptions& opt) {
+    ::pldr::GenerateOptions o;
+    o.sampler = internal(opt.sampling);
+    PLDR_REQUIRE(opt.top_logprobs >= 0, "top_logprobs must be >= 0 (got ", opt.top_logprobs, ")");
+    o.max_new = opt.max_tokens;
+    o.stop_at_eos = opt.stop_at_eos;
+    o.cache = internal(opt.cache);
+    o.top_report = opt.top_logprobs;
+    o.stop = opt.stop;
+    return o;
+}
+
+inline ScoreResult to_score(const ::pldr::ScoreResult& r, const std::vector<int64_t>& ctx,
+                            const std::vector<int64_t>& cont) {
+    ScoreResult s;
+    s.logprob = r.logprob;
+    s.is_greedy = r.is_greedy;
+    s.context_ids = ctx;
+    s.continuation_ids = cont;
+    s.token_logprobs = r.token_logprobs;
+    for (const auto& t : r.top) s.top.push_back(to_top(t));
+    return s;
+}
+
+template <typename T>
+ForwardResult forward_result(const ::pldr::Model<T>& m, const ::pldr::Activations<T>& acts) {
+    ForwardResult r;
+    r.num_layers = m.cfg.num_layers;
+    auto named = ::pldr::forward_tensors(m, acts);
+    r.non_finite = ::pldr::first_non_finite(named);
+    for (auto& nt : named) r.tensors.emplace_back(nt.name, make_tensor<T>(std::move(nt.t)));
+    return r;
+}
+
 // The inputs a writer given this model must not replace (the output rule, core/fs.h): the
 // directory it was loaded from (files.cpp).
 ::pldr::InputSet inputs_of(const Model& m);

@@ -24,12 +24,6 @@ void limit_items(std::vector<McItem>& v, int64_t limit) {
     PLDR_REQUIRE(limit >= 0, "limit must be >= 0 (got ", limit, ")");
     if (limit > 0 && size_t(limit) < v.size()) v.resize(size_t(limit));
 }
-::pldr::ScoreMode internal(ScoreMode m) {
-    return m == ScoreMode::BLOCK        ? ::pldr::ScoreMode::BLOCK
-           : m == ScoreMode::SEQUENTIAL ? ::pldr::ScoreMode::SEQUENTIAL
-                                        : ::pldr::ScoreMode::CACHED;
-}
-
 }  // namespace
 
 McAccuracy eval_truthfulqa(const Model& m, const std::string& path, ScoreMode mode, int64_t limit) {

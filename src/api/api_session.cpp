@@ -1,0 +1,228 @@
+// The public API's decoding sessions, the batched decode step over them, and the sampler
+// (include/pldr/pldr.hpp: Session, decode_batch, Sampler) over the internal Session<T> and
+// Sampler.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api_impl.h"
+#include "infer/generate.h"
+
+namespace pldr::api {
+
+// ---- Session -----------------------------------------------------------------------------
+
+struct Session::Impl {
+    Model model;
+    std::unique_ptr<::pldr::Session<float>> s32;
+    std::unique_ptr<::pldr::Session<double>> s64;
+    template <typename F>
+    decltype(auto) visit(F&& f) {
+        PLDR_REQUIRE(s32 || s64, "use of a moved-from pldr session");
+        if (s32) return f(*s32);
+        return f(*s64);
+    }
+    template <typename F>
+    decltype(auto) visit(F&& f) const {
+        PLDR_REQUIRE(s32 || s64, "use of a moved-from pldr session");
+        if (s32) return f(*s32);
+        return f(*s64);
+    }
+};
+
+Session::Session(const Model& model, CacheMode mode, int64_t max_len)
+    : impl_(std::make_unique<Impl>(Impl{model, nullptr, nullptr})) {
+    const Model::Impl& mi = impl_of(model);
+    PLDR_REQUIRE(max_len >= 0, "session max_len must be >= 0 (got ", max_len, ")");
+    if (mi.m32)
+        impl_->s32 = std::make_unique<::pldr::Session<float>>(*mi.m32, internal(mode), max_len);
+    else
+        impl_->s64 = std::make_unique<::pldr::Session<double>>(*mi.m64, internal(mode), max_len);
+}
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+namespace {
+template <typename T>
+Tensor logits_tensor(const std::vector<T>& v) {
+    std::vector<T> c = v;
+    const int64_t V = int64_t(c.size());
+    return make_tensor<T>({V}, std::move(c));
+}
+}  // namespace
+
+Tensor Session::prefill(const std::vector<int64_t>& ids) {
+    return impl_->visit([&](auto& s) {
+        PLDR_REQUIRE(!ids.empty(), "prefill needs at least one token");
+        ::pldr::check_inputs(s.model(), ids.data(), 1, int64_t(ids.size()));
+        PLDR_REQUIRE(int64_t(ids.size()) <= s.capacity(), "prompt of ", ids.size(),
+                     " tokens exceeds the session capacity ", s.capacity());
+        return logits_tensor(s.prefill(ids));
+    });
+}
+Tensor Session::decode(int64_t id) {
+    return impl_->visit([&](auto& s) {
+        PLDR_REQUIRE(s.length() > 0, "decode before prefill");
+        PLDR_REQUIRE(s.length() < s.capacity(), "session is full (", s.capacity(), " tokens)");
+        ::pldr::check_inputs(s.model(), &id, 1, 1);
+        return logits_tensor(s.decode(id));
+    });
+}
+Tensor Session::logits() const {
+    return impl_->visit([&](const auto& s) {
+        PLDR_REQUIRE(s.length() > 0, "no logits before prefill");
+        return logits_tensor(s.logits());
+    });
+}
+std::vector<double> Session::logprobs() const {
+    return Sampler::log_softmax(logits());
+}
+void Session::reset() {
+    impl_->visit([](auto& s) { s.reset(); });
+}
+const std::vector<int64_t>& Session::tokens() const {
+    return impl_->visit([](const auto& s) -> const std::vector<int64_t>& { return s.tokens(); });
+}
+int64_t Session::length() const {
+    return impl_->visit([](const auto& s) { return s.length(); });
+}
+int64_t Session::capacity() const {
+    return impl_->visit([](const auto& s) { return s.capacity(); });
+}
+const Model& Session::model() const {
+    return impl_->model;
+}
+std::vector<GCacheLayer> Session::g_cache() const {
+    return impl_->visit([](const auto& s) {
+        std::vector<GCacheLayer> out;
+        for (const auto& l : s.g_cache()) {
+            using T = scalar_t<decltype(l.G)>;
+            auto copy = [](const ::pldr::Tensor<T>& t) {
+                ::pldr::Tensor<T> c = t;
+                return c.numel() ? make_tensor<T>(std::move(c)) : Tensor{};
+            };
+            out.push_back({copy(l.A), copy(l.A_LM), copy(l.A_P), copy(l.G)});
+        }
+        return out;
+    });
+}
+void Session::load_g_cache(const std::string& path) {
+    impl_->visit([&](auto& s) {
+        using T = scalar_t<decltype(s.model())>;
+        s.set_g_cache(::pldr::load_g_cache<T>(path, s.model().cfg));
+    });
+}
+void Session::save_g_cache(const std::string& path, bool force) const {
+    require_output_file(path, inputs_of(impl_->model), "the G-cache path", force);
+    impl_->visit([&](const auto& s) {
+        PLDR_REQUIRE(s.length() > 0, "no G-cache before prefill");
+        ::pldr::save_g_cache(s.g_cache(), s.model().cfg, path);
+    });
+}
+void Session::keep_outputs(bool on) {
+    impl_->visit([&](auto& s) { s.keep_activations(on); });
+}
+ScoreResult Session::score_prompt(int64_t top_logprobs) const {
+    return impl_->visit([&](const auto& s) {
+        const std::vector<int64_t>& ids = s.tokens();
+        PLDR_REQUIRE(ids.size() >= 2, "score_prompt needs a prefill of at least two tokens (got ",
+                     ids.size(), ")");
+        return to_score(::pldr::score_prefill(s, top_logprobs), {ids.front()},
+                        std::vector<int64_t>(ids.begin() + 1, ids.end()));
+    });
+}
+ForwardResult Session::last_outputs() const {
+    return impl_->visit([](const auto& s) {
+        PLDR_REQUIRE(s.length() > 0, "no outputs before prefill");
+        PLDR_REQUIRE(s.keeps_activations(), "the session keeps no outputs (keep_outputs(false))");
+        return forward_result(s.model(), s.last());
+    });
+}
+
+std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
+                                 const std::vector<int64_t>& ids) {
+    PLDR_REQUIRE(sessions.size() == ids.size(), "decode_batch: ", sessions.size(), " sessions but ",
+                 ids.size(), " token ids");
+    for (size_t i = 0; i < sessions.size(); ++i) {
+        PLDR_REQUIRE(sessions[i], "decode_batch: session ", i, " is null");
+        PLDR_REQUIRE(sessions[i]->impl_, "decode_batch: session ", i, " is a moved-from session");
+        for (size_t j = 0; j < i; ++j)
+            PLDR_REQUIRE(sessions[i] != sessions[j], "decode_batch: session ", i, " appears twice");
+        sessions[i]->impl_->visit([&](const auto& s) {
+            PLDR_REQUIRE(s.length() > 0, "decode_batch: session ", i, ": decode before prefill");
+            PLDR_REQUIRE(s.length() < s.capacity(), "decode_batch: session ", i,
+                         ": session is full (", s.capacity(), " tokens)");
+            PLDR_REQUIRE(ids[i] >= 0 && ids[i] < s.model().cfg.vocab_size, "decode_batch: session ",
+                         i, ": token id ", ids[i], " is outside the vocabulary [0, ",
+                         s.model().cfg.vocab_size, ")");
+        });
+    }
+    // One shared step (::pldr::decode_step) per model: the sessions of each model, in order.
+    std::vector<bool> done(sessions.size(), false);
+    for (size_t i = 0; i < sessions.size(); ++i) {
+        if (done[i]) continue;
+        const Session::Impl& first = *sessions[i]->impl_;
+        std::vector<::pldr::Session<float>*> s32;
+        std::vector<::pldr::Session<double>*> s64;
+        std::vector<int64_t> group_ids;
+        for (size_t j = i; j < sessions.size(); ++j) {
+            Session::Impl& o = *sessions[j]->impl_;
+            const bool same = first.s32 ? (o.s32 && &o.s32->model() == &first.s32->model())
+                                        : (o.s64 && &o.s64->model() == &first.s64->model());
+            if (!same) continue;
+            done[j] = true;
+            group_ids.push_back(ids[j]);
+            if (o.s32)
+                s32.push_back(o.s32.get());
+            else
+                s64.push_back(o.s64.get());
+        }
+        // Each session's outputs of the step are kept when any of them keeps outputs.
+        bool keep = false;
+        for (auto* s : s32) keep = keep || s->keeps_activations();
+        for (auto* s : s64) keep = keep || s->keeps_activations();
+        if (first.s32)
+            ::pldr::decode_step(s32, group_ids, keep);
+        else
+            ::pldr::decode_step(s64, group_ids, keep);
+    }
+    std::vector<Tensor> out;
+    for (Session* s : sessions)
+        out.push_back(s->impl_->visit([](const auto& x) { return logits_tensor(x.logits()); }));
+    return out;
+}
+
+// ---- Sampler -----------------------------------------------------------------------------
+
+struct Sampler::Impl {
+    explicit Impl(const ::pldr::SamplerConfig& c) : s(c) {}
+    ::pldr::Sampler s;
+};
+Sampler::Sampler(const SamplingOptions& opt) : impl_(std::make_unique<Impl>(internal(opt))) {}
+Sampler::~Sampler() = default;
+Sampler::Sampler(Sampler&&) noexcept = default;
+Sampler& Sampler::operator=(Sampler&&) noexcept = default;
+
+int64_t Sampler::sample(const Tensor& logits, const std::vector<int64_t>& history) {
+    PLDR_REQUIRE(impl_, "use of a moved-from pldr sampler");
+    const int64_t V = logits.numel();
+    PLDR_REQUIRE(V > 0 && logits.storage, "sample: empty logits");
+    for (int64_t id : history)
+        PLDR_REQUIRE(id >= 0 && id < V, "sample: history id ", id, " outside [0, ", V, ")");
+    return logits.dtype == DType::F32 ? impl_->s.sample(logits.f32(), V, history)
+                                      : impl_->s.sample(logits.f64(), V, history);
+}
+std::vector<double> Sampler::log_softmax(const Tensor& logits) {
+    const int64_t V = logits.numel();
+    PLDR_REQUIRE(V > 0 && logits.storage, "log_softmax: empty logits");
+    return logits.dtype == DType::F32 ? log_softmax_of(logits.f32(), V)
+                                      : log_softmax_of(logits.f64(), V);
+}
+std::vector<TopLogprob> Sampler::top(const std::vector<double>& logprobs, int64_t n) {
+    PLDR_REQUIRE(n >= 0, "top: n must be >= 0 (got ", n, ")");
+    return to_top(::pldr::Sampler::top_n(logprobs, n));
+}
+
+}  // namespace pldr::api
