@@ -150,6 +150,8 @@ TEST(CheckSizes, FindsExactlyThePlantedFilesAndFunctions) {
     r = check_sizes(root);
     EXPECT_EQ(r.code, 2) << r.out << r.err;
     EXPECT_NE(r.err.find("src/open.cpp"), std::string::npos) << r.err;
+}
+
 // tests/check_layers.sh on a copy of src/core, src/ops and include/pldr (real files: ops includes
 // only core, core only pldr/error.hpp) with a train/ and a model/ header of one line each.
 class CheckLayers : public ::testing::Test {
