@@ -183,9 +183,10 @@ class OptionDoc {
   private:
     std::string* out_;
 };
+// A docstring: `intro`, then the keyword arguments of the set O.
 template <typename O>
-std::string options_doc() {
-    std::string out;
+std::string options_doc(const std::string& intro) {
+    std::string out = intro + "\n\nKeyword arguments (pldr/options.h):\n";
     for_each_option(O{}, OptionDoc(&out));
     return out;
 }

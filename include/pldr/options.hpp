@@ -97,6 +97,18 @@ struct OptionRangeCheck {
     void Fn(O& o, V&& v) {                  \
         TABLE(PLDR_VISIT_OPTION)            \
     }
+// for_each_option over a struct whose members are the rows of a table (visit: one of the visit_*
+// functions above), for the struct and for its const.
+#define PLDR_FOR_EACH_OPTION(Type, visit)        \
+    template <typename V>                        \
+    void for_each_option(Type& o, V&& v) {       \
+        ::pldr::api::visit(o, v);                \
+    }                                            \
+    template <typename V>                        \
+    void for_each_option(const Type& o, V&& v) { \
+        ::pldr::api::visit(o, v);                \
+    }
+
 PLDR_DEFINE_OPTION_VISIT(visit_load_options, PLDR_LOAD_OPTIONS)
 PLDR_DEFINE_OPTION_VISIT(visit_sampling_options, PLDR_SAMPLING_OPTIONS)
 PLDR_DEFINE_OPTION_VISIT(visit_generate_options, PLDR_GENERATE_OPTIONS)
