@@ -59,7 +59,10 @@ class OptionKeywords {
         }
         api::check_option_value(s, v, s.name);
     }
-    static void read(const api::OptionSpec& s, py::handle x, std::string& v) { v = text(s, x); }
+    static void read(const api::OptionSpec& s, py::handle x, std::string& v) {
+        v = text(s, x);
+        api::check_option_value(s, v, s.name);
+    }
     static void read(const api::OptionSpec& s, py::handle x, std::vector<std::string>& v) {
         v.clear();
         if (py::isinstance<py::str>(x)) {
