@@ -48,7 +48,13 @@ Probe probe() {
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         cudaGetLastError();  // clear it, so that later runtime calls start clean
-        return {0, cat("cudaGetDeviceCount: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e))};
+        // Without any driver the runtime says "driver version is insufficient"; say what it is.
+        int driver = 0;
+        const bool none = e == cudaErrorInsufficientDriver &&
+                          cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0;
+        return {0, cat("cudaGetDeviceCount: ", cudaGetErrorName(e), ": ",
+                       none ? "no CUDA driver is installed (libcuda.so.1 was not found)"
+                            : cudaGetErrorString(e))};
     }
     if (n <= 0) return {0, "cudaGetDeviceCount: 0 devices"};
     return {n, ""};
