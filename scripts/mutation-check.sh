@@ -55,7 +55,7 @@ ops-dag-taylor @@ src/ops/dag_torch.cpp @@ S(1 / 2.0), S(1 / 6.0), S(1 / 24.0) @
 ops-dag-grad @@ src/ops/dag_exact.cpp @@ const double g = scale * sg * 2.0; @@ const double g = scale * sg; @@ exact DAG gradient halved
 ops-ln-eps @@ src/ops/dense.cpp @@ std::sqrt(v + T(eps)) @@ std::sqrt(v + T(10 * eps)) @@ LayerNorm epsilon ×10
 ops-glu-swap @@ src/ops/dense.cpp @@ gated[i] = silu(h1[i]) * h2[i] @@ gated[i] = silu(h2[i]) * h1[i] @@ GLU gates the wrong branch
-ops-alm-floor @@ src/ops/positive_map_iswiglu.cpp @@ Z[i] * silu(Z[i]) + T(1e-9) @@ Z[i] * silu(Z[i]) + T(1e-8) @@ A_LM floor 1e-8 instead of 1e-9
+ops-alm-floor @@ src/ops/plga_elementwise.h @@ z * silu(z) + T(1e-9) @@ z * silu(z) + T(1e-8) @@ A_LM floor 1e-8 instead of 1e-9
 EOF
 )
 

@@ -26,6 +26,10 @@ declare -A ALLOW=(
   # inference (collapse, generation, scoring: spec §8.1), so it includes infer, never the
   # reverse; train includes neither (the golden naming is model/named_outputs.h).
   [train]="core ops model io dist"
+  # The CUDA backend's kernels (docs/gpu.md): the ops' element formulas and the optimizer's
+  # (train/adamw_element.h, train/clip_order.h), shared with the CPU so that they are written
+  # once; nothing of the model above them.
+  [cuda]="core ops train"
   # The sampler's settings are the sampling table of the declared options (pldr/options.hpp:
   # the one declaration every surface derives from; it includes only pldr/error.hpp).
   [infer]="core ops model io pldr/options.hpp"
@@ -33,7 +37,7 @@ declare -A ALLOW=(
   # The benchmark workloads run inference and training steps.
   [perf]="core ops model io dist train infer"
   # The public API's implementation over everything below it.
-  [api]="core ops model io dist train infer audit perf pldr"
+  [api]="core ops model io dist train infer audit perf cuda pldr"
   # pldr serve is a client of the public API, like the CLI and the Python module.
   [serve]="pldr"
 )
@@ -68,7 +72,8 @@ set_target() {
 # Every #include line of the files under a folder, in one pass: FILE<TAB>LINE<TAB>INCLUDE<TAB>
 # quote|angle.
 includes_under() {
-  grep -rnE --include='*.h' --include='*.hpp' --include='*.cpp' --include='*.cc' --include='*.c' \
+  grep -rnE --include='*.h' --include='*.hpp' --include='*.cpp' --include='*.cc' --include='*.c' --include='*.cu' \
+    --include='*.cuh' \
     '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]' "$1" |
     sed -E 's/^([^:]+):([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1\t\2\t\3\tquote/;
             s/^([^:]+):([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*<([^>]+)>.*/\1\t\2\t\3\tangle/' |

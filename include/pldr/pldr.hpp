@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "pldr/device.hpp"
 #include "pldr/error.hpp"
 #include "pldr/options.hpp"
 
@@ -36,9 +37,6 @@ const char* version();
 // error ("internal check failed: <what>") unless cond holds.
 bool is_internal_error(const std::exception& e);
 void internal_check(bool cond, const std::string& what);
-// Throws pldr::Error unless this build runs models on `device`: "cpu", or "cuda" / "cuda:N"
-// (the CUDA backend, docs/gpu.md). Every command that runs a model takes --device.
-void check_device(const std::string& device);
 // Process-wide allocator tuning for programs that run forward or training steps: freed memory
 // is kept for reuse instead of being returned to the system after each step (fewer page
 // faults; peak memory unchanged). Call once at program start.

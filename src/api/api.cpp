@@ -171,16 +171,6 @@ const ::pldr::Tokenizer* Model::Impl::internal_tok() const {
 
 Model::Model(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
-// The models run on the CPU backend only so far (docs/gpu.md): a CUDA device is refused, saying
-// why.
-void check_device(const std::string& d) {
-    if (d == "cpu") return;
-    const bool cuda = d == "cuda" || (d.size() > 5 && d.compare(0, 5, "cuda:") == 0 &&
-                                      d.find_first_not_of("0123456789", 5) == std::string::npos);
-    PLDR_REQUIRE(cuda, "device must be cpu, cuda or cuda:N (got '", d, "')");
-    fail("device ", d, ": the models run on the CPU backend only in this build (docs/gpu.md)");
-}
-
 const Model::Impl& impl_of(const Model& m) {
     PLDR_REQUIRE(m.impl(), "use of a moved-from pldr model");
     return *m.impl();
@@ -232,7 +222,7 @@ std::vector<Generation> run_generation(const Model& model,
 
 Model Model::load(const std::string& dir, const LoadOptions& opt) {
     check_options(opt);
-    check_device(opt.device);
+    check_model_device(opt.device);
     auto impl = std::make_shared<Impl>();
     if (opt.dtype == DType::F32) {
         impl->m32 = std::make_unique<::pldr::Model<float>>(

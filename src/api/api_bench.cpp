@@ -84,7 +84,7 @@ void save_bench_model(const std::string& config, const std::string& dir, int64_t
 }
 
 BenchResult bench(const BenchOptions& o) {
-    check_device(o.device);
+    check_model_device(o.device);
     PLDR_REQUIRE(o.threads >= 1 && o.threads <= 1024, "threads ", o.threads,
                  " is outside [1, 1024]");
     PLDR_REQUIRE(o.reps >= 0 && o.reps <= perf::kMaxReps, "reps ", o.reps, " is outside [0, ",

@@ -191,7 +191,7 @@ TrainSummary train(const TrainOptions& o, const std::function<bool(const TrainSt
 
 TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
     check_options(o);
-    check_device(o.device);
+    check_model_device(o.device);
     ::pldr::TrainOptions t;
     t.preset = o.preset;
     t.config_path = o.config_path;

@@ -1,9 +1,10 @@
 // The positive map iSwiGLU (the PLDR-LLM default, spec §1.8): A_LM = Z·silu(Z) + 1e-9.
-// Forward and backward of one registry entry (ops/plga_variants.h); docs/plga.md §2–3.
+// Forward and backward of one registry entry (ops/plga_variants.h), the arithmetic in
+// ops/plga_elementwise.h; docs/plga.md §2–3.
 #include <algorithm>
 
 #include "core/vmath.h"
-#include "ops/activation.h"
+#include "ops/plga_elementwise.h"
 #include "ops/plga_variants.h"
 
 namespace pldr {
@@ -12,8 +13,7 @@ namespace {
 
 template <typename T>
 void iswiglu_forward(const T* Z, T* A_LM, int64_t n) {
-    for (int64_t i = 0; i < n; ++i)
-        A_LM[i] = Z[i] * silu(Z[i]) + T(1e-9);  // iSwiGLU(x) = x·silu(x), then the floor
+    for (int64_t i = 0; i < n; ++i) A_LM[i] = iswiglu_value(Z[i]);
 }
 
 // The forward with a vectorized exp (the float32 path): Z·(Z / (1 + exp(−Z))) + 1e-9, as
@@ -35,10 +35,7 @@ void iswiglu_forward_vec(const double* Z, double* A_LM, int64_t n) {
 // d(Z·silu(Z))/dZ = silu(Z) + Z·silu'(Z).
 template <typename T>
 void iswiglu_backward(T* dZ, const T* Z, const T*, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        const T z = Z[i];
-        dZ[i] = dZ[i] * (silu(z) + z * silu_grad(z));
-    }
+    for (int64_t i = 0; i < n; ++i) dZ[i] = dZ[i] * iswiglu_slope(Z[i]);
 }
 
 }  // namespace

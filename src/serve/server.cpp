@@ -363,7 +363,7 @@ namespace {
 
 void check_options(const ServeOptions& o) {
     for_each_option(o, api::OptionRangeCheck{});
-    api::check_device(o.device);
+    api::check_model_device(o.device);
 }
 
 }  // namespace

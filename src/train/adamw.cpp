@@ -9,6 +9,7 @@
 #endif
 
 #include "core/error.h"
+#include "train/adamw_element.h"
 
 namespace pldr {
 
@@ -91,13 +92,13 @@ struct VecD {
 // The update of elements [0, n), in the documented order (see adamw.h).
 template <class T>
 void update_block(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
-                  int64_t n, T decay, T b1, T omb1, T b2, T omb2, T neg_step, T bc2_sqrt, T eps) {
+                  int64_t n, const AdamWScalars<T>& k) {
     int64_t i = 0;
 #if PLDR_ADAMW_SIMD
     using S = std::conditional_t<std::is_same_v<T, float>, VecF, VecD>;
-    const auto vdecay = S::set1(decay), vb1 = S::set1(b1), vomb1 = S::set1(omb1), vb2 = S::set1(b2),
-               vomb2 = S::set1(omb2), vneg = S::set1(neg_step), vbc2 = S::set1(bc2_sqrt),
-               veps = S::set1(eps);
+    const auto vdecay = S::set1(k.decay), vb1 = S::set1(k.b1), vomb1 = S::set1(k.omb1),
+               vb2 = S::set1(k.b2), vomb2 = S::set1(k.omb2), vneg = S::set1(k.neg_step),
+               vbc2 = S::set1(k.bc2_sqrt), veps = S::set1(k.eps);
     for (; i + S::W <= n; i += S::W) {
         const auto gi = S::load(g + i);
         const auto pi = S::mul(S::load(p + i), vdecay);
@@ -109,54 +110,55 @@ void update_block(T* __restrict p, const T* __restrict g, T* __restrict m, T* __
         S::store(v + i, vi);
     }
 #endif
-    for (; i < n; ++i) {
-        const T gi = g[i];
-        const T pi = p[i] * decay;                        // 1. p·(1 − lr·wd)
-        const T mi = std::fma(gi, omb1, m[i] * b1);       // 2. fma(g, 1−β1, m·β1)
-        const T vi = std::fma(omb2 * gi, gi, v[i] * b2);  // 3. fma((1−β2)·g, g, v·β2)
-        const T den = std::sqrt(vi) / bc2_sqrt + eps;     // 4. sqrt(v)/sqrt(1−β2^t) + eps
-        p[i] = pi + (neg_step * mi) / den;                // 5. p + ((−step_size)·m)/den
-        m[i] = mi;
-        v[i] = vi;
-    }
+    for (; i < n; ++i) adamw_element(p[i], g[i], m[i], v[i], k);  // train/adamw_element.h
 }
 
 template <class T>
-void update_range(T* p, const T* g, T* m, T* v, int64_t n, T decay, T b1, T omb1, T b2, T omb2,
-                  T neg_step, T bc2_sqrt, T eps) {
+void update_range(T* p, const T* g, T* m, T* v, int64_t n, const AdamWScalars<T>& k) {
     if (n < kParallelMin) {
-        update_block(p, g, m, v, n, decay, b1, omb1, b2, omb2, neg_step, bc2_sqrt, eps);
+        update_block(p, g, m, v, n, k);
         return;
     }
     const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
         const int64_t i = b * kBlock;
-        update_block(p + i, g + i, m + i, v + i, std::min(kBlock, n - i), decay, b1, omb1, b2, omb2,
-                     neg_step, bc2_sqrt, eps);
+        update_block(p + i, g + i, m + i, v + i, std::min(kBlock, n - i), k);
     }
 }
 
 }  // namespace
 
 template <class T>
-void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, int64_t t, double lr,
-                  const AdamWConfig& cfg) {
+AdamWScalars<T> adamw_scalars(int64_t t, double lr, const AdamWConfig& cfg) {
     cfg.validate();
-    PLDR_REQUIRE(n >= 0, "adamw: negative element count ", n);
     PLDR_REQUIRE(t >= 1, "adamw: step count must be >= 1, got ", t);
     PLDR_REQUIRE(std::isfinite(lr) && lr >= 0, "adamw: lr must be finite and >= 0, got ", lr);
-    if (n == 0) return;
-    PLDR_REQUIRE(p && g && m && v, "adamw: null buffer");
     // Scalars exactly as torch computes them in Python (double), then cast to the tensor dtype.
     const double td = double(t);  // torch keeps the step as a float tensor and uses .item()
     const double bias_correction1 = 1.0 - std::pow(cfg.beta1, td);
     const double bias_correction2 = 1.0 - std::pow(cfg.beta2, td);
     const double step_size = lr / bias_correction1;
     const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-    update_range<T>(p, g, m, v, n, T(1.0 - lr * cfg.weight_decay), T(cfg.beta1), T(1.0 - cfg.beta1),
-                    T(cfg.beta2), T(1.0 - cfg.beta2), T(-step_size), T(bias_correction2_sqrt),
-                    T(cfg.eps));
+    return {T(1.0 - lr * cfg.weight_decay),
+            T(cfg.beta1),
+            T(1.0 - cfg.beta1),
+            T(cfg.beta2),
+            T(1.0 - cfg.beta2),
+            T(-step_size),
+            T(bias_correction2_sqrt),
+            T(cfg.eps)};
+}
+
+template <class T>
+void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, int64_t t, double lr,
+                  const AdamWConfig& cfg) {
+    cfg.validate();  // (the checks in the order they always ran: config, count, t, lr)
+    PLDR_REQUIRE(n >= 0, "adamw: negative element count ", n);
+    const AdamWScalars<T> k = adamw_scalars<T>(t, lr, cfg);
+    if (n == 0) return;
+    PLDR_REQUIRE(p && g && m && v, "adamw: null buffer");
+    update_range<T>(p, g, m, v, n, k);
 }
 
 template <class T>
@@ -171,6 +173,8 @@ void adamw_step(AdamWState<T>& state, T* params, const T* grads, int64_t n, doub
     adamw_update(params, grads, state.m.data(), state.v.data(), n, state.step, lr, cfg);
 }
 
+template AdamWScalars<float> adamw_scalars<float>(int64_t, double, const AdamWConfig&);
+template AdamWScalars<double> adamw_scalars<double>(int64_t, double, const AdamWConfig&);
 template void adamw_update<float>(float*, const float*, float*, float*, int64_t, int64_t, double,
                                   const AdamWConfig&);
 template void adamw_update<double>(double*, const double*, double*, double*, int64_t, int64_t,

@@ -6,13 +6,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "train/clip_order.h"
 
 namespace pldr {
 
 namespace {
 constexpr int64_t kParallelMin = int64_t(1) << 16;
-// Elements per block of sum_of_squares: the blocks, not the threads, fix the summation order.
-constexpr int64_t kSumBlock = int64_t(1) << 15;
+// Elements per block of sum_of_squares: the blocks, not the threads, fix the summation order
+// (train/clip_order.h, which the GPU's sum follows too).
+constexpr int64_t kSumBlock = kGradSumBlock;
 
 // One block of elements: Σ x² in kLanes interleaved double lanes (lane k sums the elements
 // k, k + kLanes, ... of the block, in order; the lanes are then added in order, lane 0 first),
@@ -20,7 +22,7 @@ constexpr int64_t kSumBlock = int64_t(1) << 15;
 // element (the plain running sum) held a 110M model's step for 57 ms, a vectorised pass over
 // the same 440 MB reads at the memory's pace. Then, from the block in cache, the elements with
 // |x| > limit (NaN is not counted).
-constexpr int kLanes = 16;
+constexpr int kLanes = kGradSumLanes;
 
 template <class T>
 double block_sum_sq(const T* g, int64_t len, T limit, int64_t& over) {
@@ -38,7 +40,7 @@ double block_sum_sq(const T* g, int64_t len, T limit, int64_t& over) {
     double s = 0.0;
     for (int k = 0; k < kLanes; ++k) s += lane[k];
     int64_t count = 0;
-    for (int64_t j = 0; j < len; ++j) count += int64_t(g[j] > limit) + int64_t(g[j] < -limit);
+    for (int64_t j = 0; j < len; ++j) count += grad_over(g[j], limit);
     over += count;
     return s;
 }
@@ -84,9 +86,8 @@ int64_t clip_by_value(T* g, int64_t n, T limit) {
 #pragma omp parallel for reduction(+ : count) schedule(static) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
         const T x = g[i];
-        const bool hi = x > limit, low = x < lo;
-        count += int64_t(hi) + int64_t(low);
-        g[i] = hi ? limit : low ? lo : x;
+        count += int64_t(x > limit) + int64_t(x < lo);
+        g[i] = clip_value_element(x, limit, lo);
     }
     return count;
 }

@@ -256,7 +256,7 @@ int run_bench(const BenchArgs& a) {
         return 0;
     }
     require(a.dir.empty() != a.config.empty(), "bench: give a MODEL_DIR or --config S|M|110M");
-    api::check_device(a.device);
+    api::check_model_device(a.device);
     if (!a.json_path.empty())  // the output rule, before the runs (docs/errors.md "Outputs")
         api::Inputs().dir(a.dir).check_file(a.json_path, "--json", a.force);
     if (!a.save_model.empty()) {

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The CUDA backend's check on the GPU machine (docs/gpu.md), in two halves:
+#
+#   bash scripts/gpu-check.sh pack   HERE (a build machine with CUDA 13 and our Debian packages):
+#       builds Release with PLDR_CUDA=ON for sm_90 (+ PTX) in build-gpu/, portable x86-64-v4 code
+#       (AVX-512: the GPU machine's host is another CPU than ours), and writes
+#       .gpu/pldr-gpu.tar.xz: pldr, pldr_tests, pldr_gpu_tests and the shared libraries they need
+#       that the GPU machine lacks (everything ldd lists but glibc and the GCC runtime, which
+#       Ubuntu 24.04 has in newer versions, the CUDA driver, and cuBLASLt, which torch's
+#       nvidia-cublas wheel brings there). Prints its size (the device tool carries at most 64 MiB
+#       with the working tree).
+#   bash scripts/gpu-check.sh run    THERE (device tool: carry [".gpu"], this command): unpacks,
+#       finds the CUDA 13 libraries inside the nvidia-* Python wheels, runs the GPU tests, a few
+#       CPU golden tests as a check of the carried build, `pldr bench --device cuda` when the tool
+#       has it, the CPU's low-precision bench line, each under a timeout, and prints a summary
+#       table last. Needs no network and no Debian package. Logs go to $OUT when it is set.
+#       Here, without a GPU, it runs as far as it goes: the GPU tests report skipped.
+#
+# Env: PLDR_GPU_BUILD_DIR (default build-gpu), PLDR_JOBS (default: the CPU count),
+#      PLDR_GPU_MARCH (default x86-64-v4), PLDR_GPU_WORK (run: where to unpack; default /tmp/pldr-gpu).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PACK=.gpu
+TARBALL=$PACK/pldr-gpu.tar.xz
+
+pack() {
+    local build=${PLDR_GPU_BUILD_DIR:-build-gpu} march=${PLDR_GPU_MARCH:-x86-64-v4}
+    local jobs=${PLDR_JOBS:-$(nproc)}
+    local t0=$SECONDS
+    mkdir -p "$PACK"
+    local launch=()
+    if command -v ccache >/dev/null; then
+        launch=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+                -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+    fi
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPLDR_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES="90-real;90-virtual" -DPLDR_NATIVE=OFF \
+        -DCMAKE_C_FLAGS="-march=$march" -DCMAKE_CXX_FLAGS="-march=$march" \
+        -DPLDR_BUILD_BENCH=OFF -DPLDR_PYTHON=OFF -DPLDR_MPI=OFF -DPLDR_BUILD_FUZZ_REPLAY=OFF \
+        "${launch[@]}" >"$PACK/configure.log" 2>&1 || { cat "$PACK/configure.log"; exit 1; }
+    nice -n 10 cmake --build "$build" -j"$jobs" --target pldr pldr_tests pldr_gpu_tests
+    echo "gpu-check pack: built in $((SECONDS - t0)) s"
+    local stage=$PACK/stage/pldr-gpu
+    rm -rf "$PACK/stage"
+    mkdir -p "$stage/bin" "$stage/lib"
+    cp "$build/pldr" "$build/tests/pldr_tests" "$build/tests/gpu/pldr_gpu_tests" "$stage/bin/"
+    # The libraries to carry: every resolved dependency but the C and C++ runtimes (the GPU
+    # machine's Ubuntu 24.04 has newer ones), the CUDA driver and cuBLASLt (from the wheels).
+    local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libstdc\+\+|libgcc_s|libcuda\.so|libcublas)'
+    ldd "$stage"/bin/* | awk '/=> \// { print $1, $3 }' | sort -u | while read -r name path; do
+        if [[ $name =~ $skip ]]; then continue; fi
+        cp -L "$path" "$stage/lib/$name"
+    done
+    local missing
+    missing=$(ldd "$stage"/bin/* | grep 'not found' | grep -v libcublas || true)
+    [ -z "$missing" ] || { echo "gpu-check pack: unresolved libraries here:"; echo "$missing"; exit 1; }
+    # Where the tests look for the repository's files (their compiled-in paths), for `run`.
+    { echo "source_dir=$ROOT"; echo "binary_dir=$ROOT/$build"; echo "built=$(date -u +%FT%TZ)"
+      echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+      echo "march=$march"; echo "cuda=$(nvcc --version | tail -1)"; } >"$stage/manifest"
+    (cd "$PACK/stage" && tar -cf - pldr-gpu) | xz -T0 -6 >"$TARBALL.tmp"
+    mv "$TARBALL.tmp" "$TARBALL"
+    rm -rf "$PACK/stage"
+    local bytes
+    bytes=$(stat -c %s "$TARBALL")
+    echo "gpu-check pack: $TARBALL $((bytes / 1048576)).$(((bytes % 1048576) * 10 / 1048576)) MiB" \
+         "($bytes bytes; $(tar -tJf "$TARBALL" | grep -c '/lib/.') libraries)"
+    if ((bytes > 64 * 1048576)); then echo "gpu-check pack: over 64 MiB"; exit 1; fi
+}
+
+# ---- run -----------------------------------------------------------------------------------------
+declare -a SUMMARY=()
+step() {  # step NAME TIMEOUT_S COMMAND... : runs, logs, records the row
+    local name=$1 limit=$2
+    shift 2
+    local log="$LOGS/$name.log" t0=$SECONDS rc=0
+    echo "== $name (timeout ${limit}s): $*"
+    timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1 || rc=$?
+    tail -n 25 "$log"
+    local status=passed
+    if ((rc == 124 || rc == 137)); then status="TIMEOUT"; elif ((rc != 0)); then status="FAILED (exit $rc)"; fi
+    local note
+    note=$(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$log" | tr '\n' ' ' | sed 's/  */ /g' || true)
+    SUMMARY+=("| $name | $status | $((SECONDS - t0)) | ${note:-see $log} |")
+}
+note_row() { SUMMARY+=("| $1 | $2 | 0 | $3 |"); }
+
+run() {
+    [ -f "$TARBALL" ] || { echo "gpu-check run: $TARBALL not found: run 'bash scripts/gpu-check.sh pack' first, and carry .gpu"; exit 1; }
+    local work=${PLDR_GPU_WORK:-/tmp/pldr-gpu}
+    LOGS=${OUT:-$work}/gpu-check-logs
+    rm -rf "$work/pldr-gpu"
+    mkdir -p "$work" "$LOGS"
+    xz -dc "$TARBALL" | tar -xf - -C "$work"
+    local pkg=$work/pldr-gpu
+    cat "$pkg/manifest"
+    # The CUDA 13 runtime libraries of torch's nvidia-* wheels (the machine has no CUDA in /usr).
+    local libs=$pkg/lib site=""
+    for py in python3 /opt/torch/.venv/bin/python3; do
+        site=$(command -v "$py" >/dev/null && "$py" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null) && break
+    done
+    if [ -n "$site" ] && [ -d "$site/nvidia" ]; then
+        while read -r d; do libs="$libs:$d"; done < <(find "$site/nvidia" -name 'lib*.so*' -printf '%h\n' | sort -u)
+        echo "CUDA libraries from $site/nvidia"
+    else
+        [ -d /usr/local/cuda/lib64 ] && libs="$libs:/usr/local/cuda/lib64"
+        echo "no nvidia wheels found: using ${libs#*:}"
+    fi
+    export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=1
+    # The tests find the repository (tests/golden) and the tool at their compiled-in paths.
+    local src bin
+    src=$(sed -n 's/^source_dir=//p' "$pkg/manifest")
+    bin=$(sed -n 's/^binary_dir=//p' "$pkg/manifest")
+    if [ "$src" != "$ROOT" ] && [ ! -e "$src" ]; then
+        mkdir -p "$(dirname "$src")" 2>/dev/null && ln -s "$ROOT" "$src" 2>/dev/null ||
+            echo "note: cannot link $src to $ROOT: the golden tests will not find their files"
+    fi
+    if [ ! -e "$bin/pldr" ]; then
+        mkdir -p "$bin" 2>/dev/null && ln -sf "$pkg/bin/pldr" "$bin/pldr" 2>/dev/null || true
+    fi
+    local unresolved
+    unresolved=$(ldd "$pkg"/bin/* | grep 'not found' | sort -u || true)
+    if [ -n "$unresolved" ]; then
+        echo "unresolved libraries:"; echo "$unresolved"
+        note_row libraries "FAILED" "$(echo "$unresolved" | awk '{print $1}' | tr '\n' ' ')"
+    else
+        note_row libraries passed "every library of the three binaries resolves"
+    fi
+    command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "nvidia-smi: not here"
+    local P=$pkg/bin
+    step gpu_tests 150 "$P/pldr_gpu_tests" --gtest_brief=1
+    step cpu_sanity 60 "$P/pldr_tests" --gtest_brief=1 \
+        --gtest_filter='CudaDevice.*:CudaShared.*:GoldenForward.*:GoldenGrad.*:AdamWGolden.*'
+    if "$P/pldr" bench --help 2>/dev/null | grep -q -- '--device'; then
+        step bench_cuda_110M 240 "$P/pldr" bench --config 110M --device cuda
+    else
+        note_row bench_cuda_110M skipped "pldr bench has no --device yet (the backend's next step)"
+    fi
+    local help
+    help=$("$P/pldr" bench --help 2>/dev/null || true)
+    if grep -q -- '--weights' <<<"$help" && grep -q -- '--precision' <<<"$help"; then
+        # The issue's line in two steps, so that a timeout loses half of it, not all: prefill and
+        # decode over the three weight formats (decode in kvg only: the three cache modes would
+        # not fit in 8 minutes), then training in fp32 and bf16.
+        step bench_cpu_110M_weights 130 "$P/pldr" bench --config 110M --weights f32,bf16,q8 \
+            --threads 2 --only prefill,decode --caches kvg --json "$LOGS/bench_cpu_weights.json"
+        step bench_cpu_110M_train 130 "$P/pldr" bench --config 110M --precision fp32,bf16 \
+            --threads 2 --only train --json "$LOGS/bench_cpu_train.json"
+    else
+        note_row bench_cpu_110M skipped "pldr bench has no --weights/--precision"
+    fi
+    echo
+    echo "## gpu-check summary ($(sed -n 's/^commit=//p' "$pkg/manifest"), logs in $LOGS)"
+    echo "| step | result | seconds | note |"
+    echo "|---|---|---|---|"
+    printf '%s\n' "${SUMMARY[@]}"
+    for row in "${SUMMARY[@]}"; do
+        if [[ $row == *FAILED* || $row == *TIMEOUT* ]]; then return 1; fi
+    done
+}
+
+case "${1:-}" in
+    pack) pack ;;
+    run) run ;;
+    *) echo "usage: bash scripts/gpu-check.sh pack|run (docs/gpu.md)" >&2; exit 2 ;;
+esac
