@@ -1,0 +1,36 @@
+# The module as a research library (issue 36): a session's outputs, bytes-safe token text,
+# strict token ids, text that matches the CLI's, argument errors as pldr.Error, paths as
+# os.PathLike, and fine-tuning from a model directory.
+import numpy as np
+import pytest
+
+from conftest import DEFAULT_MODEL, EVAL_MODEL
+
+
+@pytest.fixture(scope="module")
+def model(pldr):
+    return pldr.Model(DEFAULT_MODEL)
+
+
+def test_last_outputs_after_prefill_and_decode(pldr, model):
+    prompt = model.tokenizer.encode("The state of the Union is")
+    full = model.forward(prompt)
+    s = pldr.Session(model)
+    logits = s.prefill(prompt)
+    out = s.last_outputs()
+    V, L = model.info["vocab_size"], model.info["num_layers"]
+    # The last position's logits, as the prefill returned them and as forward computes them.
+    assert out["logits"].shape == (1, 1, V)
+    assert np.array_equal(out["logits"][0, 0], logits)
+    assert np.allclose(out["logits"][0, 0], full["logits"][0, -1], rtol=0, atol=1e-4)
+    assert len(out["G_LM"]) == L
+    assert np.allclose(out["G_LM"][0], full["G_LM"][0], rtol=0, atol=1e-5)
+    assert out["E"][0].shape == full["E"][0].shape  # [1,H,S,S] over the whole prompt
+    nxt = int(np.argmax(logits))
+    logits = s.decode(nxt)
+    out = s.last_outputs()
+    assert np.array_equal(out["logits"][0, 0], logits)
+    # One new query against all S+1 keys.
+    assert out["E"][0].shape[-2:] == (1, len(prompt) + 1)
+    assert np.isfinite(out["G_LM"][0]).all()
+
