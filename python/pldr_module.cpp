@@ -47,6 +47,15 @@ std::pair<std::vector<int64_t>, int64_t> ids_of(const py::handle& obj, const cha
     return {std::move(v), rows};
 }
 
+// Library text as a Python str: a token's text can end inside a UTF-8 character (byte-fallback
+// pieces <0xNN>), so invalid bytes become U+FFFD instead of a UnicodeDecodeError; the exact
+// bytes stay available where a token is reported (its "bytes").
+py::str text_of(const std::string& s) {
+    PyObject* o = PyUnicode_DecodeUTF8(s.data(), py::ssize_t(s.size()), "replace");
+    if (!o) throw py::error_already_set();
+    return py::reinterpret_steal<py::str>(o);
+}
+
 py::dict forward_dict(const api::ForwardResult& r) {
     py::dict d;
     d["logits"] = to_numpy(r.logits());
@@ -168,11 +177,22 @@ PYBIND11_MODULE(pldr, mod) {
         .def(
             "decode",
             [](const api::Tokenizer& t, const py::object& ids) {
-                return t.decode(ids_of(ids, "decode").first);
+                return text_of(t.decode(ids_of(ids, "decode").first));
             },
-            py::arg("ids"))
-        .def("token_text", &api::Tokenizer::token_text, py::arg("id"))
-        .def("piece", &api::Tokenizer::piece, py::arg("id"))
+            py::arg("ids"), "the text of token ids (invalid UTF-8 reads as U+FFFD)")
+        .def(
+            "token_text",
+            [](const api::Tokenizer& t, int64_t id) { return text_of(t.token_text(id)); },
+            py::arg("id"),
+            "the text one id adds (a byte piece that is not UTF-8 by itself reads as U+FFFD; "
+            "token_bytes has its bytes)")
+        .def(
+            "token_bytes",
+            [](const api::Tokenizer& t, int64_t id) { return py::bytes(t.token_text(id)); },
+            py::arg("id"), "the bytes one id adds to the decoded text")
+        .def(
+            "piece", [](const api::Tokenizer& t, int64_t id) { return text_of(t.piece(id)); },
+            py::arg("id"), "the raw SentencePiece piece ('▁the', '<0x0A>')")
         .def_property_readonly("vocab_size", &api::Tokenizer::vocab_size)
         .def_property_readonly("eos_id", &api::Tokenizer::eos_id);
 
@@ -225,7 +245,8 @@ PYBIND11_MODULE(pldr, mod) {
                     cb = [&](const api::TokenInfo& t, const std::string& text) {
                         py::gil_scoped_acquire gil;
                         try {
-                            py::object r = callback(t.id, t.text, t.logprob, text);
+                            py::object r =
+                                callback(t.id, text_of(t.text), t.logprob, text_of(text));
                             return r.is_none() || r.cast<bool>();
                         } catch (py::error_already_set& e) {
                             pending.err = std::move(e);
@@ -243,9 +264,9 @@ PYBIND11_MODULE(pldr, mod) {
                     g = m.generate_ids(ids, o, cb);
                 }
                 pending.rethrow();
-                if (!details) return py::str(g.text);
+                if (!details) return text_of(g.text);
                 py::dict d;
-                d["text"] = g.text;
+                d["text"] = text_of(g.text);
                 d["prompt_ids"] = g.prompt_ids;
                 d["ids"] = g.ids;
                 d["finish_reason"] = g.finish_reason;
@@ -253,7 +274,8 @@ PYBIND11_MODULE(pldr, mod) {
                 for (const auto& t : g.tokens) {
                     py::dict td;
                     td["id"] = t.id;
-                    td["text"] = t.text;
+                    td["text"] = text_of(t.text);
+                    td["bytes"] = py::bytes(t.text);
                     td["logprob"] = t.logprob;
                     td["top"] = top_list(t.top);
                     toks.append(td);

@@ -34,3 +34,24 @@ def test_last_outputs_after_prefill_and_decode(pldr, model):
     assert out["E"][0].shape[-2:] == (1, len(prompt) + 1)
     assert np.isfinite(out["G_LM"][0]).all()
 
+
+def test_byte_pieces_never_raise_unicode_errors(pldr, model):
+    tok = model.tokenizer
+    # Byte-fallback pieces <0xNN> are ids 6 + NN: 0x80 is a lone continuation byte.
+    assert tok.piece(134) == "<0x80>"
+    assert tok.token_text(134) == "\ufffd"
+    assert tok.token_bytes(134) == b"\x80"
+    assert tok.token_bytes(tok.encode(" the")[0]) == b" the"
+    # A prompt that ends inside a character ("\xe2"): greedy decoding continues it with 0x80,
+    # a token that is not UTF-8 by itself, in the details and in the callback.
+    prompt = tok.encode("The state of the Union") + [232]
+    seen = []
+    g = model.generate(prompt, max_tokens=4, greedy=True, stop_at_eos=False, details=True,
+                       callback=lambda i, t, lp, so_far: seen.append((i, t, so_far)))
+    assert g["ids"][0] == 134 and g["tokens"][0]["bytes"] == b"\x80"
+    assert g["tokens"][0]["text"] == "\ufffd"
+    assert [t["bytes"] for t in g["tokens"]] == [tok.token_bytes(i) for i in g["ids"]]
+    assert [s[0] for s in seen] == g["ids"] and all(isinstance(s[2], str) for s in seen)
+    assert seen[-1][2] == g["text"]
+    assert model.generate(prompt, max_tokens=4, greedy=True, stop_at_eos=False) == g["text"]
+
