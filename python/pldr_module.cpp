@@ -31,20 +31,38 @@ py::array to_numpy(const api::Tensor& t) {
     return a;
 }
 
-// Token ids from a Python sequence or a 1-D / 2-D integer array: (flat ids, rows).
-std::pair<std::vector<int64_t>, int64_t> ids_of(const py::handle& obj, const char* what) {
-    py::array_t<int64_t, py::array::c_style | py::array::forcecast> a;
+// Token ids from a Python sequence or an integer array of at most `max_ndim` dimensions:
+// (flat ids, rows). `what` names the argument ("score(context)"). Anything but integers is a
+// TypeError (floats would be truncated, bools and complex numbers are no ids), and an array of
+// more dimensions than the call takes is refused rather than flattened.
+std::pair<std::vector<int64_t>, int64_t> ids_of(const py::handle& obj, const char* what,
+                                                int max_ndim = 1) {
+    const std::string w(what);
+    if (py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj))
+        throw py::type_error(w + ": expected token ids (a list or integer array), got a string");
+    py::array a;
     try {
-        a = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
+        a = py::array::ensure(obj);
     } catch (const py::error_already_set&) {
     }
-    if (!a) throw pldr::Error(std::string(what) + ": expected token ids (a list or integer array)");
-    if (a.ndim() != 1 && a.ndim() != 2)
-        throw pldr::Error(std::string(what) + ": expected a 1-D or 2-D array of token ids");
-    std::vector<int64_t> v(a.data(), a.data() + a.size());
-    const int64_t rows = a.ndim() == 2 ? int64_t(a.shape(0)) : 1;
-    if (v.empty()) throw pldr::Error(std::string(what) + ": no token ids");
-    return {std::move(v), rows};
+    if (!a) throw py::type_error(w + ": expected token ids (a list or integer array)");
+    if (a.size() == 0) throw pldr::Error(w + ": no token ids");
+    // numpy makes [True, 3] an integer array: a bool in a list is refused as in an array.
+    if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj))
+        for (py::handle e : obj)
+            if (PyBool_Check(e.ptr()))
+                throw py::type_error(w + ": token ids must be integers (got a bool)");
+    const char kind = a.dtype().kind();
+    if (kind != 'i' && kind != 'u')
+        throw py::type_error(w + ": token ids must be integers (got " +
+                             std::string(py::str(a.dtype())) + " values)");
+    if (a.ndim() < 1 || a.ndim() > max_ndim)
+        throw pldr::Error(w + ": expected a " + (max_ndim == 1 ? "1-D" : "1-D or 2-D") +
+                          " sequence of token ids (got " + std::to_string(a.ndim()) +
+                          " dimensions)");
+    const auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    std::vector<int64_t> v(c.data(), c.data() + c.size());
+    return {std::move(v), a.ndim() == 2 ? int64_t(a.shape(0)) : 1};
 }
 
 // Library text as a Python str: a token's text can end inside a UTF-8 character (byte-fallback
@@ -177,7 +195,7 @@ PYBIND11_MODULE(pldr, mod) {
         .def(
             "decode",
             [](const api::Tokenizer& t, const py::object& ids) {
-                return text_of(t.decode(ids_of(ids, "decode").first));
+                return text_of(t.decode(ids_of(ids, "decode(ids)").first));
             },
             py::arg("ids"), "the text of token ids (invalid UTF-8 reads as U+FFFD)")
         .def(
@@ -222,7 +240,7 @@ PYBIND11_MODULE(pldr, mod) {
         .def(
             "forward",
             [](const api::Model& m, const py::object& ids) {
-                auto [v, rows] = ids_of(ids, "forward");
+                auto [v, rows] = ids_of(ids, "forward(ids)", 2);
                 api::ForwardResult r;
                 {
                     py::gil_scoped_release nogil;
@@ -259,7 +277,7 @@ PYBIND11_MODULE(pldr, mod) {
                     py::gil_scoped_release nogil;
                     g = m.generate(p, o, cb);
                 } else {
-                    auto ids = ids_of(prompt, "generate").first;
+                    auto ids = ids_of(prompt, "generate(prompt)").first;
                     py::gil_scoped_release nogil;
                     g = m.generate_ids(ids, o, cb);
                 }
@@ -297,8 +315,8 @@ PYBIND11_MODULE(pldr, mod) {
                     py::gil_scoped_release nogil;
                     r = m.score(c, x, o);
                 } else {
-                    const auto c = ids_of(context, "score context").first;
-                    const auto x = ids_of(continuation, "score continuation").first;
+                    const auto c = ids_of(context, "score(context)").first;
+                    const auto x = ids_of(continuation, "score(continuation)").first;
                     py::gil_scoped_release nogil;
                     r = m.score_ids(c, x, o);
                 }
@@ -308,7 +326,7 @@ PYBIND11_MODULE(pldr, mod) {
         .def(
             "loss_and_grads",
             [](const api::Model& m, const py::object& batch, std::vector<double> dag) {
-                auto [v, rows] = ids_of(batch, "loss_and_grads");
+                auto [v, rows] = ids_of(batch, "loss_and_grads(batch)", 2);
                 if (dag.size() != 3)
                     throw pldr::Error("dag takes three coefficients (c_A, c_Ap, c_G)");
                 api::Gradients g;
@@ -339,7 +357,7 @@ PYBIND11_MODULE(pldr, mod) {
         .def(
             "prefill",
             [](api::Session& s, const py::object& ids) {
-                auto v = ids_of(ids, "prefill").first;
+                auto v = ids_of(ids, "prefill(ids)").first;
                 api::Tensor t;
                 {
                     py::gil_scoped_release nogil;
@@ -383,7 +401,7 @@ PYBIND11_MODULE(pldr, mod) {
     mod.def(
         "g_lm_stats",
         [](const api::Model& m, const py::object& ids) {
-            auto [v, rows] = ids_of(ids, "g_lm_stats");
+            auto [v, rows] = ids_of(ids, "g_lm_stats(ids)", 2);
             std::vector<api::GStats> st;
             {
                 py::gil_scoped_release nogil;

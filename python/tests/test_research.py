@@ -55,3 +55,30 @@ def test_byte_pieces_never_raise_unicode_errors(pldr, model):
     assert seen[-1][2] == g["text"]
     assert model.generate(prompt, max_tokens=4, greedy=True, stop_at_eos=False) == g["text"]
 
+
+def test_token_ids_must_be_integers(pldr, model):
+    good = model.score([5, 17, 3], [9, 4])
+    assert model.score(np.array([5, 17, 3], dtype=np.int32), np.array([9, 4], np.uint16))[
+        "logprob"] == good["logprob"]
+    for bad in ([1.9, 2.9], np.array([1.9, 2.9]), np.array([1, 2], dtype=np.float32),
+                [1 + 0j, 2], np.array([True, False]), [True, 3], ["a", "b"], [2**70]):
+        with pytest.raises(TypeError, match=r"score\(context\)"):
+            model.score(bad, [9, 4])
+        with pytest.raises(TypeError, match=r"generate\(prompt\)"):
+            model.generate(bad, max_tokens=1)
+    with pytest.raises(TypeError, match=r"score\(continuation\).*integers"):
+        model.score([5, 17, 3], [9.5])
+    with pytest.raises(TypeError, match=r"forward\(ids\)"):
+        model.forward(np.array([[1.0, 2.0]]))
+    with pytest.raises(TypeError, match=r"decode\(ids\)"):
+        model.tokenizer.decode([65.7])
+
+
+def test_two_dimensional_ids_refused_where_one_sequence_is_meant(pldr, model):
+    two = np.array([[5, 17, 3], [9, 4, 8]])
+    for call in (lambda: model.score(two, [9, 4]), lambda: model.score([9, 4], two),
+                 lambda: model.generate(two, max_tokens=1),
+                 lambda: pldr.Session(model).prefill(two)):
+        with pytest.raises(pldr.Error, match="1-D"):
+            call()
+    assert model.forward(two)["logits"].shape[:2] == (2, 3)  # forward takes a batch
