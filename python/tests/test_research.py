@@ -82,3 +82,41 @@ def test_two_dimensional_ids_refused_where_one_sequence_is_meant(pldr, model):
         with pytest.raises(pldr.Error, match="1-D"):
             call()
     assert model.forward(two)["logits"].shape[:2] == (2, 3)  # forward takes a batch
+
+
+def test_bad_argument_values_are_argument_errors(pldr, model):
+    assert issubclass(pldr.ArgumentError, pldr.Error)
+    assert issubclass(pldr.ArgumentError, ValueError)
+    for kw, name in ((dict(temperature=-1), "temperature"), (dict(top_p=1.5), "top_p"),
+                     (dict(max_tokens=2**70), "max_tokens"), (dict(cache="bogus"), "bogus")):
+        with pytest.raises(ValueError, match=name) as e:
+            model.generate("The", **kw)
+        assert isinstance(e.value, pldr.Error) and "--" not in str(e.value)
+    with pytest.raises(pldr.ArgumentError, match="mode"):
+        model.score("The", " Union", mode="bogus")
+    with pytest.raises(pldr.ArgumentError, match="dag"):
+        pldr.train(data_dir="x", out_dir="y", preset="tiny", dag=(-1, 0, 0))
+    with pytest.raises(pldr.ArgumentError, match="no token ids"):
+        model.score([], [4])
+    with pytest.raises(pldr.ArgumentError, match="1-D"):
+        model.generate(np.array([[5, 17]]), max_tokens=1)
+    with pytest.raises(TypeError, match="temperature"):  # a wrong type stays a TypeError
+        model.generate("The", temperature="hot")
+
+
+def test_paths_and_dtypes(pldr, model, tmp_path):
+    import pathlib
+    m64 = pldr.Model(pathlib.Path(DEFAULT_MODEL), dtype=np.float64)
+    assert m64.info["dtype"] == "f64"
+    s = pldr.Session(model)
+    ids = model.tokenizer.encode("The state of the Union is")
+    first = s.prefill(ids)
+    s.save_g_cache(tmp_path / "g.safetensors")
+    t = pldr.Session(model)
+    t.load_g_cache(tmp_path / "g.safetensors")
+    assert np.allclose(t.prefill(ids), first, rtol=0, atol=1e-4)
+    with pytest.raises(TypeError, match=r"save_g_cache\(path\)"):
+        s.save_g_cache(42)
+    r = pldr.audit(model, prompts=["The state of the Union is"], steps=2,
+                   out_dir=tmp_path / "audit")
+    assert isinstance(r, dict) and (tmp_path / "audit" / "audit.json").exists()
