@@ -180,7 +180,12 @@ class OptionDoc {
             os << "    " << s.name << "=";
             if constexpr (std::is_same_v<T, bool>)
                 os << (v ? "True" : "False");
-            else if constexpr (std::is_arithmetic_v<T>)
+            else if constexpr (std::is_floating_point_v<T>) {
+                std::ostringstream n;
+                n << v;
+                const std::string t = n.str();  // Python's spelling: 1.0, not 1
+                os << t << (t.find_first_of(".eni") == std::string::npos ? ".0" : "");
+            } else if constexpr (std::is_arithmetic_v<T>)
                 os << v;
             else if constexpr (std::is_same_v<T, std::string>)
                 os << "'" << v << "'";
