@@ -18,6 +18,12 @@ namespace pldr_py {
 namespace py = pybind11;
 namespace api = pldr::api;
 
+// A bad argument value (out of range, an unknown name, a wrong shape): pldr.ArgumentError in
+// Python, a subclass of both pldr.Error and ValueError. A wrong type stays a TypeError.
+struct ArgumentError : pldr::Error {
+    using pldr::Error::Error;
+};
+
 // Fills the members of a set from keyword arguments; names every keyword it takes in `taken`.
 class OptionKeywords {
   public:
@@ -30,7 +36,18 @@ class OptionKeywords {
         } else {
             if (!s.on(PLDR_OPT_PY) || !kw_.contains(s.name)) return;
             taken_->insert(s.name);
-            read(s, py::handle(kw_[s.name]), v);
+            // The library's range and name checks (pldr::Error) are argument errors here.
+            try {
+                read(s, py::handle(kw_[s.name]), v);
+            } catch (const ArgumentError&) {
+                throw;
+            } catch (const pldr::Error& e) {
+                // A message that names the CLI flag ("--cache must be ...") names the keyword.
+                std::string m = e.what();
+                if (m.rfind("--", 0) == 0 && m.find(' ') != std::string::npos)
+                    m = s.name + m.substr(m.find(' '));
+                throw ArgumentError(m);
+            }
         }
     }
 
@@ -48,8 +65,8 @@ class OptionKeywords {
             try {
                 v = x.cast<T>();
             } catch (const py::cast_error&) {
-                throw py::value_error(std::string(s.name) + " is out of range for " +
-                                      (std::is_signed_v<T> ? "int64" : "uint64"));
+                throw ArgumentError(std::string(s.name) + " is out of range for " +
+                                    (std::is_signed_v<T> ? "int64" : "uint64"));
             }
         } else {
             if (PyBool_Check(x.ptr()) || !(PyFloat_Check(x.ptr()) || PyIndex_Check(x.ptr()) ||
@@ -99,8 +116,7 @@ class OptionKeywords {
                 type_error(s, "a sequence of three numbers (c_A, c_Ap, c_G)", e);
             c[i] = e.cast<double>();
             if (!std::isfinite(c[i]) || c[i] < 0)
-                throw py::value_error(std::string(s.name) +
-                                      " coefficients must be finite and >= 0");
+                throw ArgumentError(std::string(s.name) + " coefficients must be finite and >= 0");
         }
         v = {c[0], c[1], c[2]};
     }
@@ -167,7 +183,12 @@ class OptionDoc {
             os << "    " << s.name << "=";
             if constexpr (std::is_same_v<T, bool>)
                 os << (v ? "True" : "False");
-            else if constexpr (std::is_arithmetic_v<T>)
+            else if constexpr (std::is_floating_point_v<T>) {
+                std::ostringstream n;
+                n << v;
+                const std::string t = n.str();  // Python's spelling: 1.0, not 1
+                os << t << (t.find_first_of(".eni") == std::string::npos ? ".0" : "");
+            } else if constexpr (std::is_arithmetic_v<T>)
                 os << v;
             else if constexpr (std::is_same_v<T, std::string>)
                 os << "'" << v << "'";

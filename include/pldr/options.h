@@ -113,6 +113,8 @@
     X(BOOL, force, 0, "", PLDR_TRAIN_CP, "--force",                                             \
       "out_dir may be an existing model directory or another training checkpoint (replaced)")   \
     X(STR, resume_dir, "", "", PLDR_TRAIN_CP, "--resume", "continue from this checkpoint")      \
+    X(STR, init_dir, "", "", PLDR_TRAIN_CP, "--init",                                           \
+      "fine-tune: start from this model directory's config and weights (fresh optimizer)")      \
     X(STR, device, "cpu", "", PLDR_TRAIN_CP, "--device",                                        \
       "where the model trains: cpu, or cuda[:N] (docs/gpu.md)")                                 \
     X(STR, metrics_path, "", "", PLDR_TRAIN_CP, "--metrics",                                    \

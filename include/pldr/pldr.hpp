@@ -372,7 +372,8 @@ class Session {
     // Never a file of the model's own directory; a file of another model directory or training
     // checkpoint only with `force` (the output rule, docs/errors.md "Outputs").
     void save_g_cache(const std::string& path, bool force = false) const;
-    // The deductive outputs of the last call (prefill: the whole prompt) under the golden naming.
+    // The deductive outputs of the last call (prefill: the whole prompt) under the golden naming;
+    // fwd.logits is the last position's row only, [1,1,V] (the session computes no other).
     ForwardResult last_outputs() const;
     // Off: later calls keep no deductive outputs (last_outputs and score_prompt then throw),
     // only the logits: less memory, and no copy of the operators per step (generation, servers).

@@ -77,10 +77,18 @@ def test_generate_equals_cli(pldr):
     g = model.generate(prompt, max_tokens=8, temperature=0.8, top_p=0.9, seed=1, details=True)
     assert g["prompt_ids"] == cli["prompt_ids"]
     assert g["ids"] == cli["ids"]
-    assert model.tokenizer.decode(g["ids"]) == cli["text"]
-    # The module's text continues the prompt's text (its leading space kept).
-    assert g["text"].strip() == cli["text"].strip()
+    # The text continues the prompt's text (its leading space kept), in the CLI's JSON as in
+    # the module, and the CLI's streamed output is the prompt's text followed by it.
+    assert g["text"] == cli["text"] and g["text"].startswith(" ")
     tok = model.tokenizer
+    streamed = run_cli("generate", EVAL_MODEL, "-p", prompt, "-n", "8", "--temp", "0.8",
+                       "--top-p", "0.9", "--seed", "1")
+    assert streamed == tok.decode(g["prompt_ids"]) + g["text"] + "\n"
+    # A batch prints each prompt's text followed by its continuation (no word glued on).
+    batch = run_cli("generate", EVAL_MODEL, "-p", prompt, "-p", "Q: What is", "-n", "8",
+                    "--greedy")
+    greedy = model.generate(prompt, max_tokens=8, greedy=True)
+    assert batch.splitlines()[0] == "[0] " + tok.decode(g["prompt_ids"]) + greedy
     assert tok.decode(g["prompt_ids"]) + g["text"] == tok.decode(g["prompt_ids"] + g["ids"])
     for ours, theirs in zip(g["tokens"], cli["steps"]):
         assert ours["logprob"] == theirs["logprob"]

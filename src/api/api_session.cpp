@@ -137,7 +137,16 @@ ForwardResult Session::last_outputs() const {
     return impl_->visit([](const auto& s) {
         PLDR_REQUIRE(s.length() > 0, "no outputs before prefill");
         PLDR_REQUIRE(s.keeps_activations(), "the session keeps no outputs (keep_outputs(false))");
-        return forward_result(s.model(), s.last());
+        ForwardResult r = forward_result(s.model(), s.last());
+        // A session's forward computes the LM head on its last position only (its own logits,
+        // not the activations'), so fwd.logits is that row, [1,1,V].
+        if (!r.has("fwd.logits")) {
+            using T = scalar_t<decltype(s.model())>;
+            std::vector<T> v = s.logits();
+            const auto V = int64_t(v.size());
+            r.tensors.emplace_back("fwd.logits", make_tensor<T>({1, 1, V}, std::move(v)));
+        }
+        return r;
     });
 }
 

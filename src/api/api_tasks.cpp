@@ -195,6 +195,7 @@ TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
     ::pldr::TrainOptions t;
     t.preset = o.preset;
     t.config_path = o.config_path;
+    t.init_dir = o.init_dir;
     t.fixed_g_identity = o.fixed_g_identity;
     t.data_dir = o.data_dir;
     t.out_dir = o.out_dir;

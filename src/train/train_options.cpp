@@ -69,6 +69,7 @@ ojson maths(const TrainOptions& o) {
     if (o.precision != "fp32") j["precision"] = o.precision;    // likewise
     j["preset"] = o.preset;
     j["config"] = o.config_path;
+    if (!o.init_dir.empty()) j["init"] = o.init_dir;  // provenance of a fine-tuned run
     return j;
 }
 
@@ -268,8 +269,16 @@ void check_output_options(const TrainOptions& o) {
     PLDR_REQUIRE(!o.out_dir.empty(), "--out is required");
     PLDR_REQUIRE(!o.data_dir.empty(), "--data is required");
     const bool resume = !o.resume_dir.empty();
-    PLDR_REQUIRE(resume || o.preset.empty() != o.config_path.empty(),
-                 "give exactly one of --preset and --config");
+    if (!o.init_dir.empty()) {
+        PLDR_REQUIRE(o.preset.empty() && o.config_path.empty() && !resume,
+                     "--init takes the model directory's own config: give no --preset, --config "
+                     "or --resume with it");
+        PLDR_REQUIRE(!o.fixed_g_identity,
+                     "--init keeps the model's own G_LM: the SDPA baseline (fixed G) does not "
+                     "apply");
+    }
+    PLDR_REQUIRE(resume || !o.init_dir.empty() || o.preset.empty() != o.config_path.empty(),
+                 "give exactly one of --preset, --config and --init");
     PLDR_REQUIRE(o.preset.empty() || o.config_path.empty(),
                  "give only one of --preset and --config");
     // The output is this run's own checkpoint directory: never an input, and another model's
@@ -279,13 +288,14 @@ void check_output_options(const TrainOptions& o) {
     InputSet in;
     in.add_dir(o.data_dir);
     in.add_file(o.config_path);
+    if (!o.init_dir.empty()) in.add_dir(o.init_dir);
     if (resume && !own) in.add_dir(o.resume_dir);
     // The output rule (core/fs.h): a new directory, the checkpoint being resumed, or with force
     // another model directory or checkpoint.
-    require_output_dir(o.out_dir, in, "--out",
-                       {"config.json", "model.safetensors", kTrainStateFile, "metrics.jsonl",
-                        "tokenizer.model"},
-                       o.force, resume ? o.resume_dir : "");
+    require_output_dir(
+        o.out_dir, in, "--out",
+        {"config.json", "model.safetensors", kTrainStateFile, "metrics.jsonl", "tokenizer.model"},
+        o.force, resume ? o.resume_dir : "");
     if (!o.metrics_path.empty())
         require_output_file(o.metrics_path, in, "--metrics", o.force || own);
 }

@@ -19,6 +19,7 @@
 #include "dist/dist.h"
 #include "io/config_json.h"
 #include "io/json_util.h"
+#include "io/model_load.h"
 #include "model/init.h"
 #include "train/checkpoint.h"
 #include "train/clip.h"
@@ -111,15 +112,23 @@ void load_resumed(TrainOptions& o, const Shards& data, int P, Model<T>& model, A
                  ", beyond --steps ", o.steps);
 }
 
-// Rank 0 of a new run: the model of the preset or config, initialized from the seed.
+// Rank 0 of a new run: the model of the preset or config, initialized from the seed, or with
+// --init the model directory's config and weights (fine-tuning).
 template <typename T>
 void create_model(const TrainOptions& o, const Shards& data, Model<T>& model, AdamWState<T>& opt) {
     PLDR_REQUIRE(!fs::exists(fs::path(o.out_dir) / kTrainStateFile), o.out_dir,
                  " already holds a training checkpoint; continue it with --resume ", o.out_dir,
                  " or choose another --out");
-    const Config c = requested_config(o, data.train.vocab_size(), data.train_path);
-    model = Model<T>(c);
-    init_weights(model, o.seed);
+    if (!o.init_dir.empty()) {
+        model = load_model<T>(o.init_dir, /*pack=*/false);
+        PLDR_REQUIRE(model.cfg.vocab_size == data.train.vocab_size(),
+                     "the data's vocabulary size (", data.train.vocab_size(), " in ",
+                     data.train_path, ") differs from vocab_size ", model.cfg.vocab_size, " of ",
+                     o.init_dir, " (prepare the data with its tokenizer.model)");
+    } else {
+        model = Model<T>(requested_config(o, data.train.vocab_size(), data.train_path));
+        init_weights(model, o.seed);
+    }
     opt = AdamWState<T>(model.layout.total);
 }
 
@@ -293,6 +302,10 @@ Run<T>::Run(TrainOptions o, const TrainHooks& hooks)
     if (root_) metrics_.emplace(metrics_path, resume_ ? out_.start_step : -1);
     options_json_ = o_.maths_json();
     tokenizer_src_ = tokenizer_source(o_.data_dir);
+    // A fine-tuned model keeps its own tokenizer when the shards name none.
+    if (tokenizer_src_.empty() && !o_.init_dir.empty() &&
+        fs::is_regular_file(fs::path(o_.init_dir) / "tokenizer.model"))
+        tokenizer_src_ = (fs::path(o_.init_dir) / "tokenizer.model").string();
     if (resume_ && fs::absolute(o_.resume_dir) == fs::absolute(o_.out_dir))
         last_saved_ = out_.start_step;
     tokens_per_step_ = int64_t(P_) * o_.batch * o_.accum * (o_.ctx - 1);

@@ -18,6 +18,9 @@ struct TrainOptions {
     // Model source (exactly one of preset / config_path for a new run; with resume_dir either
     // may be given and must then match the checkpoint).
     std::string preset, config_path;
+    // Fine-tuning: a new run that starts from this model directory's config and weights (with
+    // a fresh optimizer state); excludes preset, config_path and resume_dir.
+    std::string init_dir;
     bool fixed_g_identity = false;  // train the SDPA baseline (custom_G_type "identity")
     std::string data_dir;           // train.pldrtok [+ valid.pldrtok]
     std::string out_dir;            // checkpoint directory (gets a copy of the shards'

@@ -92,7 +92,9 @@ int run_generate(const GenArgs& a) {
             nlohmann::ordered_json j;
             j["prompt_ids"] = r.prompt_ids;
             j["ids"] = r.ids;
-            if (text) j["text"] = m.tokenizer().decode(r.ids);
+            // The text that continues the prompt's (Generation::text: its leading space kept),
+            // as the streamed output prints it after the prompt and as Python returns it.
+            if (text) j["text"] = r.text;
             auto steps = nlohmann::ordered_json::array();
             for (const auto& s : r.tokens) {
                 auto top = nlohmann::ordered_json::array();
@@ -104,7 +106,7 @@ int run_generate(const GenArgs& a) {
         } else if (!stream) {
             if (text) {
                 std::printf("[%zu] %s%s\n", i, m.tokenizer().decode(r.prompt_ids).c_str(),
-                            m.tokenizer().decode(r.ids).c_str());
+                            r.text.c_str());
             } else {
                 std::printf("[%zu]", i);
                 for (int64_t id : r.ids) std::printf(" %lld", (long long)id);
