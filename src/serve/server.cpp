@@ -15,13 +15,16 @@
 namespace pldr::serve {
 
 json Server::body_of(const httplib::Request& req) const {
+    check_depth(req.body);
     json b;
     try {
         b = json::parse(req.body);
     } catch (const json::exception& ex) {
         std::string m = ex.what();
         const size_t p = m.find("] ");
-        bad("request body is not valid JSON: " + (p == std::string::npos ? m : m.substr(p + 2)));
+        // The parser quotes the token it last read, which may be a whole megabyte string.
+        bad("request body is not valid JSON: " +
+            cut(p == std::string::npos ? m : m.substr(p + 2), 160));
     }
     if (!b.is_object()) bad("request body must be a JSON object");
     return b;

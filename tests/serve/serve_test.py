@@ -232,6 +232,13 @@ def run_all(s):
         ("/v1/deductive", {}, None, 400, "'prompt' is required"),
         ("/v1/deductive", {"prompt": []}, None, 400, "non-empty list"),
         ("/v1/deductive", {"prompt": "a b c", "prefix_len": 99}, None, 400, "'prefix_len' must be in"),
+        # nested deeper than 64 (issue 36: 100,000 deep once ended the server; hardening_test.py
+        # sends 10^6), and an error that quotes a megabyte value quotes its start only
+        ("/v1/completions", None, '{"prompt": %s}' % ("[" * 20000 + "]" * 20000), 400, "deeper than 64"),
+        ("/v1/completions", None, '{"prompt": "a", "stop": %s}' % ("[" * 65 + "]" * 65), 400, "deeper than 64"),
+        ("/v1/chat/completions", None, '{"messages": %s}' % ('{"a":' * 10000), 400, "deeper than 64"),
+        ("/detokenize", None, '{"tokens": %s}' % ("[" * 30000), 400, "deeper than 64"),
+        ("/v1/completions", {"prompt": "a", "max_tokens": ["x" * 60000]}, None, 400, '["xxxxxxxxxx'),
         ("/nowhere", {}, None, 404, "no route"),
         # bytes that are not UTF-8, quoted in the error (as U+FFFD): once a 500 (fuzz_serve_request)
         ("/v1/completions", None, '{"prompt": ["a"\xa3]}', 400, "not valid JSON"),
@@ -240,6 +247,7 @@ def run_all(s):
     for path, body, raw, status, needle in cases:
         st, b = s.post(path, body, raw)
         err_ok(st, b, status, needle)
+        check(len(b["error"]["message"]) < 400, f"a long error message: {b['error']['message'][:500]}")
     st, b = s.get("/v1/nothing")
     err_ok(st, b, 404, "no route")
     # a path that decodes to bytes that are not UTF-8: once an uncaught exception that ended the
