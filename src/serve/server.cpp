@@ -9,10 +9,15 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "serve/conn_queue.h"
 #include "serve/page.h"
 #include "serve/server_impl.h"
 
 namespace pldr::serve {
+
+// The threads that connections may take beyond --threads (ConnQueue): the cap on connections
+// served at once.
+constexpr size_t kExtraConnThreads = 256;
 
 json Server::body_of(const httplib::Request& req) const {
     check_depth(req.body);
@@ -313,8 +318,13 @@ LocalResponse Server::local(const std::string& method, const std::string& path,
 
 int Server::run() {
     const int threads = int(o_.threads > 0 ? o_.threads : o_.parallel + o_.queue + 4);
-    svr_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    // The connections: --threads workers, and up to 256 more while slow clients hold them (a
+    // client that stalls for 5 s mid-request, or 2 s between keep-alive requests, lets go).
+    svr_.new_task_queue = [threads] {
+        return new ConnQueue(size_t(threads), size_t(threads) + kExtraConnThreads);
+    };
     svr_.set_payload_max_length(size_t(o_.max_body));
+    svr_.set_read_timeout(5);
     svr_.set_keep_alive_timeout(2);
     svr_.set_error_handler(
         [](const httplib::Request& req, httplib::Response& res) { fill_error(req, res); });
