@@ -70,6 +70,7 @@ class Server {
         std::vector<int64_t> ids;
     };
     std::vector<Prompt> parse_prompts(const json& p) const;
+    std::vector<int64_t> prompt_ids(const std::string& text) const;
     std::vector<std::string> parse_stop(const json& b) const;
     std::vector<std::shared_ptr<Job>> make_jobs(const json& b, const std::vector<Prompt>& prompts,
                                                 const std::vector<std::string>& extra_stop,
