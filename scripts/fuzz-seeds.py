@@ -131,10 +131,14 @@ def serve_seeds():
                                   {"role": "user", "content": "Hello?"}],
                      "max_tokens": 4, "temperature": 0})
     req("chat_stream", CH, {"messages": [{"role": "user", "content": "Tell me"}],
-                            "stream": True, "max_completion_tokens": 5, "logprobs": True})
+                            "stream": True, "max_completion_tokens": 5, "logprobs": False,
+                            "model": "eval_v510_s2024", "user": "u", "presence_penalty": 0.5})
     req("chat_assistant_n2", CH, {"messages": [{"role": "user", "content": "a"},
                                                {"role": "assistant", "content": "b"}],
                                   "n": 2, "max_tokens": 3, "stop": "User"})
+    req("bad_chat_logprobs_true", CH, {"messages": [{"role": "user", "content": "x"}], "logprobs": True})
+    req("bad_unknown_field", C, {"prompt": "a", "logit_bias": {"1": 5}})
+    req("bad_unknown_model", C, {"prompt": "a", "model": "gpt-4"})
     req("bad_chat_role", CH, {"messages": [{"role": "tool", "content": "x"}]})
     req("bad_chat_empty", CH, {"messages": []})
     req("bad_chat_logprobs", CH, {"messages": [{"role": "user", "content": "x"}], "logprobs": 2})

@@ -116,6 +116,8 @@ std::vector<std::shared_ptr<Job>> Server::make_jobs(const json& b,
     stop.insert(stop.end(), extra_stop.begin(), extra_stop.end());
     if (chat && b.contains("logprobs") && !b["logprobs"].is_null() && !b["logprobs"].is_boolean())
         bad("'logprobs' must be a boolean for chat completions");
+    if (chat && get_bool(b, "logprobs", false))
+        bad("'logprobs' is not implemented for chat completions (use /v1/completions)");
     if (!echo && max_tokens == 0) bad("'max_tokens' is 0 without 'echo': nothing to return");
     std::vector<std::shared_ptr<Job>> jobs;
     for (const auto& p : prompts)

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <map>
+#include <set>
 
 #include "core/error.h"
 #include "serve/conn_queue.h"
@@ -22,7 +24,60 @@ namespace pldr::serve {
 // served at once.
 constexpr size_t kExtraConnThreads = 256;
 
+namespace {
+
+// The names of an option set's JSON fields (the rows with PLDR_OPT_JSON).
+struct JsonNames {
+    std::set<std::string>* out;
+    template <typename T>
+    void operator()(const api::OptionSpec& s, T& v) const {
+        if constexpr (api::is_option_set<T>::value)
+            api::for_each_option(v, *this);
+        else if (s.on(PLDR_OPT_JSON))
+            out->insert(s.name);
+    }
+};
+
+// The request fields each POST route reads; any other is refused with a 400 that names it, as
+// OpenAI refuses an unknown parameter (a field the server would ignore, such as logit_bias or
+// response_format, must not look honoured). The completions also take the JSON fields of the
+// sampling options' table. `user` (an end-user id OpenAI keeps for abuse reports) and
+// `stream_options` (include_usage: every stream ends with its usage anyway) change nothing and
+// are accepted.
+const std::set<std::string>& fields_of(const std::string& path) {
+    static const std::map<std::string, std::set<std::string>> fields = [] {
+        std::set<std::string> sampling;
+        api::SamplingOptions sp;
+        api::for_each_option(sp, JsonNames{&sampling});
+        std::set<std::string> cmpl = {"model",      "prompt", "max_tokens",    "n",
+                                      "logprobs",   "echo",   "stop",          "stream",
+                                      "ignore_eos", "user",   "stream_options"};
+        std::set<std::string> chat = {
+            "model",  "messages",   "max_tokens", "max_completion_tokens", "n", "logprobs", "stop",
+            "stream", "ignore_eos", "user",       "stream_options"};
+        cmpl.insert(sampling.begin(), sampling.end());
+        chat.insert(sampling.begin(), sampling.end());
+        return std::map<std::string, std::set<std::string>>{
+            {"/v1/completions", cmpl},
+            {"/v1/chat/completions", chat},
+            {"/tokenize", {"model", "prompt", "content", "text", "with_pieces"}},
+            {"/detokenize", {"model", "tokens"}},
+            {"/v1/deductive", {"model", "prompt", "prefix", "prefix_len"}}};
+    }();
+    static const std::set<std::string> none;
+    const auto it = fields.find(path);
+    return it == fields.end() ? none : it->second;
+}
+
+}  // namespace
+
+// A POST body: JSON, with "Content-Type: application/json" (or no type), nested at most
+// kMaxJsonDepth deep, an object of the route's fields only, for the served model (or none named).
 json Server::body_of(const httplib::Request& req) const {
+    const std::string type = req.get_header_value("Content-Type");
+    if (!type.empty() && type.rfind("application/json", 0) != 0)
+        throw HttpError{415, "invalid_request_error",
+                        "Content-Type must be application/json (got '" + cut(type, 40) + "')"};
     check_depth(req.body);
     json b;
     try {
@@ -35,6 +90,19 @@ json Server::body_of(const httplib::Request& req) const {
             cut(p == std::string::npos ? m : m.substr(p + 2), 160));
     }
     if (!b.is_object()) bad("request body must be a JSON object");
+    const std::set<std::string>& fields = fields_of(req.path);
+    for (const auto& [k, v] : b.items())
+        if (!fields.count(k))
+            bad("unrecognized request argument '" + cut(k, 40) + "' (" + req.path +
+                " of pldr serve does not implement it)");
+    if (b.contains("model") && !b["model"].is_null()) {
+        if (!b["model"].is_string())
+            bad("'model' must be a string (got " + brief(b["model"]) + ")");
+        if (b["model"].get<std::string>() != e_.model_name())
+            throw HttpError{404, "invalid_request_error",
+                            "the model '" + cut(b["model"].get<std::string>(), 40) +
+                                "' does not exist (this server serves '" + e_.model_name() + "')"};
+    }
     return b;
 }
 

@@ -239,6 +239,22 @@ def run_all(s):
         ("/v1/chat/completions", None, '{"messages": %s}' % ('{"a":' * 10000), 400, "deeper than 64"),
         ("/detokenize", None, '{"tokens": %s}' % ("[" * 30000), 400, "deeper than 64"),
         ("/v1/completions", {"prompt": "a", "max_tokens": ["x" * 60000]}, None, 400, '["xxxxxxxxxx'),
+        # fields the server does not implement: refused by name, as OpenAI refuses unknown ones
+        *[("/v1/completions", {"prompt": "a", k: v}, None, 400, f"unrecognized request argument '{k}'")
+          for k, v in (("logit_bias", {"1": 5}), ("response_format", {"type": "json_object"}),
+                       ("grammar", "root ::= x"), ("tools", []), ("tool_choice", "auto"), ("best_of", 2),
+                       ("suffix", "x"), ("functions", []), ("top_logprobs", 2))],
+        *[("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], k: v}, None, 400,
+           f"unrecognized request argument '{k}'")
+          for k, v in (("top_logprobs", 2), ("tools", []), ("echo", True), ("prompt", "a"))],
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True}, None, 400,
+         "'logprobs' is not implemented for chat"),
+        ("/tokenize", {"prompt": "a", "add_special_tokens": True}, None, 400, "'add_special_tokens'"),
+        ("/detokenize", {"tokens": [1], "skip_special_tokens": True}, None, 400, "'skip_special_tokens'"),
+        ("/v1/deductive", {"prompt": "a", "layers": 1}, None, 400, "'layers'"),
+        ("/v1/completions", {"prompt": "a", "model": "gpt-4"}, None, 404, "the model 'gpt-4' does not exist"),
+        ("/v1/chat/completions", {"messages": [], "model": "x"}, None, 404, "does not exist"),
+        ("/v1/completions", {"prompt": "a", "model": 3}, None, 400, "'model' must be a string"),
         ("/nowhere", {}, None, 404, "no route"),
         # bytes that are not UTF-8, quoted in the error (as U+FFFD): once a 500 (fuzz_serve_request)
         ("/v1/completions", None, '{"prompt": ["a"\xa3]}', 400, "not valid JSON"),
@@ -248,6 +264,19 @@ def run_all(s):
         st, b = s.post(path, body, raw)
         err_ok(st, b, status, needle)
         check(len(b["error"]["message"]) < 400, f"a long error message: {b['error']['message'][:500]}")
+    # a body that does not say it is JSON: 415 (curl -d sends application/x-www-form-urlencoded)
+    for ct in ("text/plain", "application/x-www-form-urlencoded"):
+        c = s.conn()
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "a"}), headers={"Content-Type": ct})
+        r = c.getresponse()
+        err_ok(r.status, json.loads(r.read()), 415, "Content-Type must be application/json")
+        c.close()
+    # the fields that change nothing are accepted: user, stream_options, the served model's name;
+    # the penalties of the sampling table are read
+    st, b = s.post("/v1/completions", {"prompt": "a", "max_tokens": 2, "user": "u1", "model": "eval_v510_s2024",
+                                       "stream_options": {"include_usage": True}, "presence_penalty": 0.5,
+                                       "frequency_penalty": 0.5})
+    check(st == 200 and len(b["choices"]) == 1, f"accepted fields {st} {b}")
     st, b = s.get("/v1/nothing")
     err_ok(st, b, 404, "no route")
     # a path that decodes to bytes that are not UTF-8: once an uncaught exception that ended the
