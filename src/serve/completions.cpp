@@ -154,10 +154,11 @@ std::string Server::key_of(int64_t id) const {
     return e_.piece_text(id);
 }
 
-json Server::choice_logprobs(const Job& j, bool echo, int64_t base) const {
+json Server::choice_logprobs(const Job& j, bool echo, int64_t base, int64_t limit) const {
     // Each token's text in context: with echo, from the start of the prompt; otherwise after
     // the last prompt token (so that a generated token keeps its leading space), with offsets
-    // into the generated text from `base` on.
+    // into the generated text from `base` on. A limit (>= 0, the byte where a stop string cut the
+    // text, an offset like the others) drops the generated tokens that start there or later.
     std::vector<int64_t> ids;
     if (echo)
         ids = j.prompt;
@@ -189,7 +190,18 @@ json Server::choice_logprobs(const Job& j, bool echo, int64_t base) const {
         top.push_back(nullptr);
         for (const auto& t : j.prompt_lp) add(t);
     }
-    for (const auto& t : j.gen) add(t);
+    size_t n_gen = j.gen.size();
+    const size_t first_gen = echo ? j.prompt.size() : 0;  // index of the first generated token
+    if (limit >= 0)
+        for (size_t g = 0; g < j.gen.size(); ++g)
+            if (first_gen + g < offsets.size() && offsets[first_gen + g] >= limit) {
+                n_gen = g;
+                pieces.resize(first_gen + g);
+                offsets.resize(first_gen + g);
+                lp["tokens"] = pieces;
+                break;
+            }
+    for (size_t g = 0; g < n_gen; ++g) add(j.gen[g]);
     lp["token_logprobs"] = tl;
     lp["top_logprobs"] = top;
     lp["text_offset"] = offsets;
@@ -314,8 +326,14 @@ json Server::whole_body(const Completion& c) const {
             ch["message"] = {{"role", "assistant"},
                              {"content", sp == std::string::npos ? "" : j.text.substr(sp)}};
         } else {
-            ch["text"] = c.echo ? echo_text(j) + j.text : j.text;
-            ch["logprobs"] = c.want_lp ? choice_logprobs(j, c.echo) : json(nullptr);
+            // The tokens end where a stop string cut the text (not at EOS, whose piece is empty).
+            const bool eos = j.stop_at_eos && !j.gen.empty() && j.gen.back().id == e_.eos_id();
+            const std::string echoed = c.echo ? echo_text(j) : std::string();
+            const int64_t limit = j.finish_reason == "stop" && !eos
+                                      ? int64_t(echoed.size() + j.text.size())
+                                      : int64_t(-1);
+            ch["text"] = echoed + j.text;
+            ch["logprobs"] = c.want_lp ? choice_logprobs(j, c.echo, 0, limit) : json(nullptr);
         }
         ch["finish_reason"] = j.finish_reason;
         choices.push_back(ch);

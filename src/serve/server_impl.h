@@ -89,7 +89,7 @@ class Server {
                     bool* any) const;
     json chunk(const Completion& c, size_t i, json delta_or_text, json lp, json finish) const;
     std::string echo_text(const Job& j) const;
-    json choice_logprobs(const Job& j, bool echo, int64_t base = 0) const;
+    json choice_logprobs(const Job& j, bool echo, int64_t base = 0, int64_t limit = -1) const;
     std::string key_of(int64_t id) const;
     void tokenize(const httplib::Request& req, httplib::Response& res);
     void detokenize(const httplib::Request& req, httplib::Response& res);

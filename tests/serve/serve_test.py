@@ -157,6 +157,30 @@ def run_all(s):
           f"stop {stop!r}: {sr['choices'][0]} vs {full!r}")
     evs = s.stream("/v1/completions", {**body, "stop": stop, "stream": True})
     check("".join(ch.get("text", "") for e in evs[:-1] for ch in e["choices"]) == full[:cut], "streamed stop")
+    # logprobs end where a stop string cut the text: the unstopped response's tokens that start
+    # before the cut (they once ran on to the token that completed the stop string). Sampled, so
+    # that the text does not repeat one token; stops that are a whole token's text (the cut at a
+    # token's start) and a token's text without its first byte (the cut inside a token).
+    lb = {"prompt": text, "max_tokens": 16, "temperature": 1.0, "seed": 11}
+    _, fl = s.post("/v1/completions", {**lb, "logprobs": 1})
+    lfull, FL = fl["choices"][0]["text"], fl["choices"][0]["logprobs"]
+    cands = [(p, o) for p, o in zip(FL["tokens"][1:], FL["text_offset"][1:])] + \
+            [(p[1:], o + 1) for p, o in zip(FL["tokens"][1:], FL["text_offset"][1:])]
+    cands = [(p, o) for p, o in cands if p.strip() and lfull.find(p) == o]
+    check(any(o in FL["text_offset"] for _, o in cands) and any(o not in FL["text_offset"] for _, o in cands),
+          f"no stop candidates of both kinds in {FL['tokens']}")
+    for (stop_s, cut_s), echo in [(c, e) for c in cands[:6] for e in (False, True)]:
+        want = [t for t, o in zip(FL["tokens"], FL["text_offset"]) if o < cut_s]
+        _, sl = s.post("/v1/completions", {**lb, "stop": stop_s, "logprobs": 1, "echo": echo})
+        SL = sl["choices"][0]["logprobs"]
+        got = SL["tokens"][len(ids):] if echo else SL["tokens"]
+        # the tokens cover the text, the last one perhaps past the cut (its start is before it)
+        txt = sl["choices"][0]["text"]
+        check(got == want and "".join(SL["tokens"]).startswith(txt) and
+              len("".join(SL["tokens"][:-1])) < len(txt) and
+              len(SL["token_logprobs"]) == len(SL["tokens"]) == len(SL["top_logprobs"]) == len(SL["text_offset"]),
+              f"logprobs after stop {stop_s!r} (echo {echo}): {got} vs {want}")
+    print("logprobs end at the stop string's cut")
 
     # chat, plain and streamed
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}]
