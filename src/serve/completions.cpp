@@ -258,6 +258,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     c->spoke.assign(n, false);
     c->last_tok.assign(n, -1);
     c->sent.assign(n, 0);
+    c->held.assign(n, {});
+    c->text_sent.assign(n, 0);
     c->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
     c->created = int64_t(std::time(nullptr));
     c->model = e_.model_name();
@@ -362,6 +364,45 @@ json Server::chunk(const Completion& c, size_t i, json delta_or_text, json lp, j
     return k;
 }
 
+// The logprobs of job i's tokens whose text has been sent, with this event's text (null when
+// none): a token is held while its text is held back for a possible stop string, and dropped when
+// a stop string cut the text before it (as the whole response does). At the job's last event,
+// ended otherwise (length, EOS), every held token goes.
+json Server::stream_logprobs(Completion& c, size_t i, const JobEvent& ev, bool last) const {
+    const Job& j = *c.jobs[i];
+    auto& held = c.held[i];
+    held.insert(held.end(), ev.tokens.begin(), ev.tokens.end());
+    c.text_sent[i] += int64_t(ev.text.size());
+    if (held.empty()) return nullptr;
+    // In context: after the previous token (the prompt's last one first).
+    Job tmp;
+    tmp.prompt = {c.last_tok[i] >= 0 ? c.last_tok[i] : j.prompt.back()};
+    tmp.gen = held;
+    json lp = choice_logprobs(tmp, false, c.sent[i]);
+    // The job's end (read once it is done: the scheduler writes it until then).
+    auto by_stop_string = [&] {
+        return j.finish_reason == "stop" &&
+               !(j.stop_at_eos && !j.gen.empty() && j.gen.back().id == e_.eos_id());
+    };
+    size_t k = 0;  // the held tokens that start in the text sent
+    if (last && !by_stop_string())
+        k = held.size();
+    else
+        while (k < held.size() && lp["text_offset"][k].get<int64_t>() < c.text_sent[i]) ++k;
+    if (k < held.size()) {
+        tmp.gen.assign(held.begin(), held.begin() + int64_t(k));
+        lp = k ? choice_logprobs(tmp, false, c.sent[i]) : json();
+    }
+    if (k == 0) {
+        if (last) held.clear();
+        return nullptr;
+    }
+    c.last_tok[i] = held[k - 1].id;
+    for (const auto& t : lp["tokens"]) c.sent[i] += int64_t(t.get<std::string>().size());
+    held.erase(held.begin(), last ? held.end() : held.begin() + int64_t(k));
+    return lp;
+}
+
 // Sends what job i has produced since the last call: its first chunk (the chat role, or the
 // echoed prompt), its text and logprobs, and its end. False when a write failed.
 bool Server::stream_job(Completion& c, size_t i, const std::function<bool(const json&)>& send,
@@ -395,16 +436,7 @@ bool Server::stream_job(Completion& c, size_t i, const std::function<bool(const 
     }
     for (auto& ev : evs) {
         *any = true;
-        json lp = nullptr;
-        if (c.want_lp && !ev.tokens.empty()) {
-            // In context: after the previous token (the prompt's last one first).
-            Job tmp;
-            tmp.prompt = {c.last_tok[i] >= 0 ? c.last_tok[i] : j.prompt.back()};
-            tmp.gen = ev.tokens;
-            lp = choice_logprobs(tmp, false, c.sent[i]);
-            c.last_tok[i] = ev.tokens.back().id;
-            for (const auto& t : lp["tokens"]) c.sent[i] += int64_t(t.get<std::string>().size());
-        }
+        const json lp = c.want_lp ? stream_logprobs(c, i, ev, done && &ev == &evs.back()) : json();
         std::string text = ev.text;
         if (c.chat && !c.spoke[i]) {
             // As the whole response does: the assistant's reply starts at its first non-space.

@@ -180,6 +180,13 @@ def run_all(s):
               len("".join(SL["tokens"][:-1])) < len(txt) and
               len(SL["token_logprobs"]) == len(SL["tokens"]) == len(SL["top_logprobs"]) == len(SL["text_offset"]),
               f"logprobs after stop {stop_s!r} (echo {echo}): {got} vs {want}")
+        if not echo:  # streamed: the same tokens and logprobs, held until their text is sent
+            evs = s.stream("/v1/completions", {**lb, "stop": stop_s, "logprobs": 1, "stream": True})
+            chs = [ch for e in evs[:-1] for ch in e["choices"] if ch.get("logprobs")]
+            st_toks = [t for ch in chs for t in ch["logprobs"]["tokens"]]
+            st_lps = [v for ch in chs for v in ch["logprobs"]["token_logprobs"]]
+            check(st_toks == SL["tokens"] and st_lps == SL["token_logprobs"],
+                  f"streamed logprobs after stop {stop_s!r}: {st_toks} vs {SL['tokens']}")
     print("logprobs end at the stop string's cut")
 
     # chat, plain and streamed
