@@ -59,7 +59,10 @@ class OptionKeywords {
         }
         api::check_option_value(s, v, s.name);
     }
-    static void read(const api::OptionSpec& s, py::handle x, std::string& v) { v = text(s, x); }
+    static void read(const api::OptionSpec& s, py::handle x, std::string& v) {
+        v = text(s, x);
+        api::check_option_value(s, v, s.name);
+    }
     static void read(const api::OptionSpec& s, py::handle x, std::vector<std::string>& v) {
         v.clear();
         if (py::isinstance<py::str>(x)) {
@@ -183,9 +186,10 @@ class OptionDoc {
   private:
     std::string* out_;
 };
+// A docstring: `intro`, then the keyword arguments of the set O.
 template <typename O>
-std::string options_doc() {
-    std::string out;
+std::string options_doc(const std::string& intro) {
+    std::string out = intro + "\n\nKeyword arguments (pldr/options.h):\n";
     for_each_option(O{}, OptionDoc(&out));
     return out;
 }

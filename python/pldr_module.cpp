@@ -130,26 +130,19 @@ api::Model load(const py::object& path, const py::kwargs& kw) {
 
 // size-limit: table (the module definition: one .def per binding)
 PYBIND11_MODULE(pldr, mod) {
-    // The keyword arguments of generate and score: the rows of their option tables.
-    static const std::string generate_doc =
+    // The docstrings of the calls whose keyword arguments are the rows of an option table.
+    static const std::string generate_doc = pldr_py::options_doc<api::GenerateOptions>(
         "Generates from a text prompt (or token ids) with the KV-cache and the G-cache; returns "
         "the generated text, or a dict with details=True. callback(id, text, logprob, "
-        "text_so_far) runs per token; returning False stops.\n\nKeyword arguments "
-        "(pldr/options.h):\n" +
-        pldr_py::options_doc<api::GenerateOptions>();
-    static const std::string load_doc =
-        "Loads a model directory (config.json, the weights, tokenizer.model when present).\n\n"
-        "Keyword arguments (pldr/options.h):\n" +
-        pldr_py::options_doc<api::LoadOptions>();
-    static const std::string train_doc =
+        "text_so_far) runs per token; returning False stops.");
+    static const std::string load_doc = pldr_py::options_doc<api::LoadOptions>(
+        "Loads a model directory (config.json, the weights, tokenizer.model when present).");
+    static const std::string train_doc = pldr_py::options_doc<api::TrainOptions>(
         "Trains (or resumes) on a prepared shard directory (data_dir) with checkpoints in "
         "out_dir; callback(step_dict) runs after every step, returning False stops (with a "
-        "checkpoint).\n\nKeyword arguments (pldr/options.h):\n" +
-        pldr_py::options_doc<api::TrainOptions>();
-    static const std::string score_doc =
-        "Log-likelihood of a continuation (text, or token ids) given a context.\n\nKeyword "
-        "arguments (pldr/options.h):\n" +
-        pldr_py::options_doc<api::ScoreOptions>();
+        "checkpoint).");
+    static const std::string score_doc = pldr_py::options_doc<api::ScoreOptions>(
+        "Log-likelihood of a continuation (text, or token ids) given a context.");
     mod.doc() = "pldr: PLDR-LLM models (Power Law Graph Attention) with their deductive outputs";
     mod.attr("__version__") = api::version();
     static py::exception<pldr::Error> error(mod, "Error", PyExc_RuntimeError);

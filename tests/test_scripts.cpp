@@ -12,18 +12,22 @@
 
 namespace {
 
-cli_test::Result check_readme(const std::string& readme_body) {
-    const std::string dir = cli_test::tmp_dir("readme");
-    std::ofstream(dir + "/README.md") << readme_body;
-    const std::string cmd = "bash " + std::string(PLDR_SOURCE_DIR) + "/scripts/check-readme.sh " +
-                            PLDR_BINARY_DIR + " " + dir + "/README.md >" + dir + "/out 2>" + dir +
-                            "/err";
-    const int st = std::system(cmd.c_str());
+// Runs a shell command with its standard output and error in dir/out and dir/err.
+cli_test::Result run_script(const std::string& cmd, const std::string& dir) {
+    const int st = std::system((cmd + " >" + dir + "/out 2>" + dir + "/err").c_str());
     cli_test::Result r;
     r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     r.out = cli_test::slurp(dir + "/out");
     r.err = cli_test::slurp(dir + "/err");
     return r;
+}
+
+cli_test::Result check_readme(const std::string& readme_body) {
+    const std::string dir = cli_test::tmp_dir("readme");
+    std::ofstream(dir + "/README.md") << readme_body;
+    return run_script("bash " + std::string(PLDR_SOURCE_DIR) + "/scripts/check-readme.sh " +
+                          PLDR_BINARY_DIR + " " + dir + "/README.md",
+                      dir);
 }
 
 TEST(CheckReadme, FailsWithoutCommandsOrOnAFailingCommand) {
@@ -42,15 +46,9 @@ TEST(CheckReadme, FailsWithoutCommandsOrOnAFailingCommand) {
 
 // scripts/check-sizes.py --root ROOT: its exit code and its output.
 cli_test::Result check_sizes(const std::string& root) {
-    const std::string cmd = "/usr/bin/python3 " + std::string(PLDR_SOURCE_DIR) +
-                            "/scripts/check-sizes.py --root " + root + " >" + root + "/out 2>" +
-                            root + "/err";
-    const int st = std::system(cmd.c_str());
-    cli_test::Result r;
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = cli_test::slurp(root + "/out");
-    r.err = cli_test::slurp(root + "/err");
-    return r;
+    return run_script("/usr/bin/python3 " + std::string(PLDR_SOURCE_DIR) +
+                          "/scripts/check-sizes.py --root " + root,
+                      root);
 }
 
 void write(const std::string& root, const std::string& rel, const std::string& text) {
@@ -150,6 +148,8 @@ TEST(CheckSizes, FindsExactlyThePlantedFilesAndFunctions) {
     r = check_sizes(root);
     EXPECT_EQ(r.code, 2) << r.out << r.err;
     EXPECT_NE(r.err.find("src/open.cpp"), std::string::npos) << r.err;
+}
+
 // tests/check_layers.sh on a copy of src/core, src/ops and include/pldr (real files: ops includes
 // only core, core only pldr/error.hpp) with a train/ and a model/ header of one line each.
 class CheckLayers : public ::testing::Test {

@@ -13,7 +13,8 @@
  *   default   a number (0 / 1 for BOOL), a string literal (STR and the enums), or 0 (STRS,
  *             SAMPLING, DAG: empty / the set's defaults / zeros).
  *   range     the accepted values of a number as an interval: "[0, inf)", "(0, 1]", "[-2, 2]"
- *             (finite values only, except where an end is inf); "" = any value of the type.
+ *             (finite values only, except where an end is inf); the choices of a string:
+ *             "fp32|bf16" (a leading | admits ""); "" = any value of the type.
  *   surfaces  where a user sets it besides C and C++: PLDR_OPT_CLI (a flag of the commands that
  *             take the set), PLDR_OPT_PY (a Python keyword), PLDR_OPT_JSON (a field of the
  *             server's request bodies); PLDR_OPT_ALL = all three. PLDR_OPT_MATHS marks a
@@ -102,18 +103,18 @@
 #define PLDR_TRAIN_CP (PLDR_OPT_CLI | PLDR_OPT_PY)
 #define PLDR_TRAIN_MATHS (PLDR_OPT_CLI | PLDR_OPT_PY | PLDR_OPT_MATHS)
 #define PLDR_TRAIN_OPTIONS(X)                                                                   \
-    X(STR, preset, "", "", PLDR_TRAIN_CP, "--preset",                                           \
+    X(STR, preset, "", "|tiny|small|v51-110M", PLDR_TRAIN_CP, "--preset",                       \
       "model shape of a new run: tiny, small or v51-110M")                                      \
     X(STR, config_path, "", "", PLDR_TRAIN_CP, "--config", "config.json of a new model")        \
     X(STR, data_dir, "", "", PLDR_TRAIN_CP, "--data",                                           \
       "shard directory from pldr prepare (train.pldrtok [+ valid.pldrtok])")                    \
     X(STR, out_dir, "", "", PLDR_TRAIN_CP, "--out",                                             \
       "checkpoint directory (a loadable model directory)")                                      \
-    X(BOOL, force, 0, "", PLDR_TRAIN_CP, "--force",                                               \
-      "out_dir may be an existing model directory or another training checkpoint (replaced)")      \
+    X(BOOL, force, 0, "", PLDR_TRAIN_CP, "--force",                                             \
+      "out_dir may be an existing model directory or another training checkpoint (replaced)")   \
     X(STR, resume_dir, "", "", PLDR_TRAIN_CP, "--resume", "continue from this checkpoint")      \
-    X(STR, device, "cpu", "", PLDR_TRAIN_CP, "--device",                                          \
-      "where the model trains: cpu, or cuda[:N] (docs/gpu.md)")                                   \
+    X(STR, device, "cpu", "", PLDR_TRAIN_CP, "--device",                                        \
+      "where the model trains: cpu, or cuda[:N] (docs/gpu.md)")                                 \
     X(STR, metrics_path, "", "", PLDR_TRAIN_CP, "--metrics",                                    \
       "metrics JSON lines (default OUT/metrics.jsonl)")                                         \
     X(BOOL, fixed_g_identity, 0, "", PLDR_OPT_PY | PLDR_OPT_MATHS, "",                          \
@@ -121,7 +122,7 @@
     X(DTYPE, dtype, "f32", "", PLDR_TRAIN_MATHS, "--dtype", "compute precision: f32 or f64")    \
     X(BOOL, reference_numerics, 1, "", PLDR_OPT_PY, "",                                         \
       "f64: the reference's float32 islands, else pure float64 (the CLI's --numerics)")         \
-    X(STR, precision, "fp32", "", PLDR_TRAIN_MATHS, "--precision",                              \
+    X(STR, precision, "fp32", "fp32|bf16", PLDR_TRAIN_MATHS, "--precision",                     \
       "fp32, or bf16: bf16 products with float32 master weights (float32 where the CPU has no " \
       "bf16)")                                                                                  \
     X(I64, steps, 1000, "[1, inf)", PLDR_TRAIN_MATHS, "--steps", "total optimizer steps")       \
@@ -157,7 +158,7 @@
       "under mpirun: shard the AdamW moments across ranks (ZeRO-1, same result)")               \
     X(F64, dist_timeout, 0.0, "[0, inf)", PLDR_TRAIN_CP, "--dist-timeout",                      \
       "under mpirun: seconds a collective may wait (0 = PLDR_DIST_TIMEOUT or 300)")             \
-    X(STR, recompute, "selective", "", PLDR_TRAIN_CP, "--recompute",                            \
+    X(STR, recompute, "selective", "none|selective|full", PLDR_TRAIN_CP, "--recompute",         \
       "what the backward recomputes: none (keep every activation), selective (the cheap ones) " \
       "or full (each layer again: least memory, about a fifth more FLOPs); the same bits")
 
@@ -170,7 +171,7 @@
       "slots: sequences decoded together")                                                   \
     X(I64, ctx, 0, "[0, inf)", PLDR_OPT_CLI, "--ctx",                                        \
       "context limit (0 = max_position_embeddings)")                                         \
-    X(STR, mode, "block", "", PLDR_OPT_CLI, "--mode",                                        \
+    X(STR, mode, "block", "block|cached", PLDR_OPT_CLI, "--mode",                            \
       "echo log-probabilities: block (= pldr score) or cached")                              \
     X(I64, queue, 64, "[1, 100000]", PLDR_OPT_CLI, "--queue",                                \
       "jobs that may wait for a slot (then 429)")                                            \

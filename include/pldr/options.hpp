@@ -6,6 +6,7 @@
 //   - check_options checks every number against its declared range.
 // A surface never lists the members of a set itself, so a new row of a table reaches them all.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -71,11 +72,31 @@ std::string option_range_error(const OptionSpec& s, T v) {
     os << "must be in " << s.range << " (got " << v << ")";
     return os.str();
 }
+// The choices of a string row: its range "a|b|c" ("" among them where a leading or trailing |
+// or "||" says so); "must be one of a, b, c (got 'x')" when the value is none of them, else "".
+inline std::string option_choice_error(const OptionSpec& s, const std::string& v) {
+    if (!*s.range) return {};
+    const std::string r = s.range;
+    std::string list;
+    for (size_t b = 0;;) {
+        const size_t e = std::min(r.find('|', b), r.size());
+        const std::string c = r.substr(b, e - b);
+        if (c == v) return {};
+        if (!c.empty()) list += (list.empty() ? "" : ", ") + c;
+        if (e == r.size()) break;
+        b = e + 1;
+    }
+    return "must be one of " + list + " (got '" + v + "')";
+}
 // Throws pldr::Error("<spelling> must be in <range> (got <value>)") unless the value lies in
 // the row's range. spelling: how the surface names it ("temperature", "'top_k'").
 template <typename T>
-void check_option_value(const OptionSpec& s, T v, const std::string& spelling) {
-    const std::string e = option_range_error(s, v);
+void check_option_value(const OptionSpec& s, const T& v, const std::string& spelling) {
+    std::string e;
+    if constexpr (std::is_same_v<T, std::string>)
+        e = option_choice_error(s, v);
+    else
+        e = option_range_error(s, v);
     if (!e.empty()) throw Error(spelling + " " + e);
 }
 
@@ -97,6 +118,18 @@ struct OptionRangeCheck {
     void Fn(O& o, V&& v) {                  \
         TABLE(PLDR_VISIT_OPTION)            \
     }
+// for_each_option over a struct whose members are the rows of a table (visit: one of the visit_*
+// functions above), for the struct and for its const.
+#define PLDR_FOR_EACH_OPTION(Type, visit)        \
+    template <typename V>                        \
+    void for_each_option(Type& o, V&& v) {       \
+        ::pldr::api::visit(o, v);                \
+    }                                            \
+    template <typename V>                        \
+    void for_each_option(const Type& o, V&& v) { \
+        ::pldr::api::visit(o, v);                \
+    }
+
 PLDR_DEFINE_OPTION_VISIT(visit_load_options, PLDR_LOAD_OPTIONS)
 PLDR_DEFINE_OPTION_VISIT(visit_sampling_options, PLDR_SAMPLING_OPTIONS)
 PLDR_DEFINE_OPTION_VISIT(visit_generate_options, PLDR_GENERATE_OPTIONS)
@@ -137,7 +170,8 @@ PLDR_DEFINE_OPTION_VISIT(visit_serve_options, PLDR_SERVE_OPTIONS)
 
 template <typename T>
 void OptionRangeCheck::operator()(const OptionSpec& s, const T& v) const {
-    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+    if constexpr ((std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) ||
+                  std::is_same_v<T, std::string>)
         check_option_value(s, v, s.name);
     else if constexpr (is_option_set<T>::value)
         for_each_option(v, *this);

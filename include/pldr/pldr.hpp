@@ -85,16 +85,9 @@ struct Tensor {
 // The option sets are declared once, in the tables of pldr/options.h: each member there has its
 // default, its range, its help and the surfaces that set it (CLI flag, Python keyword, the
 // server's JSON field). for_each_option visits the members; check_options checks their ranges.
-#define PLDR_OPTION_SET(Type, visit)             \
-    template <typename V>                        \
-    void for_each_option(Type& o, V&& v) {       \
-        visit(o, v);                             \
-    }                                            \
-    template <typename V>                        \
-    void for_each_option(const Type& o, V&& v) { \
-        visit(o, v);                             \
-    }                                            \
-    template <>                                  \
+#define PLDR_OPTION_SET(Type, visit)  \
+    PLDR_FOR_EACH_OPTION(Type, visit) \
+    template <>                       \
     struct is_option_set<Type> : std::true_type {};
 
 // Loading (PLDR_LOAD_OPTIONS): the compute precision (float32 or float64, whatever the stored

@@ -13,14 +13,7 @@ namespace pldr::serve {
 struct ServeOptions {
     PLDR_SERVE_OPTIONS(PLDR_CXX_OPTION)
 };
-template <typename V>
-void for_each_option(ServeOptions& o, V&& v) {
-    api::visit_serve_options(o, v);
-}
-template <typename V>
-void for_each_option(const ServeOptions& o, V&& v) {
-    api::visit_serve_options(o, v);
-}
+PLDR_FOR_EACH_OPTION(ServeOptions, visit_serve_options)
 
 // Serves until SIGTERM or SIGINT, then drains the slots and returns 0. Throws pldr::Error on bad
 // options, a model that does not load, or an address it cannot listen on.

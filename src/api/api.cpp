@@ -59,7 +59,7 @@ const char* name_of(DType d) {
     return d == DType::F64 ? "f64" : d == DType::I64 ? "i64" : "f32";
 }
 const char* name_of(CacheMode m) {
-    return m == CacheMode::KVG ? "kvg" : m == CacheMode::KV ? "kv" : "none";
+    return ::pldr::cache_mode_name(internal(m));  // the one table of names (infer/session.cpp)
 }
 const char* name_of(ScoreMode m) {
     return m == ScoreMode::BLOCK ? "block" : m == ScoreMode::SEQUENTIAL ? "sequential" : "cached";

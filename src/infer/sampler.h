@@ -65,14 +65,7 @@ struct SamplerConfig {
 };
 
 // The members of a SamplerConfig, for the option visitors (pldr/options.hpp).
-template <typename V>
-void for_each_option(SamplerConfig& o, V&& v) {
-    api::visit_sampling_options(o, v);
-}
-template <typename V>
-void for_each_option(const SamplerConfig& o, V&& v) {
-    api::visit_sampling_options(o, v);
-}
+PLDR_FOR_EACH_OPTION(SamplerConfig, visit_sampling_options)
 inline void SamplerConfig::validate() const {
     api::check_options(*this);
 }

@@ -12,14 +12,6 @@ namespace pldr::serve {
 namespace {
 
 // A pldr::Error with the message unless the condition holds.
-template <typename... A>
-void require(bool cond, const A&... a) {
-    if (cond) return;
-    std::string msg;
-    ((msg += a), ...);
-    throw Error(msg);
-}
-
 TokenLogprob token_logprob(int64_t id, double logprob, const std::vector<api::TopLogprob>& top) {
     TokenLogprob t;
     t.id = id;
@@ -98,14 +90,13 @@ namespace {
 
 // The model in float32 with the reference's numerics and its tokenizer (default
 // MODEL_DIR/tokenizer.model), which serving needs.
+// The model in float32 with the reference's numerics, and its tokenizer (MODEL_DIR's, or the one
+// given); whether it has one is checked after the context (serving needs it).
 api::Model load_for_serving(const std::string& model_dir, const std::string& tokenizer) {
-    const std::string tp = tokenizer.empty() ? model_dir + "/tokenizer.model" : tokenizer;
-    require(std::filesystem::exists(tp), "serving needs a tokenizer: ", tp,
-            " not found (give --tokenizer)");
     api::LoadOptions lo;
     lo.dtype = api::DType::F32;
     lo.reference_numerics = true;
-    lo.tokenizer = tp;
+    lo.tokenizer = tokenizer;
     return api::Model::load(model_dir, lo);
 }
 
@@ -118,6 +109,9 @@ Engine::Engine(const std::string& model_dir, int64_t ctx, EchoMode echo,
     require(ctx >= 0 && ctx <= L, "--ctx must be in [0, ", std::to_string(L),
             "] (max_position_embeddings; 0 = all of it), got ", std::to_string(ctx));
     ctx_ = ctx > 0 ? ctx : L;
+    require(p_->m.has_tokenizer(), "serving needs a tokenizer: ",
+            tokenizer.empty() ? model_dir + "/tokenizer.model" : tokenizer,
+            " not found (give --tokenizer)");
     name_ = std::filesystem::path(model_dir).lexically_normal().filename().string();
     if (name_.empty()) name_ = std::filesystem::path(model_dir).parent_path().filename().string();
     if (name_.empty()) name_ = "pldr";

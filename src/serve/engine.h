@@ -15,6 +15,15 @@
 
 namespace pldr::serve {
 
+// Throws pldr::Error with the concatenated strings unless cond holds.
+template <typename... A>
+void require(bool cond, const A&... a) {
+    if (cond) return;
+    std::string msg;
+    ((msg += a), ...);
+    throw Error(msg);
+}
+
 // How echo prompt log-probabilities are computed (pldr serve --mode):
 //   block  — one forward pass over prompt[:-1] (equal to `pldr score --mode block` for any split
 //            of the prompt into context + continuation);

@@ -3,8 +3,6 @@
 
 #include <algorithm>
 
-#include "core/error.h"
-
 namespace pldr::serve {
 
 using Clock = std::chrono::steady_clock;
@@ -54,8 +52,9 @@ size_t hold_back(const std::string& s, const std::vector<std::string>& stops) {
 
 Scheduler::Scheduler(const Engine& e, int64_t slots, int64_t max_queue)
     : e_(e), max_queue_(max_queue) {
-    PLDR_REQUIRE(slots >= 1 && slots <= 256, "--parallel must be in [1, 256], got ", slots);
-    PLDR_REQUIRE(max_queue >= 1, "--queue must be >= 1, got ", max_queue);
+    require(slots >= 1 && slots <= 256, "--parallel must be in [1, 256], got ",
+            std::to_string(slots));
+    require(max_queue >= 1, "--queue must be >= 1, got ", std::to_string(max_queue));
     for (int64_t i = 0; i < slots; ++i) {
         slots_.push_back(e.new_slot());
         free_.push_back(slots_.back().get());

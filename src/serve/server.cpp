@@ -13,7 +13,6 @@
 #include <map>
 #include <set>
 
-#include "core/error.h"
 #include "serve/conn_queue.h"
 #include "serve/page.h"
 #include "serve/server_impl.h"
@@ -418,10 +417,10 @@ int Server::run() {
     int port = int(o_.port);
     if (port == 0) {
         port = svr_.bind_to_any_port(o_.host.c_str());
-        PLDR_REQUIRE(port > 0, "cannot listen on ", o_.host, " (any port)");
+        require(port > 0, "cannot listen on ", o_.host, " (any port)");
     } else {
-        PLDR_REQUIRE(svr_.bind_to_port(o_.host.c_str(), port), "cannot listen on ", o_.host, ":",
-                     port, " (address in use, or not an address of this machine)");
+        require(svr_.bind_to_port(o_.host.c_str(), port), "cannot listen on ", o_.host, ":",
+                std::to_string(port), " (address in use, or not an address of this machine)");
     }
     std::printf("pldr serve: %s on http://%s:%d (%lld slots, context %lld, echo %s)\n",
                 e_.model_name().c_str(), o_.host.c_str(), port, (long long)o_.parallel,
@@ -449,7 +448,7 @@ int Server::run() {
     if (!draining_) ::kill(::getpid(), SIGTERM);  // wake the signal thread
     sig.join();
     sched_.shutdown();
-    PLDR_REQUIRE(ok || draining_, "the HTTP server stopped unexpectedly");
+    require(ok || draining_, "the HTTP server stopped unexpectedly");
     std::fprintf(stderr, "pldr serve: stopped\n");
     return 0;
 }
@@ -457,8 +456,6 @@ int Server::run() {
 namespace {
 
 void check_options(const ServeOptions& o) {
-    PLDR_REQUIRE(o.mode == "block" || o.mode == "cached", "mode must be block or cached (got '",
-                 o.mode, "')");
     for_each_option(o, api::OptionRangeCheck{});
     api::check_device(o.device);
 }

@@ -62,8 +62,15 @@ class OptionFlags {
                 ->default_str(api::name_of(v));
         } else {
             auto* o = app_->add_option(s.cli, v, s.help);
-            if constexpr (std::is_same_v<T, std::string>)
+            if constexpr (std::is_same_v<T, std::string>) {
                 if (!v.empty()) o->capture_default_str();
+                if (*s.range) {
+                    const api::OptionSpec spec = s;
+                    o->check(CLI::Validator(
+                        [spec](std::string& in) { return api::option_choice_error(spec, in); },
+                        s.range));
+                }
+            }
             return o;
         }
     }
