@@ -78,7 +78,7 @@ def run(*args, **kw):
 def serve_seeds():
     """serve_request: `METHOD PATH`, a newline, then the body. The lm-eval payloads of the serve
     tests (tests/serve/fixtures), and valid and refused bodies of every route, under the limits
-    of the fuzz target (context 64, max_tokens 16, n 2, queue 4, body 16 KiB)."""
+    of the fuzz target (context 64, max_tokens 16, n 2, queue 4, body 1,000,064 bytes)."""
     d = os.path.join(CORPUS, "serve_request")
     shutil.rmtree(d, ignore_errors=True)
 
@@ -131,10 +131,14 @@ def serve_seeds():
                                   {"role": "user", "content": "Hello?"}],
                      "max_tokens": 4, "temperature": 0})
     req("chat_stream", CH, {"messages": [{"role": "user", "content": "Tell me"}],
-                            "stream": True, "max_completion_tokens": 5, "logprobs": True})
+                            "stream": True, "max_completion_tokens": 5, "logprobs": False,
+                            "model": "eval_v510_s2024", "user": "u", "presence_penalty": 0.5})
     req("chat_assistant_n2", CH, {"messages": [{"role": "user", "content": "a"},
                                                {"role": "assistant", "content": "b"}],
                                   "n": 2, "max_tokens": 3, "stop": "User"})
+    req("bad_chat_logprobs_true", CH, {"messages": [{"role": "user", "content": "x"}], "logprobs": True})
+    req("bad_unknown_field", C, {"prompt": "a", "logit_bias": {"1": 5}})
+    req("bad_unknown_model", C, {"prompt": "a", "model": "gpt-4"})
     req("bad_chat_role", CH, {"messages": [{"role": "tool", "content": "x"}]})
     req("bad_chat_empty", CH, {"messages": []})
     req("bad_chat_logprobs", CH, {"messages": [{"role": "user", "content": "x"}], "logprobs": 2})
@@ -155,7 +159,13 @@ def serve_seeds():
     req("bad_no_route", "POST /v1/embeddings", {"input": "a"})
     req("bad_get_post_route", "GET /v1/completions")
     req("bad_method", "BREW /v1/completions", {"prompt": "a"})
-    req("bad_too_large", C, json.dumps({"prompt": "a" * 17000}).encode())
+    req("bad_too_large", C, json.dumps({"prompt": "a" * 1_000_100}).encode())
+    # nested a million deep (under libFuzzer's -max_len of 1 MiB): once a SIGSEGV at 10^5
+    req("bad_deep_prompt", C, b'{"prompt":' + b"[" * 1_000_000)
+    req("bad_deep_stop", C, b'{"prompt": "a", "stop": ' + b"[" * 100 + b"]" * 100 + b"}")
+    req("bad_deep_chat", CH, b'{"messages": ' + b'{"a":' * 100_000)
+    req("bad_deep_detokenize", "POST /detokenize", b'{"tokens": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    req("deep_64", C, b'{"prompt": ' + b"[" * 63 + b"1" + b"]" * 63 + b"}")
 
 
 def main():

@@ -8,11 +8,28 @@
 
 namespace pldr::serve {
 
+// The ids of a prompt text, or a 400 as soon as they cannot fit the context. A long text is
+// tokenized first up to its last space before 16 bytes per context token: SentencePiece pieces do
+// not cross a space, so those ids begin the whole text's ids, and more of them than the context
+// refuses the text unread. A 1 MB prompt took 2-3.4 s to refuse when it was tokenized whole.
+std::vector<int64_t> Server::prompt_ids(const std::string& text) const {
+    const size_t head = size_t(e_.ctx()) * 16 + 1024;
+    const size_t cut = text.size() > 2 * head ? text.rfind(' ', head) : std::string::npos;
+    if (cut != std::string::npos && cut > 0) {
+        const size_t n = e_.tokenize(text.substr(0, cut)).size();
+        if (int64_t(n) > e_.ctx())
+            bad("prompt of more than " + std::to_string(n) + " tokens (in its first " +
+                std::to_string(cut) + " of " + std::to_string(text.size()) +
+                " bytes) is longer than the context (" + std::to_string(e_.ctx()) + " tokens)");
+    }
+    return e_.tokenize(text);
+}
+
 std::vector<Server::Prompt> Server::parse_prompts(const json& p) const {
     std::vector<Prompt> out;
     auto from_text = [&](const std::string& s) {
         Prompt q;
-        q.ids = e_.tokenize(s);
+        q.ids = prompt_ids(s);
         if (q.ids.empty()) q.ids = {e_.eos_id()};  // "" starts from EOS, as the reference
         return q;
     };
@@ -99,6 +116,8 @@ std::vector<std::shared_ptr<Job>> Server::make_jobs(const json& b,
     stop.insert(stop.end(), extra_stop.begin(), extra_stop.end());
     if (chat && b.contains("logprobs") && !b["logprobs"].is_null() && !b["logprobs"].is_boolean())
         bad("'logprobs' must be a boolean for chat completions");
+    if (chat && get_bool(b, "logprobs", false))
+        bad("'logprobs' is not implemented for chat completions (use /v1/completions)");
     if (!echo && max_tokens == 0) bad("'max_tokens' is 0 without 'echo': nothing to return");
     std::vector<std::shared_ptr<Job>> jobs;
     for (const auto& p : prompts)
@@ -135,10 +154,11 @@ std::string Server::key_of(int64_t id) const {
     return e_.piece_text(id);
 }
 
-json Server::choice_logprobs(const Job& j, bool echo, int64_t base) const {
+json Server::choice_logprobs(const Job& j, bool echo, int64_t base, int64_t limit) const {
     // Each token's text in context: with echo, from the start of the prompt; otherwise after
     // the last prompt token (so that a generated token keeps its leading space), with offsets
-    // into the generated text from `base` on.
+    // into the generated text from `base` on. A limit (>= 0, the byte where a stop string cut the
+    // text, an offset like the others) drops the generated tokens that start there or later.
     std::vector<int64_t> ids;
     if (echo)
         ids = j.prompt;
@@ -170,7 +190,18 @@ json Server::choice_logprobs(const Job& j, bool echo, int64_t base) const {
         top.push_back(nullptr);
         for (const auto& t : j.prompt_lp) add(t);
     }
-    for (const auto& t : j.gen) add(t);
+    size_t n_gen = j.gen.size();
+    const size_t first_gen = echo ? j.prompt.size() : 0;  // index of the first generated token
+    if (limit >= 0)
+        for (size_t g = 0; g < j.gen.size(); ++g)
+            if (first_gen + g < offsets.size() && offsets[first_gen + g] >= limit) {
+                n_gen = g;
+                pieces.resize(first_gen + g);
+                offsets.resize(first_gen + g);
+                lp["tokens"] = pieces;
+                break;
+            }
+    for (size_t g = 0; g < n_gen; ++g) add(j.gen[g]);
     lp["token_logprobs"] = tl;
     lp["top_logprobs"] = top;
     lp["text_offset"] = offsets;
@@ -227,6 +258,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     c->spoke.assign(n, false);
     c->last_tok.assign(n, -1);
     c->sent.assign(n, 0);
+    c->held.assign(n, {});
+    c->text_sent.assign(n, 0);
     c->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
     c->created = int64_t(std::time(nullptr));
     c->model = e_.model_name();
@@ -295,8 +328,14 @@ json Server::whole_body(const Completion& c) const {
             ch["message"] = {{"role", "assistant"},
                              {"content", sp == std::string::npos ? "" : j.text.substr(sp)}};
         } else {
-            ch["text"] = c.echo ? echo_text(j) + j.text : j.text;
-            ch["logprobs"] = c.want_lp ? choice_logprobs(j, c.echo) : json(nullptr);
+            // The tokens end where a stop string cut the text (not at EOS, whose piece is empty).
+            const bool eos = j.stop_at_eos && !j.gen.empty() && j.gen.back().id == e_.eos_id();
+            const std::string echoed = c.echo ? echo_text(j) : std::string();
+            const int64_t limit = j.finish_reason == "stop" && !eos
+                                      ? int64_t(echoed.size() + j.text.size())
+                                      : int64_t(-1);
+            ch["text"] = echoed + j.text;
+            ch["logprobs"] = c.want_lp ? choice_logprobs(j, c.echo, 0, limit) : json(nullptr);
         }
         ch["finish_reason"] = j.finish_reason;
         choices.push_back(ch);
@@ -323,6 +362,45 @@ json Server::chunk(const Completion& c, size_t i, json delta_or_text, json lp, j
     ch["finish_reason"] = finish;
     k["choices"] = json::array({ch});
     return k;
+}
+
+// The logprobs of job i's tokens whose text has been sent, with this event's text (null when
+// none): a token is held while its text is held back for a possible stop string, and dropped when
+// a stop string cut the text before it (as the whole response does). At the job's last event,
+// ended otherwise (length, EOS), every held token goes.
+json Server::stream_logprobs(Completion& c, size_t i, const JobEvent& ev, bool last) const {
+    const Job& j = *c.jobs[i];
+    auto& held = c.held[i];
+    held.insert(held.end(), ev.tokens.begin(), ev.tokens.end());
+    c.text_sent[i] += int64_t(ev.text.size());
+    if (held.empty()) return nullptr;
+    // In context: after the previous token (the prompt's last one first).
+    Job tmp;
+    tmp.prompt = {c.last_tok[i] >= 0 ? c.last_tok[i] : j.prompt.back()};
+    tmp.gen = held;
+    json lp = choice_logprobs(tmp, false, c.sent[i]);
+    // The job's end (read once it is done: the scheduler writes it until then).
+    auto by_stop_string = [&] {
+        return j.finish_reason == "stop" &&
+               !(j.stop_at_eos && !j.gen.empty() && j.gen.back().id == e_.eos_id());
+    };
+    size_t k = 0;  // the held tokens that start in the text sent
+    if (last && !by_stop_string())
+        k = held.size();
+    else
+        while (k < held.size() && lp["text_offset"][k].get<int64_t>() < c.text_sent[i]) ++k;
+    if (k < held.size()) {
+        tmp.gen.assign(held.begin(), held.begin() + int64_t(k));
+        lp = k ? choice_logprobs(tmp, false, c.sent[i]) : json();
+    }
+    if (k == 0) {
+        if (last) held.clear();
+        return nullptr;
+    }
+    c.last_tok[i] = held[k - 1].id;
+    for (const auto& t : lp["tokens"]) c.sent[i] += int64_t(t.get<std::string>().size());
+    held.erase(held.begin(), last ? held.end() : held.begin() + int64_t(k));
+    return lp;
 }
 
 // Sends what job i has produced since the last call: its first chunk (the chat role, or the
@@ -358,16 +436,7 @@ bool Server::stream_job(Completion& c, size_t i, const std::function<bool(const 
     }
     for (auto& ev : evs) {
         *any = true;
-        json lp = nullptr;
-        if (c.want_lp && !ev.tokens.empty()) {
-            // In context: after the previous token (the prompt's last one first).
-            Job tmp;
-            tmp.prompt = {c.last_tok[i] >= 0 ? c.last_tok[i] : j.prompt.back()};
-            tmp.gen = ev.tokens;
-            lp = choice_logprobs(tmp, false, c.sent[i]);
-            c.last_tok[i] = ev.tokens.back().id;
-            for (const auto& t : lp["tokens"]) c.sent[i] += int64_t(t.get<std::string>().size());
-        }
+        const json lp = c.want_lp ? stream_logprobs(c, i, ev, done && &ev == &evs.back()) : json();
         std::string text = ev.text;
         if (c.chat && !c.spoke[i]) {
             // As the whole response does: the assistant's reply starts at its first non-space.

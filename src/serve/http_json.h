@@ -70,12 +70,66 @@ inline void fill_error(const httplib::Request& req, httplib::Response& res) {
 
 // ---- field readers (each names the field and the value it got) ----
 
-inline std::string brief(const json& v) {
-    std::string s = v.dump();
-    if (s.size() <= 40) return s;
-    size_t n = 37;  // not inside a UTF-8 sequence
+// The deepest nesting of arrays and objects that a request body may have. nlohmann's dump (and
+// so every error message that quotes a value) recurses once per level: a body of 200 KB nested
+// 100,000 deep once ended the server with SIGSEGV.
+constexpr int kMaxJsonDepth = 64;
+
+// Refuses a body that nests arrays and objects deeper than kMaxJsonDepth, before the parser sees
+// it: counts '[' and '{' outside strings, in one pass with no recursion. (A closing bracket
+// without an opening one is bad JSON, which the parser refuses at that byte.)
+inline void check_depth(const std::string& body) {
+    int depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < body.size(); ++i) {
+        const char c = body[i];
+        if (in_string) {
+            if (c == '\\')
+                ++i;  // the escaped byte cannot end the string
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > kMaxJsonDepth)
+                bad("request body nests arrays and objects deeper than " +
+                    std::to_string(kMaxJsonDepth) + " levels");
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+}
+
+// At most n bytes of s, not cut inside a UTF-8 sequence, with "..." when cut.
+inline std::string cut(const std::string& s, size_t n) {
+    if (s.size() <= n) return s;
     while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
     return s.substr(0, n) + "...";
+}
+
+// The start of a value's JSON text, built from at most the first few bytes of each string and
+// the first few elements of each array or object, three levels deep at most: never the whole
+// value (a megabyte string, a long list) and no deep recursion.
+inline std::string brief_text(const json& v, int level) {
+    if (v.is_string()) return dump(json(cut(v.get_ref<const std::string&>(), 40)));
+    if (!v.is_array() && !v.is_object()) return dump(v);
+    const bool arr = v.is_array();
+    if (v.empty()) return arr ? "[]" : "{}";
+    if (level >= 3) return arr ? "[...]" : "{...}";
+    std::string s = arr ? "[" : "{";
+    size_t k = 0;
+    for (auto it = v.begin(); it != v.end(); ++it, ++k) {
+        if (k == 4 || s.size() > 40) return s + ",...";
+        if (k) s += ",";
+        if (!arr) s += dump(json(cut(it.key(), 40))) + ":";
+        s += brief_text(*it, level + 1);
+    }
+    return s + (arr ? "]" : "}");
+}
+
+inline std::string brief(const json& v) {
+    const std::string s = brief_text(v, 0);
+    return s.size() <= 40 ? s : cut(s, 37);
 }
 
 inline bool get_bool(const json& b, const char* k, bool def) {

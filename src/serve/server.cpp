@@ -1,28 +1,107 @@
 // `pldr serve` (see server.h): HTTP routes, request validation, JSON responses, metrics, and the
 // SIGTERM drain; the completion endpoints are in completions.cpp. Model work goes through Engine
 // and Scheduler only.
+#if __has_include(<malloc.h>)
+#include <malloc.h>  // malloc_trim, where the C library is glibc
+#endif
 #include <pthread.h>
 #include <signal.h>
 
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <map>
+#include <set>
 
+#include "serve/conn_queue.h"
 #include "serve/page.h"
 #include "serve/server_impl.h"
 
 namespace pldr::serve {
 
+// The threads that connections may take beyond --threads (ConnQueue): the cap on connections
+// served at once.
+constexpr size_t kExtraConnThreads = 256;
+
+namespace {
+
+// The names of an option set's JSON fields (the rows with PLDR_OPT_JSON).
+struct JsonNames {
+    std::set<std::string>* out;
+    template <typename T>
+    void operator()(const api::OptionSpec& s, T& v) const {
+        if constexpr (api::is_option_set<T>::value)
+            api::for_each_option(v, *this);
+        else if (s.on(PLDR_OPT_JSON))
+            out->insert(s.name);
+    }
+};
+
+// The request fields each POST route reads; any other is refused with a 400 that names it, as
+// OpenAI refuses an unknown parameter (a field the server would ignore, such as logit_bias or
+// response_format, must not look honoured). The completions also take the JSON fields of the
+// sampling options' table. `user` (an end-user id OpenAI keeps for abuse reports) and
+// `stream_options` (include_usage: every stream ends with its usage anyway) change nothing and
+// are accepted.
+const std::set<std::string>& fields_of(const std::string& path) {
+    static const std::map<std::string, std::set<std::string>> fields = [] {
+        std::set<std::string> sampling;
+        api::SamplingOptions sp;
+        api::for_each_option(sp, JsonNames{&sampling});
+        std::set<std::string> cmpl = {"model",      "prompt", "max_tokens",    "n",
+                                      "logprobs",   "echo",   "stop",          "stream",
+                                      "ignore_eos", "user",   "stream_options"};
+        std::set<std::string> chat = {
+            "model",  "messages",   "max_tokens", "max_completion_tokens", "n", "logprobs", "stop",
+            "stream", "ignore_eos", "user",       "stream_options"};
+        cmpl.insert(sampling.begin(), sampling.end());
+        chat.insert(sampling.begin(), sampling.end());
+        return std::map<std::string, std::set<std::string>>{
+            {"/v1/completions", cmpl},
+            {"/v1/chat/completions", chat},
+            {"/tokenize", {"model", "prompt", "content", "text", "with_pieces"}},
+            {"/detokenize", {"model", "tokens"}},
+            {"/v1/deductive", {"model", "prompt", "prefix", "prefix_len"}}};
+    }();
+    static const std::set<std::string> none;
+    const auto it = fields.find(path);
+    return it == fields.end() ? none : it->second;
+}
+
+}  // namespace
+
+// A POST body: JSON, with "Content-Type: application/json" (or no type), nested at most
+// kMaxJsonDepth deep, an object of the route's fields only, for the served model (or none named).
 json Server::body_of(const httplib::Request& req) const {
+    const std::string type = req.get_header_value("Content-Type");
+    if (!type.empty() && type.rfind("application/json", 0) != 0)
+        throw HttpError{415, "invalid_request_error",
+                        "Content-Type must be application/json (got '" + cut(type, 40) + "')"};
+    check_depth(req.body);
     json b;
     try {
         b = json::parse(req.body);
     } catch (const json::exception& ex) {
         std::string m = ex.what();
         const size_t p = m.find("] ");
-        bad("request body is not valid JSON: " + (p == std::string::npos ? m : m.substr(p + 2)));
+        // The parser quotes the token it last read, which may be a whole megabyte string.
+        bad("request body is not valid JSON: " +
+            cut(p == std::string::npos ? m : m.substr(p + 2), 160));
     }
     if (!b.is_object()) bad("request body must be a JSON object");
+    const std::set<std::string>& fields = fields_of(req.path);
+    for (const auto& [k, v] : b.items())
+        if (!fields.count(k))
+            bad("unrecognized request argument '" + cut(k, 40) + "' (" + req.path +
+                " of pldr serve does not implement it)");
+    if (b.contains("model") && !b["model"].is_null()) {
+        if (!b["model"].is_string())
+            bad("'model' must be a string (got " + brief(b["model"]) + ")");
+        if (b["model"].get<std::string>() != e_.model_name())
+            throw HttpError{404, "invalid_request_error",
+                            "the model '" + cut(b["model"].get<std::string>(), 40) +
+                                "' does not exist (this server serves '" + e_.model_name() + "')"};
+    }
     return b;
 }
 
@@ -82,7 +161,7 @@ void Server::deductive(const httplib::Request& req, httplib::Response& res) {
     std::vector<int64_t> ids;
     if (!b.contains("prompt")) bad("'prompt' is required");
     if (b["prompt"].is_string()) {
-        ids = e_.tokenize(b["prompt"].get<std::string>());
+        ids = prompt_ids(b["prompt"].get<std::string>());
         if (ids.empty()) ids = {e_.eos_id()};
     } else if (b["prompt"].is_array() && !b["prompt"].empty()) {
         ids = id_list(b["prompt"], e_, "'prompt'");
@@ -143,7 +222,10 @@ void Server::deductive(const httplib::Request& req, httplib::Response& res) {
     out["A_P"] = heads(d.A_P);
     out["G_LM"] = heads(d.G);
     out["eps_G"] = d.eps_G;
-    res.set_content(dump(out), "application/json");
+    // Uncompressed, whatever the client accepts: cpp-httplib compresses only the exact type
+    // "application/json", and its brotli (quality 11) took 3.6 s on a 1.3 MB answer that goes out
+    // in 0.08 s as it is, so the page could not draw G_LM live.
+    res.set_content(dump(out), "application/json; charset=utf-8");
 }
 
 std::string Server::metrics() const {
@@ -182,6 +264,13 @@ std::string Server::metrics() const {
 }
 
 void Server::count(const httplib::Request& req, const httplib::Response& res) {
+#ifdef __GLIBC__
+    // After a large body or answer (this runs once the response is written), give the freed
+    // memory back: glibc keeps it in the arena of the thread that served it, one arena per
+    // thread, and 20 refused 1 MB prompts left about 1 GB of RSS behind.
+    if (req.body.size() >= (size_t(256) << 10) || res.body.size() >= (size_t(1) << 20))
+        malloc_trim(0);
+#endif
     std::lock_guard<std::mutex> lk(mmu_);
     // Known routes only (a client's path must not add label values or break the format).
     static const char* const known[] = {
@@ -306,8 +395,13 @@ LocalResponse Server::local(const std::string& method, const std::string& path,
 
 int Server::run() {
     const int threads = int(o_.threads > 0 ? o_.threads : o_.parallel + o_.queue + 4);
-    svr_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    // The connections: --threads workers, and up to 256 more while slow clients hold them (a
+    // client that stalls for 5 s mid-request, or 2 s between keep-alive requests, lets go).
+    svr_.new_task_queue = [threads] {
+        return new ConnQueue(size_t(threads), size_t(threads) + kExtraConnThreads);
+    };
     svr_.set_payload_max_length(size_t(o_.max_body));
+    svr_.set_read_timeout(5);
     svr_.set_keep_alive_timeout(2);
     svr_.set_error_handler(
         [](const httplib::Request& req, httplib::Response& res) { fill_error(req, res); });

@@ -22,8 +22,10 @@ namespace pldr::serve {
 // response is shaped.
 struct Completion {
     std::vector<std::shared_ptr<Job>> jobs;
-    std::vector<bool> started, ended, spoke;  // spoke: chat content other than spaces sent
-    std::vector<int64_t> last_tok, sent;      // streamed logprobs: previous token, text length
+    std::vector<bool> started, ended, spoke;      // spoke: chat content other than spaces sent
+    std::vector<int64_t> last_tok, sent;          // streamed logprobs: previous token, text length
+    std::vector<std::vector<TokenLogprob>> held;  // streamed logprobs: tokens whose text is held
+    std::vector<int64_t> text_sent;               // streamed: bytes of generated text sent
     std::string id, model;
     int64_t created = 0, n = 1;  // n: choices per prompt (jobs are prompt-major)
     bool chat = false, echo = false, want_lp = false;
@@ -70,6 +72,7 @@ class Server {
         std::vector<int64_t> ids;
     };
     std::vector<Prompt> parse_prompts(const json& p) const;
+    std::vector<int64_t> prompt_ids(const std::string& text) const;
     std::vector<std::string> parse_stop(const json& b) const;
     std::vector<std::shared_ptr<Job>> make_jobs(const json& b, const std::vector<Prompt>& prompts,
                                                 const std::vector<std::string>& extra_stop,
@@ -88,7 +91,8 @@ class Server {
                     bool* any) const;
     json chunk(const Completion& c, size_t i, json delta_or_text, json lp, json finish) const;
     std::string echo_text(const Job& j) const;
-    json choice_logprobs(const Job& j, bool echo, int64_t base = 0) const;
+    json stream_logprobs(Completion& c, size_t i, const JobEvent& ev, bool last) const;
+    json choice_logprobs(const Job& j, bool echo, int64_t base = 0, int64_t limit = -1) const;
     std::string key_of(int64_t id) const;
     void tokenize(const httplib::Request& req, httplib::Response& res);
     void detokenize(const httplib::Request& req, httplib::Response& res);

@@ -157,6 +157,37 @@ def run_all(s):
           f"stop {stop!r}: {sr['choices'][0]} vs {full!r}")
     evs = s.stream("/v1/completions", {**body, "stop": stop, "stream": True})
     check("".join(ch.get("text", "") for e in evs[:-1] for ch in e["choices"]) == full[:cut], "streamed stop")
+    # logprobs end where a stop string cut the text: the unstopped response's tokens that start
+    # before the cut (they once ran on to the token that completed the stop string). Sampled, so
+    # that the text does not repeat one token; stops that are a whole token's text (the cut at a
+    # token's start) and a token's text without its first byte (the cut inside a token).
+    lb = {"prompt": text, "max_tokens": 16, "temperature": 1.0, "seed": 11}
+    _, fl = s.post("/v1/completions", {**lb, "logprobs": 1})
+    lfull, FL = fl["choices"][0]["text"], fl["choices"][0]["logprobs"]
+    cands = [(p, o) for p, o in zip(FL["tokens"][1:], FL["text_offset"][1:])] + \
+            [(p[1:], o + 1) for p, o in zip(FL["tokens"][1:], FL["text_offset"][1:])]
+    cands = [(p, o) for p, o in cands if p.strip() and lfull.find(p) == o]
+    check(any(o in FL["text_offset"] for _, o in cands) and any(o not in FL["text_offset"] for _, o in cands),
+          f"no stop candidates of both kinds in {FL['tokens']}")
+    for (stop_s, cut_s), echo in [(c, e) for c in cands[:6] for e in (False, True)]:
+        want = [t for t, o in zip(FL["tokens"], FL["text_offset"]) if o < cut_s]
+        _, sl = s.post("/v1/completions", {**lb, "stop": stop_s, "logprobs": 1, "echo": echo})
+        SL = sl["choices"][0]["logprobs"]
+        got = SL["tokens"][len(ids):] if echo else SL["tokens"]
+        # the tokens cover the text, the last one perhaps past the cut (its start is before it)
+        txt = sl["choices"][0]["text"]
+        check(got == want and "".join(SL["tokens"]).startswith(txt) and
+              len("".join(SL["tokens"][:-1])) < len(txt) and
+              len(SL["token_logprobs"]) == len(SL["tokens"]) == len(SL["top_logprobs"]) == len(SL["text_offset"]),
+              f"logprobs after stop {stop_s!r} (echo {echo}): {got} vs {want}")
+        if not echo:  # streamed: the same tokens and logprobs, held until their text is sent
+            evs = s.stream("/v1/completions", {**lb, "stop": stop_s, "logprobs": 1, "stream": True})
+            chs = [ch for e in evs[:-1] for ch in e["choices"] if ch.get("logprobs")]
+            st_toks = [t for ch in chs for t in ch["logprobs"]["tokens"]]
+            st_lps = [v for ch in chs for v in ch["logprobs"]["token_logprobs"]]
+            check(st_toks == SL["tokens"] and st_lps == SL["token_logprobs"],
+                  f"streamed logprobs after stop {stop_s!r}: {st_toks} vs {SL['tokens']}")
+    print("logprobs end at the stop string's cut")
 
     # chat, plain and streamed
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}]
@@ -232,6 +263,29 @@ def run_all(s):
         ("/v1/deductive", {}, None, 400, "'prompt' is required"),
         ("/v1/deductive", {"prompt": []}, None, 400, "non-empty list"),
         ("/v1/deductive", {"prompt": "a b c", "prefix_len": 99}, None, 400, "'prefix_len' must be in"),
+        # nested deeper than 64 (issue 36: 100,000 deep once ended the server; hardening_test.py
+        # sends 10^6), and an error that quotes a megabyte value quotes its start only
+        ("/v1/completions", None, '{"prompt": %s}' % ("[" * 20000 + "]" * 20000), 400, "deeper than 64"),
+        ("/v1/completions", None, '{"prompt": "a", "stop": %s}' % ("[" * 65 + "]" * 65), 400, "deeper than 64"),
+        ("/v1/chat/completions", None, '{"messages": %s}' % ('{"a":' * 10000), 400, "deeper than 64"),
+        ("/detokenize", None, '{"tokens": %s}' % ("[" * 30000), 400, "deeper than 64"),
+        ("/v1/completions", {"prompt": "a", "max_tokens": ["x" * 60000]}, None, 400, '["xxxxxxxxxx'),
+        # fields the server does not implement: refused by name, as OpenAI refuses unknown ones
+        *[("/v1/completions", {"prompt": "a", k: v}, None, 400, f"unrecognized request argument '{k}'")
+          for k, v in (("logit_bias", {"1": 5}), ("response_format", {"type": "json_object"}),
+                       ("grammar", "root ::= x"), ("tools", []), ("tool_choice", "auto"), ("best_of", 2),
+                       ("suffix", "x"), ("functions", []), ("top_logprobs", 2))],
+        *[("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], k: v}, None, 400,
+           f"unrecognized request argument '{k}'")
+          for k, v in (("top_logprobs", 2), ("tools", []), ("echo", True), ("prompt", "a"))],
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True}, None, 400,
+         "'logprobs' is not implemented for chat"),
+        ("/tokenize", {"prompt": "a", "add_special_tokens": True}, None, 400, "'add_special_tokens'"),
+        ("/detokenize", {"tokens": [1], "skip_special_tokens": True}, None, 400, "'skip_special_tokens'"),
+        ("/v1/deductive", {"prompt": "a", "layers": 1}, None, 400, "'layers'"),
+        ("/v1/completions", {"prompt": "a", "model": "gpt-4"}, None, 404, "the model 'gpt-4' does not exist"),
+        ("/v1/chat/completions", {"messages": [], "model": "x"}, None, 404, "does not exist"),
+        ("/v1/completions", {"prompt": "a", "model": 3}, None, 400, "'model' must be a string"),
         ("/nowhere", {}, None, 404, "no route"),
         # bytes that are not UTF-8, quoted in the error (as U+FFFD): once a 500 (fuzz_serve_request)
         ("/v1/completions", None, '{"prompt": ["a"\xa3]}', 400, "not valid JSON"),
@@ -240,6 +294,20 @@ def run_all(s):
     for path, body, raw, status, needle in cases:
         st, b = s.post(path, body, raw)
         err_ok(st, b, status, needle)
+        check(len(b["error"]["message"]) < 400, f"a long error message: {b['error']['message'][:500]}")
+    # a body that does not say it is JSON: 415 (curl -d sends application/x-www-form-urlencoded)
+    for ct in ("text/plain", "application/x-www-form-urlencoded"):
+        c = s.conn()
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "a"}), headers={"Content-Type": ct})
+        r = c.getresponse()
+        err_ok(r.status, json.loads(r.read()), 415, "Content-Type must be application/json")
+        c.close()
+    # the fields that change nothing are accepted: user, stream_options, the served model's name;
+    # the penalties of the sampling table are read
+    st, b = s.post("/v1/completions", {"prompt": "a", "max_tokens": 2, "user": "u1", "model": "eval_v510_s2024",
+                                       "stream_options": {"include_usage": True}, "presence_penalty": 0.5,
+                                       "frequency_penalty": 0.5})
+    check(st == 200 and len(b["choices"]) == 1, f"accepted fields {st} {b}")
     st, b = s.get("/v1/nothing")
     err_ok(st, b, 404, "no route")
     # a path that decodes to bytes that are not UTF-8: once an uncaught exception that ended the
