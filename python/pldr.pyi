@@ -197,7 +197,7 @@ def train(*, callback: Callable[..., Any] | None = ..., preset: str = ..., confi
     """Trains (a new model from preset or config_path, a fine-tuning from init_dir, or a resume from resume_dir) on a prepared shard directory (data_dir) with checkpoints in out_dir; callback(step_dict) runs after every step, returning False stops (with a checkpoint).
 
     Keyword arguments (pldr/options.h):
-        preset='': model shape of a new run: tiny, small or v51-110M
+        preset='': model shape of a new run: tiny, small or v51-110M |tiny|small|v51-110M
         config_path='': config.json of a new model
         data_dir='': shard directory from pldr prepare (train.pldrtok [+ valid.pldrtok])
         out_dir='': checkpoint directory (a loadable model directory)
@@ -209,7 +209,7 @@ def train(*, callback: Callable[..., Any] | None = ..., preset: str = ..., confi
         fixed_g_identity=False: train the SDPA baseline (G_LM = I; the CLI's --fixed-g identity)
         dtype='f32': compute precision: f32 or f64
         reference_numerics=True: f64: the reference's float32 islands, else pure float64 (the CLI's --numerics)
-        precision='fp32': fp32, or bf16: bf16 products with float32 master weights (float32 where the CPU has no bf16)
+        precision='fp32': fp32, or bf16: bf16 products with float32 master weights (float32 where the CPU has no bf16) fp32|bf16
         steps=1000: total optimizer steps [1, inf)
         batch=16: chunks per micro-batch [1, inf)
         accum=1: micro-batches per step [1, inf)
@@ -230,6 +230,6 @@ def train(*, callback: Callable[..., Any] | None = ..., preset: str = ..., confi
         stop_at=0: stop with a checkpoint after this step (0 = run to the end) [0, inf)
         zero1=False: under mpirun: shard the AdamW moments across ranks (ZeRO-1, same result)
         dist_timeout=0.0: under mpirun: seconds a collective may wait (0 = PLDR_DIST_TIMEOUT or 300) [0, inf)
-        recompute='selective': what the backward recomputes: none (keep every activation), selective (the cheap ones) or full (each layer again: least memory, about a fifth more FLOPs); the same bits
+        recompute='selective': what the backward recomputes: none (keep every activation), selective (the cheap ones) or full (each layer again: least memory, about a fifth more FLOPs); the same bits none|selective|full
     """
     ...
