@@ -74,7 +74,7 @@ TEST(GoldenRope, TableEqualsEveryRopeCacheBitForBit) {
                           (float(rc[int64_t(2 * i + 1)]) != m.rope.sin[i]);
             if (ref) {
                 EXPECT_EQ(differ, 0) << path;
-            } else if (m.rope.max_pos >= 64) {  // exact: correctly rounded, so not torch's
+            } else if (m.rope.max_pos >= 64) {  // exact: float64, so not torch's
                 EXPECT_GT(differ, 0) << path;
             }
         }

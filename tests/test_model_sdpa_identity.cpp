@@ -71,22 +71,26 @@ void layer_norm(Vec& x, const double* g, const double* b, int64_t N, int64_t d, 
     }
 }
 
-// RoPE of one head vector at position p (spec §1.5, §11.1): θ_m = theta^(−2m/dk) and the angle
-// p·θ_m in float32, cos/sin of that float32 angle: correctly rounded to float32 (exact
-// numerics), or torch's float32 functions (reference numerics: SLEEF's u10 functions, which
-// torch's AVX2/AVX-512 kernels call; libm where the CPU has no FMA). Interleaved pairs
-// (2m, 2m+1) or halves (m, m + dk/2); both rotate (x0, x1) → (x0·c − x1·s, x1·c + x0·s).
+// RoPE of one head vector at position p (spec §1.5, §11.1): θ_m = theta^(−2m/dk). Exact
+// numerics: θ_m, the angle p·θ_m and its cos/sin in float64. Reference numerics: all in float32
+// with torch's functions (SLEEF's u10 functions, which torch's AVX2/AVX-512 kernels call; libm
+// where the CPU has no FMA). Interleaved pairs (2m, 2m+1) or halves (m, m + dk/2); both rotate
+// (x0, x1) → (x0·c − x1·s, x1·c + x0·s).
 void rotate(double* v, int64_t p, int64_t dk, double theta, bool interleaved, bool torch) {
     const bool fma = __builtin_cpu_supports("fma");
     for (int64_t m = 0; m < dk / 2; ++m) {
-        const float e = float(2 * m) / float(dk);
-        const float th = 1.0f / (torch && fma ? Sleef_powf1_u10purecfma(float(theta), e)
-                                              : std::pow(float(theta), e));
-        const float ang = float(p) * th;
-        double c = float(std::cos(double(ang))), s = float(std::sin(double(ang)));
+        double c, s;
         if (torch) {
+            const float e = float(2 * m) / float(dk);
+            const float th =
+                1.0f / (fma ? Sleef_powf1_u10purecfma(float(theta), e) : std::pow(float(theta), e));
+            const float ang = float(p) * th;
             c = fma ? Sleef_cosf1_u10purecfma(ang) : std::cos(ang);
             s = fma ? Sleef_sinf1_u10purecfma(ang) : std::sin(ang);
+        } else {
+            const double ang = double(p) * (1.0 / std::pow(theta, double(2 * m) / double(dk)));
+            c = std::cos(ang);
+            s = std::sin(ang);
         }
         const int64_t i0 = interleaved ? 2 * m : m, i1 = interleaved ? 2 * m + 1 : m + dk / 2;
         const double x0 = v[i0], x1 = v[i1];

@@ -60,7 +60,7 @@ void Model<T>::bind_linears() {
 template <typename T>
 void Model<T>::build_rope() {
     rope.build(cfg.max_position, cfg.head_dim, cfg.rope_theta,
-               reference_numerics_ ? RopeTableKind::TORCH : RopeTableKind::CORRECTLY_ROUNDED);
+               reference_numerics_ ? RopeTableKind::TORCH : RopeTableKind::FLOAT64);
 }
 
 template <typename T>

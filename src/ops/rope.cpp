@@ -32,25 +32,34 @@ void RopeTable::build(int64_t max_pos_, int64_t head_dim, double theta, RopeTabl
     kind = kind_;
     cos.assign(static_cast<size_t>(max_pos * half), 0.f);
     sin.assign(static_cast<size_t>(max_pos * half), 0.f);
+    cos64.clear();
+    sin64.clear();
+    if (kind == RopeTableKind::FLOAT64) {
+        cos64.assign(cos.size(), 0.0);
+        sin64.assign(sin.size(), 0.0);
+        for (int64_t m = 0; m < half; ++m) {
+            const double th = 1.0 / std::pow(theta, double(2 * m) / double(head_dim));
+            for (int64_t p = 0; p < max_pos; ++p) {
+                const size_t i = static_cast<size_t>(p * half + m);
+                cos64[i] = std::cos(double(p) * th);
+                sin64[i] = std::sin(double(p) * th);
+                cos[i] = float(cos64[i]);
+                sin[i] = float(sin64[i]);
+            }
+        }
+        return;
+    }
     const TorchF32Math torch;
     // All in float32, as torchtune builds it: θ_m = 1 / theta^(float32(2m)/D) (torch computes
     // `1.0 / base**e` as reciprocal(pow(base, e)) · 1.0), angle p·θ_m.
     std::vector<float> th(static_cast<size_t>(half));
-    for (int64_t m = 0; m < half; ++m) {
-        const float e = float(2 * m) / float(head_dim);
-        th[m] = 1.0f / (kind == RopeTableKind::TORCH ? torch.pow(float(theta), e)
-                                                     : std::pow(float(theta), e));
-    }
+    for (int64_t m = 0; m < half; ++m)
+        th[m] = 1.0f / torch.pow(float(theta), float(2 * m) / float(head_dim));
     for (int64_t p = 0; p < max_pos; ++p)
         for (int64_t m = 0; m < half; ++m) {
             const float a = float(p) * th[m];
-            if (kind == RopeTableKind::TORCH) {
-                cos[p * half + m] = torch.cos(a);
-                sin[p * half + m] = torch.sin(a);
-            } else {  // cos/sin of the float32 angle, correctly rounded to float32
-                cos[p * half + m] = float(std::cos(double(a)));
-                sin[p * half + m] = float(std::sin(double(a)));
-            }
+            cos[p * half + m] = torch.cos(a);
+            sin[p * half + m] = torch.sin(a);
         }
 }
 
@@ -61,68 +70,98 @@ inline T round_f32(T x) {
     return T(float(x));
 }
 
+// The rotation of one token's H heads by its row of the table (C: float for TORCH, double for
+// FLOAT64).
+// x.float() of the reference, on n values in place. A loop of its own: GCC 12's SLP vectoriser
+// dropped the double → float → double round trip when it sat in the rotation's loop (-O3; the
+// float64 golden tests caught it).
+template <typename T>
+void round_to_f32(T* v, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) v[i] = round_f32(v[i]);
+}
+
+template <typename T, typename C>
+void rotate_token(T* x, int64_t H, int64_t D, const C* cs, const C* sn, bool interleaved,
+                  bool round_input_f32) {
+    const int64_t half = D / 2;
+    if (round_input_f32) round_to_f32(x, H * D);
+    for (int64_t h = 0; h < H; ++h) {
+        T* v = x + h * D;
+        for (int64_t m = 0; m < half; ++m) {
+            const int64_t i0 = interleaved ? 2 * m : m;
+            const int64_t i1 = interleaved ? 2 * m + 1 : m + half;
+            const T x0 = v[i0], x1 = v[i1];
+            const T c = T(cs[m]), s = T(sn[m]);
+            if (interleaved) {
+                v[i0] = x0 * c - x1 * s;
+                v[i1] = x1 * c + x0 * s;
+            } else {  // HF: x·cos + rotate_half(x)·sin
+                v[i0] = x0 * c + (-x1) * s;
+                v[i1] = x1 * c + x0 * s;
+            }
+        }
+    }
+}
+
+// Its transpose, on one token's gradient.
+template <typename T, typename C>
+void rotate_token_back(T* dx, int64_t H, int64_t D, const C* cs, const C* sn, bool interleaved,
+                       bool round_grad_f32) {
+    const int64_t half = D / 2;
+    for (int64_t h = 0; h < H; ++h) {
+        T* v = dx + h * D;
+        for (int64_t m = 0; m < half; ++m) {
+            const int64_t i0 = interleaved ? 2 * m : m;
+            const int64_t i1 = interleaved ? 2 * m + 1 : m + half;
+            const T d0 = v[i0], d1 = v[i1];
+            const T c = T(cs[m]), s = T(sn[m]);
+            T g0, g1;
+            if (round_grad_f32) {
+                // The reference's autograd: each product's gradient is cast back to the
+                // float32 input, and the two contributions are summed in float32.
+                g0 = T(float(d0 * c) + float(d1 * s));
+                g1 = T(float(d1 * c) - float(d0 * s));
+            } else {
+                g0 = d0 * c + d1 * s;
+                g1 = d1 * c - d0 * s;
+            }
+            v[i0] = g0;
+            v[i1] = g1;
+        }
+    }
+}
+
 }  // namespace
 
 template <typename T>
 void rope_forward(T* x, const int64_t* pos, int64_t N, int64_t H, int64_t D, const RopeTable& t,
                   bool interleaved, bool round_input_f32) {
-    const int64_t half = D / 2;
     for (int64_t n = 0; n < N; ++n) {
         PLDR_REQUIRE(pos[n] >= 0 && pos[n] < t.max_pos, "position ", pos[n],
                      " is outside the RoPE table (max_position_embeddings ", t.max_pos, ")");
-        const float* cs = t.cos.data() + pos[n] * half;
-        const float* sn = t.sin.data() + pos[n] * half;
-        for (int64_t h = 0; h < H; ++h) {
-            T* v = x + (n * H + h) * D;
-            for (int64_t m = 0; m < half; ++m) {
-                const int64_t i0 = interleaved ? 2 * m : m;
-                const int64_t i1 = interleaved ? 2 * m + 1 : m + half;
-                T x0 = v[i0], x1 = v[i1];
-                if (round_input_f32) {
-                    x0 = round_f32(x0);
-                    x1 = round_f32(x1);
-                }
-                const T c = T(cs[m]), s = T(sn[m]);
-                if (interleaved) {
-                    v[i0] = x0 * c - x1 * s;
-                    v[i1] = x1 * c + x0 * s;
-                } else {  // HF: x·cos + rotate_half(x)·sin
-                    v[i0] = x0 * c + (-x1) * s;
-                    v[i1] = x1 * c + x0 * s;
-                }
-            }
-        }
+        const int64_t o = pos[n] * t.half;
+        T* xn = x + n * H * D;
+        if (t.kind == RopeTableKind::FLOAT64)
+            rotate_token(xn, H, D, t.cos64.data() + o, t.sin64.data() + o, interleaved,
+                         round_input_f32);
+        else
+            rotate_token(xn, H, D, t.cos.data() + o, t.sin.data() + o, interleaved,
+                         round_input_f32);
     }
 }
 
 template <typename T>
 void rope_backward(T* dx, const int64_t* pos, int64_t N, int64_t H, int64_t D, const RopeTable& t,
                    bool interleaved, bool round_grad_f32) {
-    const int64_t half = D / 2;
     for (int64_t n = 0; n < N; ++n) {
-        const float* cs = t.cos.data() + pos[n] * half;
-        const float* sn = t.sin.data() + pos[n] * half;
-        for (int64_t h = 0; h < H; ++h) {
-            T* v = dx + (n * H + h) * D;
-            for (int64_t m = 0; m < half; ++m) {
-                const int64_t i0 = interleaved ? 2 * m : m;
-                const int64_t i1 = interleaved ? 2 * m + 1 : m + half;
-                const T d0 = v[i0], d1 = v[i1];
-                const T c = T(cs[m]), s = T(sn[m]);
-                T g0, g1;
-                if (round_grad_f32) {
-                    // The reference's autograd: each product's gradient is cast back to the
-                    // float32 input, and the two contributions are summed in float32.
-                    g0 = T(float(d0 * c) + float(d1 * s));
-                    g1 = T(float(d1 * c) - float(d0 * s));
-                } else {
-                    g0 = d0 * c + d1 * s;
-                    g1 = d1 * c - d0 * s;
-                }
-                v[i0] = g0;
-                v[i1] = g1;
-            }
-        }
+        const int64_t o = pos[n] * t.half;
+        T* dn = dx + n * H * D;
+        if (t.kind == RopeTableKind::FLOAT64)
+            rotate_token_back(dn, H, D, t.cos64.data() + o, t.sin64.data() + o, interleaved,
+                              round_grad_f32);
+        else
+            rotate_token_back(dn, H, D, t.cos.data() + o, t.sin.data() + o, interleaved,
+                              round_grad_f32);
     }
 }
 

@@ -13,12 +13,15 @@ namespace pldr {
 //    powf_u10 and a float32 reciprocal, cos/sin with SLEEF's u10 functions (the vectorised
 //    kernels torch runs on AVX2/AVX-512 CPUs; glibc's cosf/sinf on CPUs without FMA, where
 //    torch's default kernels call them). Used by --numerics reference and by float32 models.
-//  - CORRECTLY_ROUNDED: cos/sin of each float32 angle rounded once to float32 (--numerics exact).
-enum class RopeTableKind { TORCH, CORRECTLY_ROUNDED };
+//  - FLOAT64: θ_m, the angle p·θ_m and its cos/sin all in float64 (--numerics exact, Python's
+//    reference_numerics=False: a float64 model with no float32 step). `cos64`/`sin64` hold it;
+//    `cos`/`sin` hold the same values rounded to float32 (for a float32 consumer).
+enum class RopeTableKind { TORCH, FLOAT64 };
 struct RopeTable {
     int64_t max_pos = 0, half = 0;
     RopeTableKind kind = RopeTableKind::TORCH;
     std::vector<float> cos, sin;
+    std::vector<double> cos64, sin64;  // FLOAT64 only
     void build(int64_t max_pos, int64_t head_dim, double theta, RopeTableKind kind);
 };
 // Rotates x [N tokens, H, D] in place; token n has position pos[n].
