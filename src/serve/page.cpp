@@ -67,17 +67,27 @@ function drawEps(d){const s=$('eps'),W=+s.getAttribute('width'),H=+s.getAttribut
   html+=`<polyline fill="none" stroke="${cols[l%6]}" stroke-width="1.5" points="${pts}"/>`;
   html+=`<text x="${W-60}" y="${14+12*l}" font-size="10" fill="${cols[l%6]}">layer ${l}</text>`}
  s.innerHTML=html}
-let pending=false;
-async function deductive(prompt,text){if(pending)return;pending=true;
- try{const r=await fetch('/v1/deductive',{method:'POST',headers:{'Content-Type':'application/json'},
-  body:JSON.stringify({prompt:prompt+text,prefix:prompt})});if(r.ok){const d=await r.json();drawHeat(d);drawEps(d)}}
- finally{pending=false}}
+// G_LM is drawn for the text at every 4th streamed token, in order, each draw at most 8 tokens past
+// the one before (when /v1/deductive is slower than the stream, the drawing lags and catches up
+// rather than skipping), and once for the final text. dataset.drawnAt lists the token counts drawn.
+let snaps=[],drawn=0,drawnAt=[],busy=false;
+async function deductive(s){const r=await fetch('/v1/deductive',{method:'POST',headers:{'Content-Type':'application/json'},
+  body:JSON.stringify({prompt:s.prompt+s.text,prefix:s.prompt})});
+ if(!r.ok)return false;const d=await r.json();drawHeat(d);drawEps(d);return true}
+async function drawLoop(){if(busy)return;busy=true;
+ try{for(;;){const ahead=snaps.filter(t=>t.n>drawn);if(!ahead.length)break;
+  let s=ahead[0];for(const t of ahead)if(t.n<=drawn+8)s=t;
+  let ok=false;try{ok=await deductive(s)}catch(e){}
+  drawn=s.n;snaps=snaps.filter(t=>t.n>drawn);
+  if(ok){drawnAt.push(s.n);document.body.dataset.drawnAt=drawnAt.join(',')}}}
+ finally{busy=false}}
+function snap(prompt,text,n){snaps.push({prompt,text,n});drawLoop()}
 $('go').onclick=async()=>{const prompt=$('prompt').value;const body={prompt,stream:true,
   max_tokens:+$('max_tokens').value,temperature:+$('temperature').value,top_p:+$('top_p').value,
-  top_k:+$('top_k').value,seed:+$('seed').value};
+  top_k:+$('top_k').value,seed:+$('seed').value,logprobs:0};
  const out=$('out');out.innerHTML='';const p=document.createElement('span');p.className='p';p.textContent=prompt;
  out.appendChild(p);const gen=document.createElement('span');gen.id='gen';out.appendChild(gen);
- let text='',n=0;document.body.dataset.done='0';ctl=new AbortController();$('stop').disabled=false;$('go').disabled=true;
+ let text='',n=0;snaps=[];drawn=0;drawnAt=[];document.body.dataset.drawnAt='';document.body.dataset.done='0';ctl=new AbortController();$('stop').disabled=false;$('go').disabled=true;
  $('status').textContent='generating...';
  try{const r=await fetch('/v1/completions',{method:'POST',headers:{'Content-Type':'application/json'},
    body:JSON.stringify(body),signal:ctl.signal});
@@ -87,9 +97,12 @@ $('go').onclick=async()=>{const prompt=$('prompt').value;const body={prompt,stre
    let k;while((k=buf.indexOf('\n\n'))>=0){const ev=buf.slice(0,k);buf=buf.slice(k+2);
     if(!ev.startsWith('data: '))continue;const data=ev.slice(6);if(data==='[DONE]')continue;
     const j=JSON.parse(data);if(j.error){$('status').textContent='error: '+j.error.message;continue}
-    for(const c of j.choices){text+=c.text||'';if(c.finish_reason)fin=c.finish_reason}
-    gen.textContent=text;n++;if(n%4===0)deductive(prompt,text)}}
-  while(pending)await new Promise(r=>setTimeout(r,20));await deductive(prompt,text);
+    if(j.usage)document.body.dataset.usageTokens=j.usage.completion_tokens;const n0=n;
+    for(const c of j.choices||[]){text+=c.text||'';if(c.finish_reason)fin=c.finish_reason;
+     n+=c.logprobs&&c.logprobs.tokens?c.logprobs.tokens.length:(c.text?1:0)}
+    gen.textContent=text;if(Math.floor(n/4)>Math.floor(n0/4))snap(prompt,text,n)}}
+  if(n%4!==0)snap(prompt,text,n);document.body.dataset.tokens=n;
+  while(busy||snaps.some(t=>t.n>drawn))await new Promise(r=>setTimeout(r,20));
   $('status').textContent='done ('+(fin||'?')+')';document.body.dataset.done='1'}
  catch(e){$('status').textContent=e.name==='AbortError'?'stopped':'error: '+e}
  finally{$('stop').disabled=true;$('go').disabled=false}};

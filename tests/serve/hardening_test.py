@@ -81,7 +81,10 @@ def big_prompts(s):
     after = s.rss_kb()
     print(f"1 MB prompt: {dt * 1000:.0f} ms each; RSS {before // 1024} MB before, "
           f"{after // 1024} MB after 20")
-    check(after - before < 100 * 1024, f"RSS grew by {(after - before) // 1024} MB over 20 requests")
+    if s.sanitized():  # checked by the uninstrumented builds (CI runs the suite on two)
+        print("RSS bound not checked: an AddressSanitizer build holds freed memory in its quarantine")
+    else:
+        check(after - before < 100 * 1024, f"RSS grew by {(after - before) // 1024} MB over 20 requests")
     check(dt < 1.0, f"a 1 MB prompt took {dt:.2f} s to refuse")
 
 

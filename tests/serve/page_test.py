@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Headless Chromium test of the `pldr serve` page (CTest serve_page): loads `/`, types a prompt,
 clicks Generate, waits for streamed text and a drawn G_LM heatmap (canvas pixels, eps_G polylines),
-and saves a screenshot. Drives Chromium over the DevTools protocol (python3-websocket).
+checks that G_LM was drawn at least every 10 generated tokens while the text streamed (the page's
+dataset.drawnAt), and saves a screenshot. The model is the bundled default, models/pldr-sotu-small. Drives Chromium over the DevTools protocol (python3-websocket).
 Exits 77 (skipped) with a message when chromium or python3-websocket is absent.
 
 Usage: page_test.py PLDR [SCREENSHOT.png [MODEL_DIR [PROMPT]]]
@@ -22,8 +23,9 @@ from serve_util import ROOT, Server, check  # noqa: E402
 
 PLDR = sys.argv[1]
 SHOT = sys.argv[2] if len(sys.argv) > 2 else os.path.join(tempfile.gettempdir(), "pldr-serve-page.png")
-MODEL = sys.argv[3] if len(sys.argv) > 3 else None
-PROMPT = sys.argv[4] if len(sys.argv) > 4 else "Once upon a time, in a quiet village by the sea,"
+MODEL = sys.argv[3] if len(sys.argv) > 3 else os.path.join(ROOT, "models", "pldr-sotu-small")
+PROMPT = sys.argv[4] if len(sys.argv) > 4 else "Fellow citizens, the state of our Union is"
+MAX_TOKENS = 48
 
 chrome = shutil.which("chromium") or shutil.which("chromium-browser")
 if not chrome:
@@ -59,10 +61,12 @@ class Tab:
 
 
 def main():
-    s = Server(PLDR, args=["--parallel", "2"], **({"model": MODEL} if MODEL else {}))
+    s = Server(PLDR, model=MODEL, args=["--parallel", "2"])
     prof = tempfile.mkdtemp(prefix="pldr-chromium-")
     cr = subprocess.Popen([chrome, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                           "--remote-debugging-port=0", f"--user-data-dir={prof}", "--window-size=1280,900",
+                           "--disable-quic", "--disable-background-networking", "--disable-component-update",
+                           "--disable-sync", "--remote-debugging-port=0", f"--user-data-dir={prof}",
+                           "--window-size=1280,900",
                            "--remote-allow-origins=*", "about:blank"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -86,7 +90,8 @@ def main():
         # Type the prompt (key events into the focused textarea), set the settings, click Generate.
         tab.js("(()=>{const p=document.getElementById('prompt');p.value='';p.focus();return 1})()")
         tab.call("Input.insertText", text=PROMPT)
-        tab.js("document.getElementById('max_tokens').value='40';document.getElementById('temperature').value='0.7'")
+        tab.js("document.getElementById('max_tokens').value='%d';document.getElementById('temperature').value='0.7'"
+           % MAX_TOKENS)
         check(tab.js("document.getElementById('prompt').value") == PROMPT, "typing failed")
         tab.js("document.getElementById('go').click()")
         # Streamed text appears while generating: wait for partial output before the end.
@@ -108,6 +113,15 @@ def main():
         check(status.startswith("done"), f"status {status}")
         draws = int(tab.js("document.body.dataset.heatmapDraws||'0'"))
         check(draws >= 1, "heatmap never drawn")
+        # G_LM drawn at least every 10 generated tokens: the token counts of the draws start by
+        # token 10, step by at most 10, and end at the last token (the server's own count).
+        tokens = int(tab.js("document.body.dataset.tokens||'0'"))
+        usage = tab.js("document.body.dataset.usageTokens||''")
+        check(tokens > 10 and (usage == "" or int(usage) == tokens), f"{tokens} tokens, usage {usage}")
+        at = [int(x) for x in (tab.js("document.body.dataset.drawnAt||''") or "").split(",") if x]
+        gaps = [b - a for a, b in zip([0] + at, at)]
+        check(at and at[-1] == tokens and max(gaps) <= 10,
+              f"G_LM drawn at tokens {at} of {tokens}: a gap of more than 10")
         # The heatmap is really drawn: many coloured (non-white, non-grey) pixels on the canvas.
         colored = tab.js("""(()=>{const c=document.getElementById('heat');const d=c.getContext('2d')
             .getImageData(0,0,c.width,c.height).data;let n=0;for(let i=0;i<d.length;i+=4){
@@ -123,8 +137,9 @@ def main():
         with open(tmp, "wb") as f:
             f.write(base64.b64decode(shot["data"]))
         os.replace(tmp, SHOT)
-        print(f"serve_page: streamed {len(gen)} chars (partial text seen: {seen_partial}), heatmap drawn "
-              f"{draws}x with {colored} coloured pixels, eps_G lines {lines}; screenshot {SHOT}")
+        print(f"serve_page: streamed {tokens} tokens, {len(gen)} chars (partial text seen: {seen_partial}); "
+              f"G_LM drawn {draws}x, at tokens {at} (largest gap {max(gaps)}), {colored} coloured "
+              f"pixels; eps_G lines {lines}; screenshot {SHOT}")
     finally:
         cr.terminate()
         try:

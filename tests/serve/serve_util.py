@@ -89,6 +89,15 @@ class Server:
                 return float(line.split()[1])
         raise KeyError(name)
 
+    def sanitized(self):
+        """True for an AddressSanitizer build of pldr: its allocator keeps freed memory in a
+        quarantine (256 MB by default) and never returns its small-size pools to the system, so
+        RSS after freeing says nothing about pldr's own memory."""
+        if not hasattr(self, "_asan"):
+            with open(self.p.args[0], "rb") as f:
+                self._asan = b"__asan_init" in f.read()
+        return self._asan
+
     def rss_kb(self):
         with open(f"/proc/{self.p.pid}/status") as f:
             for line in f:
