@@ -131,6 +131,16 @@ void rotate_token_back(T* dx, int64_t H, int64_t D, const C* cs, const C* sn, bo
     }
 }
 
+// f(cos, sin) with the table's row for position p: float (TORCH) or double (FLOAT64) pointers.
+template <typename F>
+void with_row(const RopeTable& t, int64_t p, F&& f) {
+    const int64_t o = p * t.half;
+    if (t.kind == RopeTableKind::FLOAT64)
+        f(t.cos64.data() + o, t.sin64.data() + o);
+    else
+        f(t.cos.data() + o, t.sin.data() + o);
+}
+
 }  // namespace
 
 template <typename T>
@@ -139,30 +149,19 @@ void rope_forward(T* x, const int64_t* pos, int64_t N, int64_t H, int64_t D, con
     for (int64_t n = 0; n < N; ++n) {
         PLDR_REQUIRE(pos[n] >= 0 && pos[n] < t.max_pos, "position ", pos[n],
                      " is outside the RoPE table (max_position_embeddings ", t.max_pos, ")");
-        const int64_t o = pos[n] * t.half;
-        T* xn = x + n * H * D;
-        if (t.kind == RopeTableKind::FLOAT64)
-            rotate_token(xn, H, D, t.cos64.data() + o, t.sin64.data() + o, interleaved,
-                         round_input_f32);
-        else
-            rotate_token(xn, H, D, t.cos.data() + o, t.sin.data() + o, interleaved,
-                         round_input_f32);
+        with_row(t, pos[n], [&](const auto* cs, const auto* sn) {
+            rotate_token(x + n * H * D, H, D, cs, sn, interleaved, round_input_f32);
+        });
     }
 }
 
 template <typename T>
 void rope_backward(T* dx, const int64_t* pos, int64_t N, int64_t H, int64_t D, const RopeTable& t,
                    bool interleaved, bool round_grad_f32) {
-    for (int64_t n = 0; n < N; ++n) {
-        const int64_t o = pos[n] * t.half;
-        T* dn = dx + n * H * D;
-        if (t.kind == RopeTableKind::FLOAT64)
-            rotate_token_back(dn, H, D, t.cos64.data() + o, t.sin64.data() + o, interleaved,
-                              round_grad_f32);
-        else
-            rotate_token_back(dn, H, D, t.cos.data() + o, t.sin.data() + o, interleaved,
-                              round_grad_f32);
-    }
+    for (int64_t n = 0; n < N; ++n)
+        with_row(t, pos[n], [&](const auto* cs, const auto* sn) {
+            rotate_token_back(dx + n * H * D, H, D, cs, sn, interleaved, round_grad_f32);
+        });
 }
 
 template void rope_forward<float>(float*, const int64_t*, int64_t, int64_t, int64_t,
