@@ -193,7 +193,7 @@ def perplexity(model: Model, text: str) -> dict:
     ...
 
 
-def train(*, callback: Callable[..., Any] | None = ..., preset: str = ..., config_path: str | os.PathLike[str] = ..., data_dir: str | os.PathLike[str] = ..., out_dir: str | os.PathLike[str] = ..., force: bool = ..., resume_dir: str | os.PathLike[str] = ..., init_dir: str | os.PathLike[str] = ..., device: str = ..., metrics_path: str | os.PathLike[str] = ..., fixed_g_identity: bool = ..., dtype: str | numpy.dtype[Any] | type = ..., reference_numerics: bool = ..., precision: str = ..., steps: int = ..., batch: int = ..., accum: int = ..., ctx: int = ..., seed: int = ..., shuffle: bool = ..., lr: float = ..., warmup: int = ..., lr_alpha: float = ..., weight_decay: float = ..., dag: tuple[float, float, float] = ..., clip: str = ..., clip_value: float = ..., clip_norm: float = ..., eval_every: int = ..., eval_batches: int = ..., save_every: int = ..., stop_at: int = ..., zero1: bool = ..., dist_timeout: float = ..., recompute: str = ...) -> dict:
+def train(*, callback: Callable[..., Any] | None = ..., preset: str = ..., config_path: str | os.PathLike[str] = ..., data_dir: str | os.PathLike[str] = ..., out_dir: str | os.PathLike[str] = ..., force: bool = ..., resume_dir: str | os.PathLike[str] = ..., init_dir: str | os.PathLike[str] = ..., device: str = ..., metrics_path: str | os.PathLike[str] = ..., fixed_g_identity: bool = ..., dtype: str | numpy.dtype[Any] | type = ..., reference_numerics: bool = ..., precision: str = ..., steps: int = ..., batch: int = ..., accum: int = ..., ctx: int = ..., seed: int = ..., shuffle: bool = ..., lr: float = ..., warmup: int = ..., lr_alpha: float = ..., weight_decay: float = ..., dag: tuple[float, float, float] = ..., clip: str = ..., clip_value: float = ..., clip_norm: float = ..., eval_every: int = ..., eval_batches: int = ..., audit_every: int = ..., audit_prompts: str = ..., save_every: int = ..., stop_at: int = ..., zero1: bool = ..., dist_timeout: float = ..., recompute: str = ...) -> dict:
     """Trains (a new model from preset or config_path, a fine-tuning from init_dir, or a resume from resume_dir) on a prepared shard directory (data_dir) with checkpoints in out_dir; callback(step_dict) runs after every step, returning False stops (with a checkpoint).
 
     Keyword arguments (pldr/options.h):
@@ -226,6 +226,8 @@ def train(*, callback: Callable[..., Any] | None = ..., preset: str = ..., confi
         clip_norm=1.0: clip the gradient's global 2-norm to this (0, inf)
         eval_every=100: validation period in steps (0 = only at the end) [0, inf)
         eval_batches=8: validation batches [1, inf)
+        audit_every=0: every N steps (and at the start and the end), the collapse measurements of pldr audit --steps 8 --cont-len 32 into metrics.jsonl (0 = never; docs/audit.md) [0, inf)
+        audit_prompts='': prompts of --audit-every, one per line (text, or comma-separated ids); default: pldr audit's
         save_every=500: checkpoint period in steps (0 = at the end and on a stop) [0, inf)
         stop_at=0: stop with a checkpoint after this step (0 = run to the end) [0, inf)
         zero1=False: under mpirun: shard the AdamW moments across ranks (ZeRO-1, same result)

@@ -11,7 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "io/tokenizer.h"
@@ -325,4 +329,53 @@ TEST(CliTrainPlot, PngAndSvg) {
     cli_test::expect_error("plot " + d + "/m.jsonl --out " + d + "/p.gif", ".png or .svg");
     write(d + "/bad.jsonl", "{\"type\":\"train\"}\n");
     cli_test::expect_error("plot " + d + "/bad.jsonl --out " + d + "/p.svg", "bad.jsonl:1");
+}
+
+// --audit-every (issue 38): the "audit" lines of metrics.jsonl at the start, every N steps and at
+// the end, each the curve point of `pldr audit --steps 8 --cont-len 32` on the model of that step:
+// the last one equals what `pldr audit` measures on the final checkpoint with the same prompts
+// (float64: the same bits), and the first one (the initial model) differs from it.
+TEST(CliTrain, AuditEveryEqualsPldrAuditOnTheCheckpoint) {
+    const std::string d = cli_test::tmp_dir("cli_train_audit");
+    write(d + "/prompts.txt", "First Citizen:\n\n5, 17,3,9,12\nWe are accounted poor citizens\n");
+    auto r = cli_test::run(train_args(d + "/o") + " --steps 6 --audit-every 3 --dtype f64" +
+                           " --audit-prompts " + d + "/prompts.txt");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("audits took"), std::string::npos) << r.out;
+    std::vector<nlohmann::json> audits;
+    std::istringstream ms(cli_test::slurp(d + "/o/metrics.jsonl"));
+    for (std::string line; std::getline(ms, line);) {
+        auto j = nlohmann::json::parse(line);
+        if (j["type"] == "audit") audits.push_back(j);
+    }
+    ASSERT_EQ(audits.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(audits[i]["step"], int64_t(3 * i));
+        EXPECT_EQ(audits[i]["tokens"], int64_t(3 * i) * 4 * 15);  // steps x batch x (ctx - 1)
+        EXPECT_EQ(audits[i]["audit"]["prompts"], 3);
+        EXPECT_EQ(audits[i]["audit"]["steps"], 8);
+        EXPECT_GT(audits[i]["seconds"].get<double>(), 0);
+    }
+    EXPECT_NE(audits[0]["audit"]["max_eps_G"], audits[2]["audit"]["max_eps_G"]);
+    r = cli_test::run("audit " + d + "/o --out " + d + "/a --prompts " + d +
+                      "/prompts.txt --steps 8 --cont-len 32 --dtype f64 --items 0");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto a = nlohmann::json::parse(cli_test::slurp(d + "/a/audit.json"));
+    EXPECT_EQ(a["curve_point"], audits[2]["audit"]) << a["curve_point"].dump() << "\n"
+                                                    << audits[2]["audit"].dump();
+    // The curves: log-log against tokens seen.
+    r = cli_test::run("plot " + d + "/o/metrics.jsonl --out " + d + "/l.svg --audit-out " + d +
+                      "/c.svg");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string svg = cli_test::slurp(d + "/c.svg");
+    for (const char* label : {"eps_G", "G_LM order (prompts)", "block-seq gap", "tokens seen"})
+        EXPECT_NE(svg.find(label), std::string::npos) << label;
+    cli_test::expect_error("plot " + d + "/m.jsonl --out " + d + "/p.svg", "m.jsonl");
+    cli_test::expect_error(
+        train_args(d + "/o2") + " --steps 2 --audit-every 1 --audit-prompts " + d + "/none.txt",
+        "none.txt");
+    write(d + "/train_only.jsonl", "{\"type\":\"train\",\"step\":1,\"loss\":2}\n");
+    cli_test::expect_error(
+        "plot " + d + "/train_only.jsonl --out " + d + "/p2.svg --audit-out " + d + "/c2.svg",
+        "no audit lines");
 }

@@ -152,6 +152,12 @@
     X(I64, eval_every, 100, "[0, inf)", PLDR_TRAIN_CP, "--eval-every",                          \
       "validation period in steps (0 = only at the end)")                                       \
     X(I64, eval_batches, 8, "[1, inf)", PLDR_TRAIN_CP, "--eval-batches", "validation batches")  \
+    X(I64, audit_every, 0, "[0, inf)", PLDR_TRAIN_CP, "--audit-every",                          \
+      "every N steps (and at the start and the end), the collapse measurements of pldr audit "  \
+      "--steps 8 --cont-len 32 into metrics.jsonl (0 = never; docs/audit.md)")                  \
+    X(STR, audit_prompts, "", "", PLDR_TRAIN_CP, "--audit-prompts",                             \
+      "prompts of --audit-every, one per line (text, or comma-separated ids); default: "        \
+      "pldr audit's")                                                                           \
     X(I64, save_every, 500, "[0, inf)", PLDR_TRAIN_CP, "--save-every",                          \
       "checkpoint period in steps (0 = at the end and on a stop)")                              \
     X(I64, stop_at, 0, "[0, inf)", PLDR_TRAIN_CP, "--stop-at",                                  \

@@ -499,6 +499,13 @@ struct AuditResult {
 };
 // The collapse audit (spec §8.1, docs/audit.md).
 AuditResult audit(const Model& m, const AuditOptions& opt);
+// "5,17,3" → {5, 17, 3}; a one-line error naming `what` on anything else.
+std::vector<int64_t> parse_ids(const std::string& s, const std::string& what);
+// An audit prompt file (`pldr audit --prompts`, `pldr train --audit-prompts`): one prompt per
+// line, text or comma-separated token ids; blank lines skipped. A text line needs a tokenizer:
+// without one (`has_tokenizer` false) it is an error naming `tokenizer_path`.
+std::vector<AuditPrompt> read_audit_prompts(const std::string& path, bool has_tokenizer,
+                                            const std::string& tokenizer_path);
 
 // ---- Model directories, tokenizers, token shards, collapse ---------------------------------
 
@@ -676,6 +683,12 @@ struct LossCurve {
     std::vector<double> x, y;
 };
 std::vector<LossCurve> read_loss_curves(const std::string& metrics_path);
+// The collapse curves of a metrics file (its "audit" lines, `pldr train --audit-every`), x =
+// tokens seen: "eps_G" (max over prompts, steps and layers), "G_LM order (prompts)",
+// "G_LM order (continuations)", "A_P order (prompts)", "A order (prompts)" (the rms order
+// parameters; absent for fixed-G models) and "block-seq gap" (max |Δ logprob|). Empty when the
+// file has no audit line; a malformed audit line is an error naming it.
+std::vector<LossCurve> read_audit_curves(const std::string& metrics_path);
 
 // Trains (or resumes) with checkpoints; on_step runs after every step and may return false to
 // stop (a checkpoint is then written).

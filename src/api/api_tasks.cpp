@@ -1,8 +1,12 @@
 // The public API's benchmarks, G_LM statistics, audit and training (include/pldr/pldr.hpp).
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <sstream>
 
 #include "api_impl.h"
 #include "audit/measure.h"
@@ -11,11 +15,82 @@
 #include "core/fs.h"
 #include "dist/dist.h"
 #include "infer/tasks.h"
+#include "io/tokenizer.h"
 #include "train/trainer_loop.h"
 
 namespace pldr::api {
 
 namespace {
+
+// The audit's prompts: the given ones (text encoded as a prompt), else the built-in set (text
+// with a tokenizer, else token ids inside the vocabulary).
+std::vector<::pldr::audit::AuditPrompt> audit_prompts(const std::vector<AuditPrompt>& given,
+                                                      const ::pldr::Tokenizer* tok,
+                                                      const std::string& tok_path, int64_t vocab,
+                                                      int64_t pad_id) {
+    std::vector<::pldr::audit::AuditPrompt> out;
+    for (const auto& p : given) {
+        if (!p.ids.empty()) {
+            out.push_back({p.text, p.ids});
+        } else {
+            PLDR_REQUIRE(!p.text.empty(), "empty audit prompt");
+            PLDR_REQUIRE(tok, "a text prompt needs ", tok_path, " (or give token ids)");
+            out.push_back({p.text, tok->encode_prompt(p.text)});
+        }
+    }
+    if (given.empty()) {
+        if (tok) {
+            for (const auto& t : ::pldr::audit::default_text_prompts())
+                out.push_back({t, tok->encode_prompt(t)});
+        } else {
+            for (const auto& ids : ::pldr::audit::default_id_prompts(vocab, pad_id))
+                out.push_back({"", ids});
+        }
+    }
+    return out;
+}
+
+// `pldr train --audit-every`: `pldr audit --steps 8 --cont-len 32` on the model as it trains
+// (the given prompts or the built-in ones, with the run's tokenizer), reduced to its curve point.
+// No held-out loss and no TruthfulQA: the curve point has neither.
+class TrainAuditor {
+  public:
+    explicit TrainAuditor(std::vector<AuditPrompt> given) : given_(std::move(given)) {}
+    template <typename T>
+    std::string operator()(const ::pldr::Model<T>& m, const std::string& tokenizer_path) {
+        if (!ready_) {  // the prompts, once: the model's vocabulary and the run's tokenizer
+            if (!tokenizer_path.empty()) tok_ = std::make_unique<::pldr::Tokenizer>(tokenizer_path);
+            in_.prompts =
+                audit_prompts(given_, tok_.get(), "a tokenizer.model in the data directory",
+                              m.cfg.vocab_size, m.cfg.pad_token_id);
+            ready_ = true;
+        }
+        ::pldr::audit::AuditConfig cfg;
+        cfg.steps = kSteps;
+        cfg.cont_len = kContLen;
+        const auto r = ::pldr::audit::run_audit(m, in_, cfg);
+        return ::pldr::audit::curve_point(::pldr::audit::report_json(r)).dump();
+    }
+    static constexpr int64_t kSteps = 8, kContLen = 32;
+
+  private:
+    std::vector<AuditPrompt> given_;
+    std::unique_ptr<::pldr::Tokenizer> tok_;
+    ::pldr::audit::AuditInputs in_;
+    bool ready_ = false;
+};
+
+// A line of digits, commas and blanks (with at least one digit): token ids, not text.
+bool is_id_line(const std::string& s) {
+    bool digit = false;
+    for (char c : s) {
+        if (c >= '0' && c <= '9')
+            digit = true;
+        else if (c != ',' && c != ' ' && c != '\t' && c != '\r')
+            return false;
+    }
+    return digit;
+}
 
 const ::pldr::Tokenizer& tok_of(const Model& m) {
     return m.tokenizer().impl()->tok;
@@ -108,6 +183,59 @@ std::vector<std::vector<double>> eps_g(const Model& m, const std::vector<int64_t
         [&](const auto& model) { return ::pldr::audit::eps_g_after(model, ids, prefix_len); });
 }
 
+std::vector<int64_t> parse_ids(const std::string& s, const std::string& what) {
+    std::vector<int64_t> out;
+    size_t i = 0;
+    while (i <= s.size()) {
+        size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        std::string tok = s.substr(i, j - i);
+        while (!tok.empty() && tok.front() == ' ') tok.erase(tok.begin());
+        while (!tok.empty() && tok.back() == ' ') tok.pop_back();
+        PLDR_REQUIRE(!tok.empty(), what, ": empty token id in '", s, "'");
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(tok.c_str(), &end, 10);
+        PLDR_REQUIRE(end && *end == '\0' && errno == 0, what, ": '", tok,
+                     "' is not an integer token id");
+        PLDR_REQUIRE(v >= 0, what, ": token id ", v, " is negative");
+        out.push_back(int64_t(v));
+        i = j + 1;
+    }
+    return out;
+}
+
+std::vector<AuditPrompt> read_audit_prompts(const std::string& path, bool has_tokenizer,
+                                            const std::string& tokenizer_path) {
+    auto trim = [](std::string s) {
+        while (!s.empty() && (s.back() == '\r' || s.back() == ' ' || s.back() == '\t'))
+            s.pop_back();
+        size_t i = 0;
+        while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+        return s.substr(i);
+    };
+    std::istringstream ss(::pldr::read_file(path));
+    std::vector<AuditPrompt> out;
+    std::string line;
+    int64_t lineno = 0;
+    while (std::getline(ss, line)) {
+        ++lineno;
+        line = trim(line);
+        if (line.empty()) continue;
+        AuditPrompt p;
+        if (is_id_line(line)) {
+            p.ids = parse_ids(line, path + ":" + std::to_string(lineno));
+        } else {
+            PLDR_REQUIRE(has_tokenizer, path, ":", lineno, ": a text prompt needs ", tokenizer_path,
+                         " (or give comma-separated token ids)");
+            p.text = line;
+        }
+        out.push_back(std::move(p));
+    }
+    PLDR_REQUIRE(!out.empty(), path, ": empty prompt set (no prompts in the file)");
+    return out;
+}
+
 AuditResult audit(const Model& m, const AuditOptions& opt) {
     const Model::Impl& im = impl_of(m);
     const ::pldr::Tokenizer* tok = im.internal_tok();
@@ -121,26 +249,8 @@ AuditResult audit(const Model& m, const AuditOptions& opt) {
                            opt.force);
     }
     ::pldr::audit::AuditInputs in;
-    for (const auto& p : opt.prompts) {
-        if (!p.ids.empty()) {
-            in.prompts.push_back({p.text, p.ids});
-        } else {
-            PLDR_REQUIRE(!p.text.empty(), "empty audit prompt");
-            PLDR_REQUIRE(tok, "a text prompt needs ", im.info.dir,
-                         "/tokenizer.model (or give token ids)");
-            in.prompts.push_back({p.text, tok->encode_prompt(p.text)});
-        }
-    }
-    if (opt.prompts.empty()) {
-        if (tok) {
-            for (const auto& t : ::pldr::audit::default_text_prompts())
-                in.prompts.push_back({t, tok->encode_prompt(t)});
-        } else {
-            for (const auto& ids :
-                 ::pldr::audit::default_id_prompts(im.info.vocab_size, im.info.pad_id))
-                in.prompts.push_back({"", ids});
-        }
-    }
+    in.prompts = audit_prompts(opt.prompts, tok, im.info.dir + "/tokenizer.model",
+                               im.info.vocab_size, im.info.pad_id);
     if (!opt.heldout_ids.empty()) {
         in.heldout = opt.heldout_ids;
         in.heldout_source = opt.heldout_source.empty() ? "given ids" : opt.heldout_source;
@@ -225,6 +335,7 @@ TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
     t.eval_every = o.eval_every;
     t.eval_batches = o.eval_batches;
     t.save_every = o.save_every;
+    t.audit_every = o.audit_every;
     t.stop_at = o.stop_at;
     t.zero1 = o.zero1;
     t.recompute = o.recompute;
@@ -270,6 +381,19 @@ TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
         cb.on_eval(te);
     };
     hooks.stop_flag = &stop;
+    // The prompt file is read before training (a bad one fails at once); its text lines are
+    // encoded at the first audit, with the run's tokenizer.
+    TrainAuditor auditor(o.audit_every > 0 && !o.audit_prompts.empty()
+                             ? read_audit_prompts(o.audit_prompts, true, "")
+                             : std::vector<AuditPrompt>{});
+    if (o.audit_every > 0) {
+        hooks.audit_f32 = [&](const ::pldr::Model<float>& m, const std::string& tp) {
+            return auditor(m, tp);
+        };
+        hooks.audit_f64 = [&](const ::pldr::Model<double>& m, const std::string& tp) {
+            return auditor(m, tp);
+        };
+    }
     const ::pldr::TrainOutcome out = run_training(t, hooks);
     TrainSummary s;
     s.steps_done = out.step;

@@ -255,11 +255,20 @@ ModelComparison compare_models(const Model& a, const Model& b, const std::vector
 
 // ---- Training metrics ------------------------------------------------------------------------
 
-std::vector<LossCurve> read_loss_curves(const std::string& path) {
+namespace {
+std::vector<LossCurve> curves_of(std::vector<::pldr::Curve> in) {
     std::vector<LossCurve> r;
-    for (auto& c : ::pldr::read_loss_curves(path))
-        r.push_back({std::move(c.label), std::move(c.x), std::move(c.y)});
+    for (auto& c : in) r.push_back({std::move(c.label), std::move(c.x), std::move(c.y)});
     return r;
+}
+}  // namespace
+
+std::vector<LossCurve> read_loss_curves(const std::string& path) {
+    return curves_of(::pldr::read_loss_curves(path));
+}
+
+std::vector<LossCurve> read_audit_curves(const std::string& path) {
+    return curves_of(::pldr::read_audit_curves(path));
 }
 
 }  // namespace pldr::api

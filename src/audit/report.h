@@ -9,6 +9,11 @@
 namespace pldr::audit {
 
 nlohmann::ordered_json report_json(const AuditReport& r);
+// The collapse curves' point of a report (its "curve_point"; what `pldr train --audit-every`
+// writes under "audit" in metrics.jsonl): eps_G and max|ΔG| over the decode steps, the order
+// parameters across continuations and across prompts, the block-vs-sequential gaps and the
+// numerical ranks, each the max (or the summary) over prompts, layers and heads.
+nlohmann::ordered_json curve_point(const nlohmann::ordered_json& report);
 // The paper's values (spec §8.2), printed beside ours.
 nlohmann::ordered_json paper_values();
 std::string report_html(const AuditReport& r);

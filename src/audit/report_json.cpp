@@ -203,9 +203,31 @@ json report_json(const AuditReport& r) {
                                 {"note", r.loss.degenerate ? kDegenerateNote : ""}};
     else
         j["loss_vs_unigram"] = nullptr;
+    j["curve_point"] = curve_point(j);
     j["paper"] = paper_values();
     j["seconds"] = r.seconds;
     return j;
+}
+
+json curve_point(const json& r) {
+    const json& e = r.at("eps_G");
+    const json& o = r.at("order_parameter");
+    const json& b = r.at("block_vs_sequential");
+    const json& s = r.at("spectral").at("summary");
+    return {{"prompts", r.at("prompts").size()},
+            {"steps", r.at("config").at("steps")},
+            {"continuation_length", r.at("config").at("continuation_length")},
+            {"max_eps_G", e.at("max_eps_G")},
+            {"max_abs_dG", e.at("max_abs_dG")},
+            {"max_dlogit", e.at("max_dlogit")},
+            {"argmax_agreement", e.at("argmax_agreement")},
+            {"order_continuations", o.at("continuations").at("max")},
+            {"order_prompts", o.at("prompts").at("max")},
+            {"max_token_gap", b.at("max_token_gap")},
+            {"max_candidate_gap", b.at("max_candidate_gap")},
+            {"rank_A", s.at("rank_A")},
+            {"rank_A_LM", s.at("rank_A_LM")},
+            {"rank_G_LM", s.at("rank_G_LM")}};
 }
 
 std::string report_summary(const AuditReport& r) {

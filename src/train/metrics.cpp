@@ -72,4 +72,51 @@ std::vector<Curve> read_loss_curves(const std::string& path) {
     return out;
 }
 
+std::vector<Curve> read_audit_curves(const std::string& path) {
+    // (label, the keys down to the value) of each curve.
+    const std::vector<std::pair<std::string, std::vector<std::string>>> spec = {
+        {"eps_G", {"max_eps_G"}},
+        {"G_LM order (prompts)", {"order_prompts", "G_LM", "rms"}},
+        {"G_LM order (continuations)", {"order_continuations", "G_LM", "rms"}},
+        {"A_P order (prompts)", {"order_prompts", "A_P", "rms"}},
+        {"A order (prompts)", {"order_prompts", "A", "rms"}},
+        {"block-seq gap", {"max_token_gap"}}};
+    std::vector<Curve> curves;
+    for (const auto& s : spec) curves.push_back({s.first, {}, {}});
+    std::istringstream in(read_file(path));
+    std::string line;
+    int64_t n = 0;
+    bool any = false;
+    while (std::getline(in, line)) {
+        ++n;
+        if (line.empty()) continue;
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        PLDR_REQUIRE(!j.is_discarded() && j.is_object(), path, ":", n, ": not a JSON object");
+        if (!j.contains("type") || j["type"] != "audit") continue;
+        PLDR_REQUIRE(j.contains("tokens") && j["tokens"].is_number() && j.contains("audit") &&
+                         j["audit"].is_object(),
+                     path, ":", n,
+                     ": an audit line needs numeric \"tokens\" and an \"audit\" object");
+        any = true;
+        for (size_t c = 0; c < spec.size(); ++c) {
+            const nlohmann::json* v = &j["audit"];
+            for (const std::string& k : spec[c].second) {
+                if (!v->is_object() || !v->contains(k)) {
+                    v = nullptr;
+                    break;
+                }
+                v = &(*v)[k];
+            }
+            if (!v || !v->is_number()) continue;  // absent (a fixed-G model has no A, A_P)
+            curves[c].x.push_back(j["tokens"].get<double>());
+            curves[c].y.push_back(v->get<double>());
+        }
+    }
+    std::vector<Curve> out;
+    if (!any) return out;
+    for (auto& c : curves)
+        if (!c.x.empty()) out.push_back(std::move(c));
+    return out;
+}
+
 }  // namespace pldr

@@ -41,5 +41,7 @@ struct Curve {
 // (loss of each validation). Lines that are not JSON objects with a numeric step and loss are
 // errors naming the line; a file with no training line is an error.
 std::vector<Curve> read_loss_curves(const std::string& path);
+// The collapse curves of its "audit" lines against tokens seen (api::read_audit_curves).
+std::vector<Curve> read_audit_curves(const std::string& path);
 
 }  // namespace pldr

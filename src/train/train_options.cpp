@@ -1,9 +1,11 @@
-// The training options (see trainer_loop.h): the maths fields as JSON, a checkpoint's options
+// The training options (see trainer_loop.h): the data shards and the checks of the options
+// against them, the maths fields as JSON, a checkpoint's options
 // read back with every field checked, the options of a resumed run, the model config they ask
 // for, and the checks of the output directory.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -298,6 +300,67 @@ void check_output_options(const TrainOptions& o) {
         o.force, resume ? o.resume_dir : "");
     if (!o.metrics_path.empty())
         require_output_file(o.metrics_path, in, "--metrics", o.force || own);
+}
+
+namespace {
+ShardReader open_train_shard(const std::string& dir, const std::string& path) {
+    PLDR_REQUIRE(fs::is_directory(dir), dir, ": data directory does not exist");
+    PLDR_REQUIRE(fs::exists(path), dir,
+                 ": no train.pldrtok (prepare the data with `pldr prepare`)");
+    return ShardReader(path);
+}
+}  // namespace
+
+Shards::Shards(const std::string& dir)
+    : train_path((fs::path(dir) / "train.pldrtok").string()),
+      valid_path((fs::path(dir) / "valid.pldrtok").string()),
+      train(open_train_shard(dir, train_path)) {
+    if (fs::exists(valid_path)) {
+        valid = std::make_unique<ShardReader>(valid_path);
+        PLDR_REQUIRE(valid->vocab_size() == train.vocab_size(), valid_path, ": vocabulary size ",
+                     valid->vocab_size(), " differs from train.pldrtok's ", train.vocab_size());
+    }
+    PLDR_REQUIRE(train.ctx() > 0, train_path, ": the shard is not packed into chunks");
+}
+
+// The run's options against the data and the model (the context, the counts, the periods).
+void check_run_options(TrainOptions& o, const Shards& data, const Config& cfg,
+                       const CheckpointInfo* resumed, int P) {
+    // Context: the shard's chunk length unless a shorter one is asked for.
+    const int64_t chunk = data.train.ctx();
+    if (o.ctx == 0) o.ctx = chunk;
+    PLDR_REQUIRE(o.ctx >= 2 && o.ctx <= chunk, "--ctx ", o.ctx, " must be in [2, ", chunk, "] (",
+                 data.train_path, " is packed in chunks of ", chunk, " tokens)");
+    PLDR_REQUIRE(o.ctx - 1 <= cfg.max_position, "the context (", o.ctx - 1,
+                 " input tokens from chunks of ", o.ctx,
+                 ") is longer than max_position_embeddings = ", cfg.max_position);
+    PLDR_REQUIRE(o.steps > 0, "--steps must be > 0 (got ", o.steps, ")");
+    PLDR_REQUIRE(o.batch > 0, "--batch must be > 0 (got ", o.batch, ")");
+    PLDR_REQUIRE(o.accum > 0, "--accum must be > 0 (got ", o.accum, ")");
+    PLDR_REQUIRE(o.stop_at >= 0, "--stop-at must be >= 0");
+    if (resumed) {
+        // The position counts the checkpoint's ranks × its per-rank batch (= P × o.batch now).
+        CheckpointInfo at = *resumed;
+        at.world_size = P;
+        check_checkpoint_position(at, o, o.resume_dir);
+    }
+    PLDR_REQUIRE(o.eval_every >= 0 && o.eval_batches > 0 && o.save_every >= 0,
+                 "--eval-every and --save-every must be >= 0, --eval-batches > 0");
+    PLDR_REQUIRE(o.audit_every >= 0, "--audit-every must be >= 0 (got ", o.audit_every, ")");
+    {
+        // Every size the run derives from the options (core/error.h): the chunks of a step and
+        // of the whole run (the data position), the tokens of a step, a validation's chunks.
+        const int64_t per_step =
+            checked_mul(checked_mul(int64_t(P), o.batch, "ranks x --batch"), o.accum,
+                        "the chunks of a step (ranks x --batch x --accum)");
+        checked_mul(per_step, o.steps, "the run's chunks (--steps x ranks x --batch x --accum)");
+        checked_mul(per_step, o.ctx, "the tokens of a step (ranks x --batch x --accum x --ctx)");
+        checked_mul(checked_mul(int64_t(P), o.batch, "ranks x --batch"), o.eval_batches,
+                    "a validation's chunks (--eval-batches x ranks x --batch)");
+    }
+    if (data.valid)
+        PLDR_REQUIRE(data.valid->ctx() >= o.ctx, data.valid_path, ": packed in chunks of ",
+                     data.valid->ctx(), " tokens, shorter than the training context ", o.ctx);
 }
 
 }  // namespace pldr

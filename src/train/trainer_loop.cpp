@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -41,33 +43,6 @@ template <typename Buffer>
 uint64_t buffer_fnv(const Buffer& v) {
     return fnv1a64(v.data(), v.size() * sizeof(v[0]));
 }
-
-// The token shards: train.pldrtok and, where there is one, valid.pldrtok.
-struct Shards {
-    std::string train_path, valid_path;
-    ShardReader train;
-    std::unique_ptr<ShardReader> valid;
-
-    explicit Shards(const std::string& dir)
-        : train_path((fs::path(dir) / "train.pldrtok").string()),
-          valid_path((fs::path(dir) / "valid.pldrtok").string()),
-          train(open_train(dir, train_path)) {
-        if (fs::exists(valid_path)) {
-            valid = std::make_unique<ShardReader>(valid_path);
-            PLDR_REQUIRE(valid->vocab_size() == train.vocab_size(), valid_path,
-                         ": vocabulary size ", valid->vocab_size(),
-                         " differs from train.pldrtok's ", train.vocab_size());
-        }
-        PLDR_REQUIRE(train.ctx() > 0, train_path, ": the shard is not packed into chunks");
-    }
-
-    static ShardReader open_train(const std::string& dir, const std::string& path) {
-        PLDR_REQUIRE(fs::is_directory(dir), dir, ": data directory does not exist");
-        PLDR_REQUIRE(fs::exists(path), dir,
-                     ": no train.pldrtok (prepare the data with `pldr prepare`)");
-        return ShardReader(path);
-    }
-};
 
 // Rank 0 of a resumed run: the checkpoint's model and optimizer state, and the run's options
 // (resumed_options) checked against the checkpoint, the data and the number of ranks `P`.
@@ -166,45 +141,6 @@ void share_setup(TrainOptions& o, Model<T>& model, CheckpointInfo& ck) {
                     "broadcasting the weights");
 }
 
-// The run's options against the data and the model (the context, the counts, the periods).
-void check_run_options(TrainOptions& o, const Shards& data, const Config& cfg,
-                       const CheckpointInfo* resumed, int P) {
-    // Context: the shard's chunk length unless a shorter one is asked for.
-    const int64_t chunk = data.train.ctx();
-    if (o.ctx == 0) o.ctx = chunk;
-    PLDR_REQUIRE(o.ctx >= 2 && o.ctx <= chunk, "--ctx ", o.ctx, " must be in [2, ", chunk, "] (",
-                 data.train_path, " is packed in chunks of ", chunk, " tokens)");
-    PLDR_REQUIRE(o.ctx - 1 <= cfg.max_position, "the context (", o.ctx - 1,
-                 " input tokens from chunks of ", o.ctx,
-                 ") is longer than max_position_embeddings = ", cfg.max_position);
-    PLDR_REQUIRE(o.steps > 0, "--steps must be > 0 (got ", o.steps, ")");
-    PLDR_REQUIRE(o.batch > 0, "--batch must be > 0 (got ", o.batch, ")");
-    PLDR_REQUIRE(o.accum > 0, "--accum must be > 0 (got ", o.accum, ")");
-    PLDR_REQUIRE(o.stop_at >= 0, "--stop-at must be >= 0");
-    if (resumed) {
-        // The position counts the checkpoint's ranks × its per-rank batch (= P × o.batch now).
-        CheckpointInfo at = *resumed;
-        at.world_size = P;
-        check_checkpoint_position(at, o, o.resume_dir);
-    }
-    PLDR_REQUIRE(o.eval_every >= 0 && o.eval_batches > 0 && o.save_every >= 0,
-                 "--eval-every and --save-every must be >= 0, --eval-batches > 0");
-    {
-        // Every size the run derives from the options (core/error.h): the chunks of a step and
-        // of the whole run (the data position), the tokens of a step, a validation's chunks.
-        const int64_t per_step =
-            checked_mul(checked_mul(int64_t(P), o.batch, "ranks x --batch"), o.accum,
-                        "the chunks of a step (ranks x --batch x --accum)");
-        checked_mul(per_step, o.steps, "the run's chunks (--steps x ranks x --batch x --accum)");
-        checked_mul(per_step, o.ctx, "the tokens of a step (ranks x --batch x --accum x --ctx)");
-        checked_mul(checked_mul(int64_t(P), o.batch, "ranks x --batch"), o.eval_batches,
-                    "a validation's chunks (--eval-batches x ranks x --batch)");
-    }
-    if (data.valid)
-        PLDR_REQUIRE(data.valid->ctx() >= o.ctx, data.valid_path, ": packed in chunks of ",
-                     data.valid->ctx(), " tokens, shorter than the training context ", o.ctx);
-}
-
 // The tokenizer the shards were prepared with (their meta.json names it), or "".
 std::string tokenizer_source(const std::string& data_dir) {
     const fs::path meta = fs::path(data_dir) / "meta.json";
@@ -233,6 +169,7 @@ class Run {
     StepResult optimizer_step();
     void log_step(const StepResult& r, int64_t step);
     void validate(int64_t step);
+    void audit(int64_t step);
     void checkpoint();
     void require_finite(const T* base, const char* what) const;
     // "training stopped...: <why>; " and where the last good checkpoint is.
@@ -255,7 +192,8 @@ class Run {
     int64_t last_saved_ = -1;  // the step of the last checkpoint written in --out (−1: none)
     // The loop's counters and its batches.
     std::chrono::steady_clock::time_point t0_;
-    double train_seconds_ = 0, comm_seconds_ = 0;
+    double train_seconds_ = 0, comm_seconds_ = 0, audit_seconds_ = 0;
+    int64_t audits_ = 0;
     int64_t tokens_done_ = 0, tokens_per_step_ = 0;
     std::vector<std::vector<int64_t>> bufs_;
     std::vector<TokenBatch> micro_;
@@ -458,6 +396,41 @@ void Run<T>::validate(int64_t step) {
     if (hooks_.on_eval) hooks_.on_eval(EvalReport{e, step});
 }
 
+// The collapse audit on rank 0 (TrainHooks::audit_*): one "audit" line in the metrics, with its
+// cost beside the training time so far.
+template <typename T>
+void Run<T>::audit(int64_t step) {
+    if (!root_ || o_.audit_every <= 0) return;
+    const auto& f = [this]() -> const auto& {
+        if constexpr (std::is_same_v<T, float>)
+            return hooks_.audit_f32;
+        else
+            return hooks_.audit_f64;
+    }
+    ();
+    if (!f) return;
+    const auto ts = std::chrono::steady_clock::now();
+    ojson a;
+    try {
+        a = ojson::parse(f(model_, tokenizer_src_));
+    } catch (const InternalError&) {
+        throw;
+    } catch (const Error& err) {
+        stopped(cat(" at step ", step, ": the audit: ", err.what()));
+    }
+    const double dt = seconds_since(ts);
+    audit_seconds_ += dt;
+    ++audits_;
+    ojson j;
+    j["type"] = "audit";
+    j["step"] = step;
+    j["tokens"] = step * tokens_per_step_;
+    j["seconds"] = dt;
+    j["train_seconds"] = train_seconds_;
+    j["audit"] = std::move(a);
+    if (metrics_) metrics_->write(j);
+}
+
 // A checkpoint is only ever a good one: non-finite weights or moments (an update that
 // overflowed) are refused, and the previous checkpoint stays.
 template <typename T>
@@ -514,6 +487,7 @@ void Run<T>::checkpoint() {
 template <typename T>
 TrainOutcome Run<T>::train() {
     t0_ = std::chrono::steady_clock::now();
+    if (out_.start_step == 0) audit(0);  // the initial model: the curves' first point
     while (trainer_->steps_done() < o_.steps) {
         const auto ts = std::chrono::steady_clock::now();
         next_batches();                         // data
@@ -527,6 +501,8 @@ TrainOutcome Run<T>::train() {
 
         const bool last = step == o_.steps;
         if ((o_.eval_every > 0 && step % o_.eval_every == 0) || last) validate(step);
+        const bool stop_soon = o_.stop_at > 0 && step == o_.stop_at;
+        if (o_.audit_every > 0 && (step % o_.audit_every == 0 || last || stop_soon)) audit(step);
         const bool stop_at = o_.stop_at > 0 && step == o_.stop_at && !last;
         // Every rank stops at the same step when any of them was asked to.
         const bool interrupted =
@@ -540,6 +516,13 @@ TrainOutcome Run<T>::train() {
         }
     }
     if (trainer_->steps_done() == o_.steps && last_saved_ != o_.steps) checkpoint();
+    if (audits_ > 0) {
+        char b[160];
+        std::snprintf(b, sizeof b, "audit: %lld audits took %.1f s, %.1f%% of the training time",
+                      static_cast<long long>(audits_), audit_seconds_,
+                      100 * audit_seconds_ / std::max(train_seconds_, 1e-9));
+        msg(b);
+    }
     dist::barrier("waiting for rank 0 to write the checkpoint");
     out_.tokens_per_s = train_seconds_ > 0 ? double(tokens_done_) / train_seconds_ : 0;
     out_.comm_s_per_step =

@@ -5,11 +5,14 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
+#include "model/model.h"
 #include "train/data_loader.h"
+#include "train/shard.h"
 #include "train/step.h"
 
 namespace pldr {
@@ -56,6 +59,9 @@ struct TrainOptions {
     int64_t eval_every = 100;  // validation period in steps (0 = only at the end)
     int64_t eval_batches = 8;  // validation batches of `batch` chunks
     int64_t save_every = 500;  // checkpoint period in steps (0 = only at the end / on stop)
+    // Collapse audits (TrainHooks::audit_*) every audit_every steps, at the start of a new run
+    // and at the end (0 = never).
+    int64_t audit_every = 0;
 
     // Data parallel (under mpirun; docs/distributed.md). No effect in a single process.
     bool zero1 = false;  // shard the AdamW moments across ranks (ZeRO stage 1)
@@ -109,9 +115,23 @@ struct TrainHooks {
     std::function<void(const EvalReport&)> on_eval;
     // Polled after every step; true = write a checkpoint and stop (SIGINT/SIGTERM).
     const std::atomic<bool>* stop_flag = nullptr;
+    // The collapse audit of the model as it stands (TrainOptions::audit_every), as one JSON
+    // object that goes under "audit" in metrics.jsonl. The API supplies it (train does not
+    // include audit/); the second argument is the run's tokenizer.model ("" = none).
+    std::function<std::string(const Model<float>&, const std::string&)> audit_f32;
+    std::function<std::string(const Model<double>&, const std::string&)> audit_f64;
 };
 
 struct CheckpointInfo;
+
+// The token shards of a data directory: train.pldrtok and, where there is one, valid.pldrtok
+// (the same vocabulary; the training shard packed in chunks).
+struct Shards {
+    std::string train_path, valid_path;
+    ShardReader train;
+    std::unique_ptr<ShardReader> valid;
+    explicit Shards(const std::string& dir);
+};
 
 // Applies a checkpoint's stored training options (its "options" JSON) to `o`, checking every
 // field's type and range (an unknown clip mode or dtype is an error). Errors name `where`.
@@ -131,6 +151,10 @@ std::string config_difference(Config want, Config have);
 // The options that need no file (an output, data, exactly one model source), and the output: this
 // run's own checkpoint directory, never an input, never another model's directory.
 void check_output_options(const TrainOptions& o);
+// The run's options against the data and the model (the context, the counts, the periods); sets
+// o.ctx to the shard's chunk length when it is 0. `resumed`: the checkpoint of a resumed run.
+void check_run_options(TrainOptions& o, const Shards& data, const Config& cfg,
+                       const CheckpointInfo* resumed, int P);
 // A checkpoint's data position must be step × batch × accum (the chunks its steps consumed).
 void check_checkpoint_position(const CheckpointInfo& ck, const TrainOptions& o,
                                const std::string& where);

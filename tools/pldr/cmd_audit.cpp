@@ -43,26 +43,7 @@ int run_audit_cmd(const AuditArgs& a) {
     const std::string tok_path = a.dir + "/tokenizer.model";
     const bool tok = m.has_tokenizer();
     api::AuditOptions o = a.opt;
-    if (!a.prompts.empty()) {
-        std::istringstream ss(api::read_file(a.prompts));
-        std::string line;
-        int64_t lineno = 0;
-        while (std::getline(ss, line)) {
-            ++lineno;
-            line = trim(line);
-            if (line.empty()) continue;
-            api::AuditPrompt p;
-            if (is_id_line(line)) {
-                p.ids = parse_ids(line, a.prompts + ":" + std::to_string(lineno));
-            } else {
-                require(tok, a.prompts, ":", lineno, ": a text prompt needs ", tok_path,
-                        " (or give comma-separated token ids)");
-                p.text = line;
-            }
-            o.prompts.push_back(std::move(p));
-        }
-        require(!o.prompts.empty(), a.prompts, ": empty prompt set (no prompts in the file)");
-    }
+    if (!a.prompts.empty()) o.prompts = api::read_audit_prompts(a.prompts, tok, tok_path);
     if (!a.text.empty()) {
         const std::string body = api::read_file(a.text);
         std::string first = trim(body.substr(0, body.find('\n')));

@@ -13,7 +13,7 @@ namespace {
 
 struct PlotArgs {
     std::vector<std::string> files, labels;
-    std::string out, title = "loss";
+    std::string out, title = "loss", audit_out;
     int64_t smooth = 0;
     int width = 900, height = 560;
     std::vector<std::string> hlines;  // "VALUE" or "VALUE:LABEL"
@@ -33,6 +33,35 @@ std::string default_label(const std::string& f) {
     return parent.empty() || parent == "." ? p.stem().string() : parent;
 }
 
+// The collapse curves of every file, log-log against tokens seen (a curve's points at 0 tokens
+// or 0 are left out by the log axes).
+PlotSpec audit_plot(const PlotArgs& a) {
+    constexpr uint32_t kCurveColors[] = {0xd62728, 0x1f77b4, 0x17becf,
+                                         0x2ca02c, 0x9467bd, 0xff7f0e};
+    PlotSpec spec;
+    spec.title = a.title == "loss" ? "collapse measurements" : a.title;
+    spec.xlabel = "tokens seen";
+    spec.ylabel = "value";
+    spec.width = a.width, spec.height = a.height;
+    spec.log_x = spec.log_y = true;
+    for (size_t i = 0; i < a.files.size(); ++i) {
+        const auto curves = api::read_audit_curves(a.files[i]);
+        require(!curves.empty(), a.files[i], ": no audit lines (train with --audit-every N)");
+        const std::string name = a.labels.empty() ? default_label(a.files[i]) : a.labels[i];
+        size_t k = 0;
+        for (const api::LossCurve& c : curves) {
+            PlotSeries s;
+            s.x = c.x;
+            s.y = c.y;
+            s.rgb = kCurveColors[k++ % (sizeof kCurveColors / sizeof kCurveColors[0])];
+            s.dashed = i % 2 == 1;
+            s.label = (a.files.size() > 1 || !a.labels.empty() ? name + " " : "") + c.label;
+            spec.series.push_back(std::move(s));
+        }
+    }
+    return spec;
+}
+
 }  // namespace
 
 void add_plot(CLI::App& app) {
@@ -47,6 +76,10 @@ void add_plot(CLI::App& app) {
                     "moving-average window for the training loss (0 = steps/50)");
     cmd->add_option("--hline", a->hlines,
                     "a horizontal reference line VALUE[:LABEL], e.g. 6.29:unigram entropy");
+    cmd->add_option("--audit-out", a->audit_out,
+                    "also the collapse curves of the files' audit lines (pldr train "
+                    "--audit-every) against tokens seen, log-log, as .png or .svg")
+        ->check(output_path());
     cmd->add_option("--width", a->width)->capture_default_str();
     cmd->add_option("--height", a->height)->capture_default_str();
     cmd->callback([a]() {
@@ -58,6 +91,7 @@ void add_plot(CLI::App& app) {
             api::Inputs in;
             for (const auto& f : a->files) in.file(f);
             in.check_file(a->out, "--out", a->force);
+            if (!a->audit_out.empty()) in.check_file(a->audit_out, "--audit-out", a->force);
         }
         PlotSpec spec;
         spec.title = a->title;
@@ -100,6 +134,10 @@ void add_plot(CLI::App& app) {
         }
         write_plot(spec, a->out);
         std::printf("wrote %s\n", a->out.c_str());
+        if (!a->audit_out.empty()) {
+            write_plot(audit_plot(*a), a->audit_out);
+            std::printf("wrote %s\n", a->audit_out.c_str());
+        }
         return 0;
     });
 }

@@ -3,32 +3,13 @@
 
 #include "options_cli.h"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
 namespace pldr::cli {
 
 std::vector<int64_t> parse_ids(const std::string& s, const std::string& what) {
-    std::vector<int64_t> out;
-    size_t i = 0;
-    while (i <= s.size()) {
-        size_t j = s.find(',', i);
-        if (j == std::string::npos) j = s.size();
-        std::string tok = s.substr(i, j - i);
-        while (!tok.empty() && tok.front() == ' ') tok.erase(tok.begin());
-        while (!tok.empty() && tok.back() == ' ') tok.pop_back();
-        require(!tok.empty(), what, ": empty token id in '", s, "'");
-        char* end = nullptr;
-        errno = 0;
-        long long v = std::strtoll(tok.c_str(), &end, 10);
-        require(end && *end == '\0' && errno == 0, what, ": '", tok,
-                "' is not an integer token id");
-        require(v >= 0, what, ": token id ", v, " is negative");
-        out.push_back(int64_t(v));
-        i = j + 1;
-    }
-    return out;
+    return api::parse_ids(s, what);
 }
 
 std::vector<int64_t> rows_to_batch(const std::vector<std::string>& rows, int64_t* B, int64_t* S) {

@@ -75,11 +75,45 @@ std::string fmt_tick(double v) {
     return b;
 }
 
-// Layout shared by both renderers.
+// The spec with log10 taken of the values of its logarithmic axes (values <= 0 left out).
+PlotSpec logged(const PlotSpec& s) {
+    PlotSpec t = s;
+    auto lg = [](std::vector<double>& v) {
+        for (double& x : v) x = x > 0 ? std::log10(x) : NAN;
+    };
+    for (PlotSeries& se : t.series) {
+        if (s.log_x) lg(se.x);
+        if (s.log_y) lg(se.y);
+    }
+    return t;
+}
+
+// Ticks of a logarithmic axis over [lo, hi] (log10 units): whole decades, at most about 7;
+// over less than two decades also 2 and 5 times each.
+std::vector<double> decade_ticks(double lo, double hi) {
+    const double a = std::ceil(lo - 1e-9), b = std::floor(hi + 1e-9);
+    const double step = std::max(1.0, std::ceil((b - a) / 6));
+    std::vector<double> t;
+    if (b - a >= 2) {
+        for (double v = a; v <= b + 1e-9; v += step) t.push_back(v);
+        return t;
+    }
+    for (double d = std::floor(lo); d <= hi; d += 1)
+        for (double m : {1.0, 2.0, 5.0}) {
+            const double v = d + std::log10(m);
+            if (v >= lo - 1e-9 && v <= hi + 1e-9) t.push_back(v);
+        }
+    return t;
+}
+
+// Layout shared by both renderers (of the logged spec).
 struct Frame {
     int W = 0, H = 0, left = 78, right = 24, top = 44, bottom = 58;
     double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+    bool log_x = false, log_y = false;
     std::vector<double> xt, yt;
+    std::string xtick(double v) const { return fmt_tick(log_x ? std::pow(10.0, v) : v); }
+    std::string ytick(double v) const { return fmt_tick(log_y ? std::pow(10.0, v) : v); }
     double px(double x) const { return left + (x - x0) / (x1 - x0) * (W - left - right); }
     double py(double y) const { return H - bottom - (y - y0) / (y1 - y0) * (H - top - bottom); }
 };
@@ -104,8 +138,9 @@ Frame make_frame(const PlotSpec& s) {
     if (yhi == ylo) yhi = ylo + 1;
     const double pad = 0.04 * (yhi - ylo);
     ylo -= pad, yhi += pad;
-    f.xt = nice_ticks(xlo, xhi);
-    f.yt = nice_ticks(ylo, yhi);
+    f.log_x = s.log_x, f.log_y = s.log_y;
+    f.xt = s.log_x ? decade_ticks(xlo, xhi) : nice_ticks(xlo, xhi);
+    f.yt = s.log_y ? decade_ticks(ylo, yhi) : nice_ticks(ylo, yhi);
     f.x0 = xlo, f.x1 = xhi, f.y0 = ylo, f.y1 = yhi;
     auto inside = [](std::vector<double>& t, double lo, double hi) {
         t.erase(std::remove_if(t.begin(), t.end(),
@@ -200,7 +235,8 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
     return t;
 }
 
-std::vector<uint8_t> plot_raster(const PlotSpec& s) {
+std::vector<uint8_t> plot_raster(const PlotSpec& spec) {
+    const PlotSpec s = logged(spec);
     const Frame f = make_frame(s);
     Raster r(s.width, s.height);
     const uint32_t grid = 0xe6e6e6, axis = 0x333333, ink = 0x222222;
@@ -208,13 +244,13 @@ std::vector<uint8_t> plot_raster(const PlotSpec& s) {
     for (double v : f.yt) {
         const double y = f.py(v);
         r.line(L, y, R, y, grid, 1);
-        const std::string t = fmt_tick(v);
+        const std::string t = f.ytick(v);
         r.text(L - 8 - Raster::text_width(t), int(y) - 7, t, ink);
     }
     for (double v : f.xt) {
         const double x = f.px(v);
         r.line(x, T, x, B, grid, 1);
-        const std::string t = fmt_tick(v);
+        const std::string t = f.xtick(v);
         r.text(int(x) - Raster::text_width(t) / 2, B + 8, t, ink);
     }
     r.line(L, B, R, B, axis, 1);
@@ -261,7 +297,8 @@ void write_plot_png(const PlotSpec& spec, const std::string& path) {
     api::write_file_atomic(path, bytes);
 }
 
-std::string plot_svg(const PlotSpec& s) {
+std::string plot_svg(const PlotSpec& spec) {
+    const PlotSpec s = logged(spec);
     const Frame f = make_frame(s);
     const int L = f.left, R = f.W - f.right, T = f.top, B = f.H - f.bottom;
     std::ostringstream o;
@@ -276,11 +313,11 @@ std::string plot_svg(const PlotSpec& s) {
     for (double v : f.yt)
         o << "<line x1=\"" << L << "\" x2=\"" << R << "\" y1=\"" << f.py(v) << "\" y2=\"" << f.py(v)
           << "\" stroke=\"#e6e6e6\"/><text x=\"" << L - 6 << "\" y=\"" << f.py(v) + 4
-          << "\" text-anchor=\"end\">" << fmt_tick(v) << "</text>\n";
+          << "\" text-anchor=\"end\">" << f.ytick(v) << "</text>\n";
     for (double v : f.xt)
         o << "<line x1=\"" << f.px(v) << "\" x2=\"" << f.px(v) << "\" y1=\"" << T << "\" y2=\"" << B
           << "\" stroke=\"#e6e6e6\"/><text x=\"" << f.px(v) << "\" y=\"" << B + 18
-          << "\" text-anchor=\"middle\">" << fmt_tick(v) << "</text>\n";
+          << "\" text-anchor=\"middle\">" << f.xtick(v) << "</text>\n";
     o << "<path d=\"M" << L << " " << T << " L" << L << " " << B << " L" << R << " " << B
       << "\" fill=\"none\" stroke=\"#333333\"/>\n";
     o << "<text x=\"" << (L + R) / 2 << "\" y=\"" << B + 42 << "\" text-anchor=\"middle\">"

@@ -18,6 +18,9 @@ struct PlotSpec {
     std::string title, xlabel = "step", ylabel = "loss";
     std::vector<PlotSeries> series;
     int width = 900, height = 560;
+    // Logarithmic axes: log10 of the values is drawn (values <= 0 are left out), with ticks at
+    // powers of ten.
+    bool log_x = false, log_y = false;
 };
 
 // The SVG document text.
