@@ -19,17 +19,35 @@ fi
 filter='Golden*:AdamWGolden*:DagGolden*:LrSchedule.*Golden*:LrSchedule.MatchesTrajectory*'
 filter+=':-GoldenSet.RenamedCopyRunsEveryGoldenTest'
 status=0
-for t in "${types[@]}"; do
+# One OpenBLAS pass (single-threaded): its log in BUILD/coretype-T.log, its status in .rc.
+pass() {
+  local t=$1 core
   core=$(OPENBLAS_CORETYPE=$t OPENBLAS_VERBOSE=2 "$BUILD/tests/pldr_tests" \
            --gtest_filter=GoldenSet.MatchesManifest 2>&1 | sed -n 's/^Core: //p' | head -1)
   if [ "$core" != "$t" ]; then
-    echo "coretypes: OpenBLAS ran '${core:-?}' when $t was forced" >&2
-    status=1
-    continue
+    echo "coretypes: OpenBLAS ran '${core:-?}' when $t was forced" >"$BUILD/coretype-$t.log"
+    echo 1 >"$BUILD/coretype-$t.rc"
+    return
   fi
-  echo "== golden tests with OPENBLAS_CORETYPE=$t (OpenBLAS reports Core: $core)"
+  echo "== golden tests with OPENBLAS_CORETYPE=$t (OpenBLAS reports Core: $core)" >"$BUILD/coretype-$t.head"
   if PLDR_SGEMM=openblas OPENBLAS_CORETYPE=$t OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
        "$BUILD/tests/pldr_tests" --gtest_filter="$filter" --gtest_brief=1 >"$BUILD/coretype-$t.log" 2>&1; then
+    echo 0 >"$BUILD/coretype-$t.rc"
+  else
+    echo 1 >"$BUILD/coretype-$t.rc"
+  fi
+}
+# As many passes at once as there are cores (each runs on one thread), reported in order.
+jobs_max=$(nproc)
+for t in "${types[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+  rm -f "$BUILD/coretype-$t.rc" "$BUILD/coretype-$t.head"
+  pass "$t" &
+done
+wait
+for t in "${types[@]}"; do
+  [ -f "$BUILD/coretype-$t.head" ] && cat "$BUILD/coretype-$t.head"
+  if [ "$(cat "$BUILD/coretype-$t.rc" 2>/dev/null)" = 0 ]; then
     tail -2 "$BUILD/coretype-$t.log"
   else
     tail -40 "$BUILD/coretype-$t.log"

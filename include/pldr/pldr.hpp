@@ -499,6 +499,8 @@ struct AuditResult {
 };
 // The collapse audit (spec §8.1, docs/audit.md).
 AuditResult audit(const Model& m, const AuditOptions& opt);
+// A line of digits, commas and blanks with at least one digit: token ids, not text.
+bool is_id_line(const std::string& s);
 // "5,17,3" → {5, 17, 3}; a one-line error naming `what` on anything else.
 std::vector<int64_t> parse_ids(const std::string& s, const std::string& what);
 // An audit prompt file (`pldr audit --prompts`, `pldr train --audit-prompts`): one prompt per

@@ -80,18 +80,6 @@ class TrainAuditor {
     bool ready_ = false;
 };
 
-// A line of digits, commas and blanks (with at least one digit): token ids, not text.
-bool is_id_line(const std::string& s) {
-    bool digit = false;
-    for (char c : s) {
-        if (c >= '0' && c <= '9')
-            digit = true;
-        else if (c != ',' && c != ' ' && c != '\t' && c != '\r')
-            return false;
-    }
-    return digit;
-}
-
 const ::pldr::Tokenizer& tok_of(const Model& m) {
     return m.tokenizer().impl()->tok;
 }
@@ -181,6 +169,17 @@ std::vector<std::vector<double>> eps_g(const Model& m, const std::vector<int64_t
                                        int64_t prefix_len) {
     return impl_of(m).visit(
         [&](const auto& model) { return ::pldr::audit::eps_g_after(model, ids, prefix_len); });
+}
+
+bool is_id_line(const std::string& s) {
+    bool digit = false;
+    for (char c : s) {
+        if (c >= '0' && c <= '9')
+            digit = true;
+        else if (c != ',' && c != ' ' && c != '\t' && c != '\r')
+            return false;
+    }
+    return digit;
 }
 
 std::vector<int64_t> parse_ids(const std::string& s, const std::string& what) {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "ops/rope.h"
+#include "ops/rope_rotate.h"
 
 namespace pldr {
 
@@ -87,19 +88,9 @@ void rotate_token(T* x, int64_t H, int64_t D, const C* cs, const C* sn, bool int
     if (round_input_f32) round_to_f32(x, H * D);
     for (int64_t h = 0; h < H; ++h) {
         T* v = x + h * D;
-        for (int64_t m = 0; m < half; ++m) {
-            const int64_t i0 = interleaved ? 2 * m : m;
-            const int64_t i1 = interleaved ? 2 * m + 1 : m + half;
-            const T x0 = v[i0], x1 = v[i1];
-            const T c = T(cs[m]), s = T(sn[m]);
-            if (interleaved) {
-                v[i0] = x0 * c - x1 * s;
-                v[i1] = x1 * c + x0 * s;
-            } else {  // HF: x·cos + rotate_half(x)·sin
-                v[i0] = x0 * c + (-x1) * s;
-                v[i1] = x1 * c + x0 * s;
-            }
-        }
+        for (int64_t m = 0; m < half; ++m)
+            rope_rotate_pair(v[interleaved ? 2 * m : m], v[interleaved ? 2 * m + 1 : m + half],
+                             T(cs[m]), T(sn[m]), interleaved, false);
     }
 }
 
@@ -110,24 +101,9 @@ void rotate_token_back(T* dx, int64_t H, int64_t D, const C* cs, const C* sn, bo
     const int64_t half = D / 2;
     for (int64_t h = 0; h < H; ++h) {
         T* v = dx + h * D;
-        for (int64_t m = 0; m < half; ++m) {
-            const int64_t i0 = interleaved ? 2 * m : m;
-            const int64_t i1 = interleaved ? 2 * m + 1 : m + half;
-            const T d0 = v[i0], d1 = v[i1];
-            const T c = T(cs[m]), s = T(sn[m]);
-            T g0, g1;
-            if (round_grad_f32) {
-                // The reference's autograd: each product's gradient is cast back to the
-                // float32 input, and the two contributions are summed in float32.
-                g0 = T(float(d0 * c) + float(d1 * s));
-                g1 = T(float(d1 * c) - float(d0 * s));
-            } else {
-                g0 = d0 * c + d1 * s;
-                g1 = d1 * c - d0 * s;
-            }
-            v[i0] = g0;
-            v[i1] = g1;
-        }
+        for (int64_t m = 0; m < half; ++m)
+            rope_unrotate_pair(v[interleaved ? 2 * m : m], v[interleaved ? 2 * m + 1 : m + half],
+                               T(cs[m]), T(sn[m]), round_grad_f32);
     }
 }
 

@@ -1,12 +1,12 @@
-// The rotation of one RoPE pair, forward and backward, as the CUDA kernel (src/cuda/rope.cu) runs
-// it: the arithmetic of ops/rope.cpp operation for operation (tests/test_cuda_shared.cpp checks
-// the bits against rope_forward / rope_backward). c and s are the float32 table's entries widened
-// to T; (v0, v1) are the pair (2m, 2m+1) when interleaved, else (m, m + D/2).
+// The rotation of one RoPE pair, forward and backward: ops/rope.cpp and the CUDA kernel
+// (src/cuda/rope.cu) both run it (tests/test_cuda_shared.cpp checks the kernel's bits against
+// rope_forward / rope_backward). c and s are the table's entries widened to T; (v0, v1) are the
+// pair (2m, 2m+1) when interleaved, else (m, m + D/2).
 //
-// ops/rope.cpp keeps its own loop: called from there, this function was miscompiled by GCC 12 at
-// -O3 with AVX-512 (-march=native on an AVX-512 CPU): the vectorized float64 forward dropped the
-// float32 rounding of round_input_f32 (right at -O2, with -march=x86-64-v3, or with
-// -fno-tree-vectorize). The CPU's bits come first; the test ties the two definitions together.
+// ops/rope.cpp passes round_input_f32 = false and rounds the inputs in a loop of its own before:
+// with the rounding inside its rotation loop, GCC 12 at -O3 with AVX-512 (-march=native) dropped
+// it in the vectorized float64 forward (right at -O2, with -march=x86-64-v3, or with
+// -fno-tree-vectorize). The float64 golden tests catch that.
 #pragma once
 #include "core/hd.h"
 

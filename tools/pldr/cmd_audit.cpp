@@ -17,17 +17,6 @@ struct AuditArgs {
     ModelOptions mo;
 };
 
-bool is_id_line(const std::string& s) {
-    bool digit = false;
-    for (char c : s) {
-        if (c >= '0' && c <= '9')
-            digit = true;
-        else if (c != ',' && c != ' ' && c != '\t' && c != '\r')
-            return false;
-    }
-    return digit;
-}
-
 std::string trim(std::string s) {
     while (!s.empty() && (s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
     size_t i = 0;
@@ -47,7 +36,7 @@ int run_audit_cmd(const AuditArgs& a) {
     if (!a.text.empty()) {
         const std::string body = api::read_file(a.text);
         std::string first = trim(body.substr(0, body.find('\n')));
-        if (is_id_line(first) || !tok) {
+        if (api::is_id_line(first) || !tok) {
             std::string flat;
             for (char c : body) flat += (c == '\n' || c == '\r') ? ',' : c;
             while (!flat.empty() && flat.back() == ',') flat.pop_back();
