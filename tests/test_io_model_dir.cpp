@@ -1,6 +1,7 @@
 // Model directories: single-file and sharded checkpoints, tokenizer discovery, errors, writing.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "error_util.h"
 #include "golden_util.h"
 
@@ -419,4 +420,45 @@ TEST(SafetensorsWriterOrder, NameOrderByDefaultInsertionOrderWhenAsked) {
         EXPECT_EQ(last[0], 2.0f);  // a and the second b hold x[1] = 2
         EXPECT_EQ(last[1], 2.0f);
     }
+}
+
+// write() streams the file (no second copy of a 110M model's optimizer state) and writes the same
+// bytes as serialize(); add_view borrows (the data at write time goes out), add_view_as converts
+// when the stored type differs; a failed write leaves neither the file nor a temporary.
+TEST(SafetensorsWriterStream, WriteEqualsSerializeAndViewsBorrow) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("pldr_st_stream_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::vector<float> big(3 << 20);  // 12 MB, past the writer's pieces
+    for (size_t i = 0; i < big.size(); ++i) big[i] = float(i % 9973) * 0.5f;
+    const double d[3] = {1.0 / 3, 2.0 / 3, 1e-300};
+    SafetensorsWriter w;
+    w.add_view("big", DType::F32, {int64_t(big.size())}, big.data());
+    w.add_view_as("d32", DType::F32, {3}, d);  // converted: a copy
+    w.add_view_as("d64", DType::F64, {3}, d);  // borrowed
+    w.set_metadata("k", "v");
+    big[7] = -1.5f;  // after add_view: the file has it
+    const std::string path = (dir / "x.safetensors").string();
+    w.write(path, {{"format", "pt"}});
+    const std::string mem = w.serialize({{"format", "pt"}});
+    EXPECT_EQ(pldr::read_file(path), mem);
+    pldr::SafetensorsFile f(path);
+    std::vector<float> got(big.size());
+    std::memcpy(got.data(), f.raw(f.at("big")), got.size() * 4);
+    EXPECT_EQ(got, big);
+    float d32[3];
+    std::memcpy(d32, f.raw(f.at("d32")), sizeof d32);
+    EXPECT_EQ(d32[0], float(d[0]));
+    EXPECT_EQ(d32[2], 0.0f);  // 1e-300 rounds to zero in float32: converted, not reinterpreted
+    double d64[3];
+    std::memcpy(d64, f.raw(f.at("d64")), sizeof d64);
+    EXPECT_EQ(d64[2], 1e-300);
+    // Unwritable: an error naming the path, and no temporary left behind.
+    const std::string bad = (dir / "missing" / "y.safetensors").string();
+    EXPECT_THROW(w.write(bad), pldr::Error);
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
+    EXPECT_EQ(n, 1u);
+    std::filesystem::remove_all(dir);
 }

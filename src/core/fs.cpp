@@ -54,48 +54,62 @@ void crash_point(const char* name) {
     if (++hits == k) ::kill(::getpid(), SIGKILL);
 }
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
+AtomicFile::AtomicFile(const std::string& path, size_t size) : path_(path), size_(size) {
     static std::atomic<unsigned> counter{0};
-    const std::string tmp =
-        path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) fail("cannot write ", path, ": ", std::strerror(errno));
+    tmp_ = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail("cannot write ", path, ": ", std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::failed(int err) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    ::unlink(tmp_.c_str());
+    tmp_.clear();
+    fail("cannot write ", path_, ": ", std::strerror(err));
+}
+
+void AtomicFile::append(std::string_view bytes) {
+    PLDR_CHECK(fd_ >= 0);
+    const size_t half = size_ / 2;
     size_t off = 0;
-    const size_t half = bytes.size() / 2;
-    bool halfway = false;
     while (off < bytes.size()) {
         // The crash tests stop here with half of the file written.
-        if (!halfway && off >= half) halfway = true, crash_point("write.partial");
-        const size_t n = off < half ? half - off : bytes.size() - off;
-        ssize_t w = ::write(fd, bytes.data() + off, n);
+        if (!halfway_ && written_ >= half) halfway_ = true, crash_point("write.partial");
+        size_t n = bytes.size() - off;
+        if (written_ < half) n = std::min(n, half - written_);
+        const ssize_t w = ::write(fd_, bytes.data() + off, n);
         if (w < 0) {
             if (errno == EINTR) continue;
-            int e = errno;
-            ::close(fd);
-            ::unlink(tmp.c_str());
-            fail("cannot write ", path, ": ", std::strerror(e));
+            failed(errno);
         }
         off += size_t(w);
+        written_ += size_t(w);
     }
+}
+
+void AtomicFile::commit() {
+    PLDR_CHECK(fd_ >= 0 && written_ == size_);
     crash_point("write.unsynced");
-    if (::fsync(fd) != 0) {
-        int e = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        fail("cannot write ", path, ": ", std::strerror(e));
-    }
-    if (::close(fd) != 0) {
-        int e = errno;
-        ::unlink(tmp.c_str());
-        fail("cannot write ", path, ": ", std::strerror(e));
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        int e = errno;
-        ::unlink(tmp.c_str());
-        fail("cannot write ", path, ": ", std::strerror(e));
-    }
+    if (::fsync(fd_) != 0) failed(errno);
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) failed(errno);
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) failed(errno);
+    tmp_.clear();
     crash_point("write.renamed");
-    fsync_dir(parent_of(path));
+    fsync_dir(parent_of(path_));
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+    AtomicFile f(path, bytes.size());
+    f.append(bytes);
+    f.commit();
 }
 
 std::string read_file(const std::string& path) {

@@ -11,6 +11,26 @@ namespace pldr {
 // directory, fsync, rename over `path`, fsync of the directory. A crash (SIGKILL, power loss)
 // at any point leaves either the old file or the new one, never a partial one.
 void write_file_atomic(const std::string& path, std::string_view bytes);
+// The same, written piece by piece: for files too large to hold twice in memory (a 110M model's
+// optimizer state is 1.3 GB). `size` is the file's final size (the crash tests stop at its
+// half); commit() syncs and renames; destroyed uncommitted, the temporary file is removed and
+// `path` is untouched.
+class AtomicFile {
+  public:
+    AtomicFile(const std::string& path, size_t size);
+    ~AtomicFile();
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+    void append(std::string_view bytes);
+    void commit();
+
+  private:
+    [[noreturn]] void failed(int err);
+    std::string path_, tmp_;
+    int fd_ = -1;
+    size_t size_ = 0, written_ = 0;
+    bool halfway_ = false;
+};
 // fsyncs a directory so that renames and creations inside it survive a crash.
 void fsync_dir(const std::string& dir);
 // Fault injection for the crash tests: when the environment variable PLDR_CRASH_AT is

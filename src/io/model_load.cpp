@@ -194,13 +194,13 @@ void save_model(const Model<T>& m, const std::string& dir, DType dtype, bool kee
     for (const ParamEntry& e : m.layout.entries) {
         const PackedTensor* p = pw ? pw->find(e.name) : nullptr;
         if (!p) {
-            w.add_as(e.name, dtype, e.shape, m.params.data() + e.offset);
+            w.add_view_as(e.name, dtype, e.shape, m.params.data() + e.offset);
         } else if (p->format == WeightFormat::BF16) {
-            w.add_raw(e.name, DType::BF16, e.shape, p->bf16.data());
+            w.add_view(e.name, DType::BF16, e.shape, p->bf16.data());
         } else {
-            w.add_raw(e.name + ".q8", DType::I8, e.shape, p->q8.data());
-            w.add_raw(e.name + ".q8_scale", DType::F32, {e.shape[0], q8_blocks(e.shape[1])},
-                      p->scale.data());
+            w.add_view(e.name + ".q8", DType::I8, e.shape, p->q8.data());
+            w.add_view(e.name + ".q8_scale", DType::F32, {e.shape[0], q8_blocks(e.shape[1])},
+                       p->scale.data());
         }
     }
     if (!m.cfg.learned_g()) {

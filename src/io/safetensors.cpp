@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "core/fs.h"
@@ -324,20 +325,30 @@ std::vector<int64_t> SafetensorsFile::read_i64(const std::string& name) const {
     return out;
 }
 
-void SafetensorsWriter::add_raw(const std::string& name, DType dtype, const Shape& shape,
-                                const void* data) {
+SafetensorsWriter::Entry& SafetensorsWriter::put(const std::string& name, DType dtype,
+                                                  const Shape& shape, const void* data) {
     PLDR_REQUIRE(!name.empty(), "safetensors writer: empty tensor name");
     PLDR_REQUIRE(name != "__metadata__", "safetensors writer: '__metadata__' is reserved");
     for (int64_t d : shape)
         PLDR_REQUIRE(d >= 0, "safetensors writer: tensor '", name, "' has a negative dimension in ",
                      shape_str(shape));
-    Entry e{dtype, shape, {}};
-    size_t n = size_t(shape_numel(shape)) * dtype_size(dtype);
-    PLDR_REQUIRE(n == 0 || data != nullptr, "safetensors writer: tensor '", name, "' has no data");
-    e.bytes.resize(n);
-    if (n) std::memcpy(e.bytes.data(), data, n);
+    Entry e{dtype, shape, {}, nullptr, size_t(shape_numel(shape)) * dtype_size(dtype)};
+    PLDR_REQUIRE(e.nbytes == 0 || data != nullptr, "safetensors writer: tensor '", name,
+                 "' has no data");
     if (!entries_.count(name)) added_.push_back(name);
-    entries_[name] = std::move(e);
+    return entries_[name] = std::move(e);
+}
+
+void SafetensorsWriter::add_raw(const std::string& name, DType dtype, const Shape& shape,
+                                const void* data) {
+    Entry& e = put(name, dtype, shape, data);
+    e.bytes.resize(e.nbytes);
+    if (e.nbytes) std::memcpy(e.bytes.data(), data, e.nbytes);
+}
+
+void SafetensorsWriter::add_view(const std::string& name, DType dtype, const Shape& shape,
+                                 const void* data) {
+    put(name, dtype, shape, data).view = static_cast<const uint8_t*>(data);
 }
 
 std::vector<std::pair<const std::string*, const SafetensorsWriter::Entry*>>
@@ -384,6 +395,19 @@ template void SafetensorsWriter::add_as<float>(const std::string&, DType, const 
 template void SafetensorsWriter::add_as<double>(const std::string&, DType, const Shape&,
                                                 const double*);
 
+template <typename T>
+void SafetensorsWriter::add_view_as(const std::string& name, DType dtype, const Shape& shape,
+                                    const T* data) {
+    if (dtype == (std::is_same_v<T, double> ? DType::F64 : DType::F32))
+        add_view(name, dtype, shape, data);
+    else
+        add_as(name, dtype, shape, data);
+}
+template void SafetensorsWriter::add_view_as<float>(const std::string&, DType, const Shape&,
+                                                    const float*);
+template void SafetensorsWriter::add_view_as<double>(const std::string&, DType, const Shape&,
+                                                     const double*);
+
 std::vector<TensorInfo> SafetensorsWriter::infos() const {
     std::vector<TensorInfo> out;
     size_t off = 0;
@@ -393,15 +417,15 @@ std::vector<TensorInfo> SafetensorsWriter::infos() const {
         t.dtype = e->dtype;
         t.shape = e->shape;
         t.begin = off;
-        t.end = off + e->bytes.size();
+        t.end = off + e->nbytes;
         off = t.end;
         out.push_back(std::move(t));
     }
     return out;
 }
 
-std::string SafetensorsWriter::serialize(
-    const std::map<std::string, std::string>& extra_metadata) const {
+std::string SafetensorsWriter::header(const std::map<std::string, std::string>& extra_metadata,
+                                      size_t* data_bytes) const {
     std::map<std::string, std::string> meta = extra_metadata;
     for (const auto& [k, v] : metadata_) meta[k] = v;
     nlohmann::ordered_json h = nlohmann::ordered_json::object();
@@ -411,30 +435,40 @@ std::string SafetensorsWriter::serialize(
         h["__metadata__"] = m;
     }
     size_t off = 0;
-    const auto order = in_file_order();
-    for (const auto& [name, e] : order) {
+    for (const auto& [name, e] : in_file_order()) {
         h[*name] = {{"dtype", dtype_name(e->dtype)},
                     {"shape", e->shape},
-                    {"data_offsets", {off, off + e->bytes.size()}}};
-        off += e->bytes.size();
+                    {"data_offsets", {off, off + e->nbytes}}};
+        off += e->nbytes;
     }
-    std::string header = h.dump();
-    while (header.size() % 8) header += ' ';
-    std::string out;
-    out.reserve(8 + header.size() + off);
-    uint64_t n = header.size();
-    char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = char((n >> (8 * i)) & 0xff);  // little-endian
-    out.append(len, 8);
-    out += header;
-    for (const auto& [name, e] : order)
-        out.append(reinterpret_cast<const char*>(e->bytes.data()), e->bytes.size());
+    std::string json = h.dump();
+    while (json.size() % 8) json += ' ';
+    const uint64_t n = json.size();
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[size_t(i)] = char((n >> (8 * i)) & 0xff);  // little-endian
+    *data_bytes = off;
+    return out + json;
+}
+
+std::string SafetensorsWriter::serialize(
+    const std::map<std::string, std::string>& extra_metadata) const {
+    size_t data_bytes = 0;
+    std::string out = header(extra_metadata, &data_bytes);
+    out.reserve(out.size() + data_bytes);
+    for (const auto& [name, e] : in_file_order())
+        out.append(reinterpret_cast<const char*>(e->data()), e->nbytes);
     return out;
 }
 
 void SafetensorsWriter::write(const std::string& path,
                               const std::map<std::string, std::string>& extra_metadata) const {
-    write_file_atomic(path, serialize(extra_metadata));
+    size_t data_bytes = 0;
+    const std::string head = header(extra_metadata, &data_bytes);
+    AtomicFile f(path, head.size() + data_bytes);
+    f.append(head);
+    for (const auto& [name, e] : in_file_order())
+        f.append({reinterpret_cast<const char*>(e->data()), e->nbytes});
+    f.commit();
 }
 
 }  // namespace pldr

@@ -110,6 +110,12 @@ class SafetensorsWriter {
     // Converts float/double data to F32 or F64 (other dtypes are an error).
     template <typename T>
     void add_as(const std::string& name, DType dtype, const Shape& shape, const T* data);
+    // Borrow instead of copying: `data` must stay alive and unchanged until the last write() or
+    // serialize(). add_view_as borrows when T is the stored type and converts (a copy) otherwise.
+    // Saving a 110M model's optimizer state this way holds no second copy of it.
+    void add_view(const std::string& name, DType dtype, const Shape& shape, const void* data);
+    template <typename T>
+    void add_view_as(const std::string& name, DType dtype, const Shape& shape, const T* data);
     // Stores bools as BOOL bytes (0/1), e.g. decoder.past_G_values_status.
     void add_bool(const std::string& name, const Shape& shape, const std::vector<bool>& values);
     void add_i64(const std::string& name, const Shape& shape, const int64_t* data) {
@@ -122,7 +128,7 @@ class SafetensorsWriter {
     bool has(const std::string& name) const { return entries_.count(name) != 0; }
     // Name, dtype, shape and data offsets of every entry, in file order.
     std::vector<TensorInfo> infos() const;
-    // The whole file as bytes; `extra_metadata` is merged into `__metadata__` (the writer's own
+    // The whole file as bytes (write() streams it instead); `extra_metadata` is merged into `__metadata__` (the writer's own
     // entries win on a clash).
     std::string serialize(const std::map<std::string, std::string>& extra_metadata = {}) const;
     void write(const std::string& path,
@@ -132,8 +138,14 @@ class SafetensorsWriter {
     struct Entry {
         DType dtype;
         Shape shape;
-        std::vector<uint8_t> bytes;
+        std::vector<uint8_t> bytes;      // owned, or
+        const uint8_t* view = nullptr;  // borrowed (add_view)
+        size_t nbytes = 0;
+        const uint8_t* data() const { return view ? view : bytes.data(); }
     };
+    Entry& put(const std::string& name, DType dtype, const Shape& shape, const void* data);
+    std::string header(const std::map<std::string, std::string>& extra_metadata,
+                       size_t* data_bytes) const;
     std::map<std::string, Entry> entries_;
     std::vector<std::string> added_;  // names in the order of their first add
     bool insertion_order_ = false;

@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/alloc.h"
+
 namespace pldr {
 
 struct AdamWConfig {
@@ -31,14 +33,16 @@ void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, int64_t t, double lr,
                   const AdamWConfig& cfg);
 
 // Optimizer state for one flat parameter buffer: exp_avg (m), exp_avg_sq (v), and the step
-// count t (number of updates applied, including lr-0 ones).
+// count t (number of updates applied, including lr-0 ones). The moments start as zero pages
+// (core/alloc.h): a state that is built and then replaced (the trainer's, by a checkpoint's)
+// costs no memory.
 template <class T>
 struct AdamWState {
-    std::vector<T> m, v;
+    ZeroPages<T> m, v;
     int64_t step = 0;
 
     AdamWState() = default;
-    explicit AdamWState(int64_t n) : m(std::size_t(n), T(0)), v(std::size_t(n), T(0)) {}
+    explicit AdamWState(int64_t n) : m(std::size_t(n)), v(std::size_t(n)) {}
     int64_t size() const { return int64_t(m.size()); }
 };
 

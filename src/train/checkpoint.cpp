@@ -4,6 +4,9 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <vector>
 #include <filesystem>
 #include <type_traits>
 
@@ -47,9 +50,18 @@ int64_t parse_i64(const std::string& s, const std::string& what) {
     return int64_t(v);
 }
 
+// FNV-1a of a file, read in pieces (a 110M model is 439 MB).
 uint64_t file_fnv(const std::string& path) {
-    const std::string b = read_file(path);
-    return fnv1a64(b.data(), b.size());
+    std::ifstream f(path, std::ios::binary);
+    PLDR_REQUIRE(f, "cannot open ", path, ": ", std::strerror(errno));
+    std::vector<char> buf(size_t(1) << 20);
+    uint64_t h = fnv1a64(nullptr, 0);
+    while (f) {
+        f.read(buf.data(), std::streamsize(buf.size()));
+        h = fnv1a64(buf.data(), size_t(f.gcount()), h);
+    }
+    PLDR_REQUIRE(!f.bad(), "cannot read ", path);
+    return h;
 }
 
 template <typename T>
@@ -80,8 +92,8 @@ void save_checkpoint(const std::string& dir, const Model<T>& m, const AdamWState
 
     SafetensorsWriter w;
     for (const ParamEntry& e : m.layout.entries) {
-        w.add_as("optimizer.m." + e.name, dtype_of<T>(), e.shape, opt.m.data() + e.offset);
-        w.add_as("optimizer.v." + e.name, dtype_of<T>(), e.shape, opt.v.data() + e.offset);
+        w.add_view_as("optimizer.m." + e.name, dtype_of<T>(), e.shape, opt.m.data() + e.offset);
+        w.add_view_as("optimizer.v." + e.name, dtype_of<T>(), e.shape, opt.v.data() + e.offset);
     }
     w.set_metadata("format", kTrainStateFormat);
     w.set_metadata("version", std::to_string(kTrainStateVersion));
