@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -378,4 +379,51 @@ TEST(CliTrain, AuditEveryEqualsPldrAuditOnTheCheckpoint) {
     cli_test::expect_error(
         "plot " + d + "/train_only.jsonl --out " + d + "/p2.svg --audit-out " + d + "/c2.svg",
         "no audit lines");
+}
+
+// pldr audit --checkpoints (issue 38): a series of saved checkpoints, given in any order, audited
+// into one report against tokens seen. Each checkpoint's curve point equals the --audit-every line
+// of an uninterrupted run at that step (float64; resume is exact), its tokens are
+// step x batch x (ctx - 1), and the curves are drawn.
+TEST(CliTrain, AuditCheckpointsEqualsTheRunsAuditLines) {
+    namespace fs = std::filesystem;
+    const std::string d = cli_test::tmp_dir("cli_train_audit_series");
+    auto r = cli_test::run(train_args(d + "/o") + " --steps 6 --audit-every 3 --dtype f64");
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::map<int64_t, nlohmann::json> line;  // step -> audit
+    std::istringstream ms(cli_test::slurp(d + "/o/metrics.jsonl"));
+    for (std::string l; std::getline(ms, l);) {
+        auto j = nlohmann::json::parse(l);
+        if (j["type"] == "audit") line[j["step"].get<int64_t>()] = j["audit"];
+    }
+    ASSERT_EQ(line.size(), 3u);
+    r = cli_test::run(train_args(d + "/p") + " --steps 6 --stop-at 3 --dtype f64");
+    ASSERT_EQ(r.code, 0) << r.err;
+    fs::copy(d + "/p", d + "/c3", fs::copy_options::recursive);
+    r = cli_test::run("train --resume " + d + "/p --data " + data().shards + " --out " + d +
+                      "/p --steps 6 --dtype f64");
+    ASSERT_EQ(r.code, 0) << r.err;
+    r = cli_test::run("audit --checkpoints " + d + "/p " + d + "/c3 --out " + d +
+                      "/s --steps 8 --cont-len 32 --dtype f64 --items 0");
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::vector<nlohmann::json> pts;
+    std::istringstream cs(cli_test::slurp(d + "/s/curves.jsonl"));
+    for (std::string l; std::getline(cs, l);) pts.push_back(nlohmann::json::parse(l));
+    ASSERT_EQ(pts.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+        const int64_t step = 3 * int64_t(i + 1);  // sorted by tokens seen
+        EXPECT_EQ(pts[i]["step"], step);
+        EXPECT_EQ(pts[i]["tokens"].get<double>(), double(step * 4 * 15));
+        EXPECT_EQ(pts[i]["audit"], line[step]) << pts[i]["audit"].dump() << "\n"
+                                               << line[step].dump();
+    }
+    const auto all = nlohmann::json::parse(cli_test::slurp(d + "/s/audit.json"));
+    ASSERT_EQ(all["checkpoints"].size(), 2u);
+    EXPECT_EQ(all["checkpoints"][1]["report"]["curve_point"], line[6]);
+    const std::string svg = cli_test::slurp(d + "/s/curves.svg");
+    for (const char* label : {"eps_G", "G_LM order (prompts)", "tokens seen"})
+        EXPECT_NE(svg.find(label), std::string::npos) << label;
+    cli_test::expect_error("audit " + d + "/p --checkpoints " + d + "/c3 --out " + d + "/s2",
+                           "not both");
+    cli_test::expect_error("audit --checkpoints " + d + "/none --out " + d + "/s3", "none");
 }

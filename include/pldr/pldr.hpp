@@ -692,6 +692,15 @@ std::vector<LossCurve> read_loss_curves(const std::string& metrics_path);
 // file has no audit line; a malformed audit line is an error naming it.
 std::vector<LossCurve> read_audit_curves(const std::string& metrics_path);
 
+// How far the training run of a checkpoint directory had gone: its step and the tokens seen,
+// step x ranks x batch x accum x (ctx - 1) from its training state (both -1 for a plain model
+// directory, without train_state.safetensors). A malformed state is an error naming it.
+struct CheckpointProgress {
+    int64_t step = -1;
+    double tokens = -1;
+};
+CheckpointProgress checkpoint_progress(const std::string& dir);
+
 // Trains (or resumes) with checkpoints; on_step runs after every step and may return false to
 // stop (a checkpoint is then written).
 TrainSummary train(const TrainOptions& opt,

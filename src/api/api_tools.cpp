@@ -10,6 +10,8 @@
 #include "io/model_load.h"
 #include "io/param_names.h"
 #include "model/forward.h"
+#include "io/json_util.h"
+#include "train/checkpoint.h"
 #include "train/data_loader.h"
 #include "train/metrics.h"
 #include "train/prepare.h"
@@ -269,6 +271,23 @@ std::vector<LossCurve> read_loss_curves(const std::string& path) {
 
 std::vector<LossCurve> read_audit_curves(const std::string& path) {
     return curves_of(::pldr::read_audit_curves(path));
+}
+
+CheckpointProgress checkpoint_progress(const std::string& dir) {
+    CheckpointProgress p;
+    if (!::pldr::file_exists(dir + "/" + kTrainStateFile)) return p;
+    const CheckpointInfo info = read_checkpoint_info(dir);
+    const auto o = parse_json_strict(info.options_json, dir + ": the training state's options");
+    auto field = [&](const char* k) {
+        PLDR_REQUIRE(o.is_object() && o.contains(k) && o[k].is_number_integer() &&
+                         o[k].get<int64_t>() >= 1,
+                     dir, ": the training state's options lack a positive '", k, "'");
+        return double(o[k].get<int64_t>());
+    };
+    p.step = info.step;
+    p.tokens = double(info.step) * double(info.world_size) * field("batch") * field("accum") *
+               (field("ctx") - 1);
+    return p;
 }
 
 }  // namespace pldr::api
