@@ -149,3 +149,42 @@ TEST(CliBench, LimitsAtTheStartAreMeasuredOnce) {
     cli_test::expect_error("bench --config S --limits nearby", "--limits");
     cli_test::expect_error("bench --probe write", "unknown limit 'write' (read, sgemm or bf16)");
 }
+
+// pldr bench --only product: the real commands, each in its own process, timed whole with its
+// peak RSS: pldr train (with validation and the final checkpoint), pldr generate with 1 and with
+// `--batch` prompts (the ratio per round is batch x t(1) / t(batch)), and pldr serve under a bounded
+// load (every request answered; tokens counted from the responses' usage).
+TEST(CliBench, ProductRunsTheCommandsWhole) {
+    const std::string tok = std::string(PLDR_SOURCE_DIR) + "/models/pldr-sotu-small/tokenizer.model";
+    const auto r = cli_test::run(
+        "bench --config S --context 64 --output json --only product --rounds 2 --batch 3 "
+        "--prompt-decode 5 --n-new 6 --train-batch 2 --train-seq 16 --tokenizer " + tok);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json j = json::parse(r.out);
+    ASSERT_EQ(j["product"].size(), 4u) << r.out;
+    const json& rows = j["product"];
+    EXPECT_EQ(rows[0]["workload"], "pldr train");
+    EXPECT_NE(rows[0]["command"].get<std::string>().find("--eval-every 2"), std::string::npos);
+    EXPECT_EQ(rows[0]["tokens"].get<double>(), 2 * 2 * 16);
+    EXPECT_EQ(rows[1]["workload"], "pldr generate 1");
+    EXPECT_EQ(rows[2]["workload"], "pldr generate 3");
+    for (size_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(rows[i]["seconds"]["rounds"].size(), 2u);
+        EXPECT_GT(rows[i]["seconds"]["min"].get<double>(), 0);
+        EXPECT_GT(rows[i]["peak_rss_mb"]["min"].get<double>(), 5);  // a process, not a thread
+    }
+    for (size_t k = 0; k < 2; ++k)
+        EXPECT_DOUBLE_EQ(rows[2]["x_single"]["rounds"][k].get<double>(),
+                         3 * rows[1]["seconds"]["rounds"][k].get<double>() /
+                             rows[2]["seconds"]["rounds"][k].get<double>());
+    EXPECT_EQ(rows[3]["workload"], "pldr serve");
+    // 3 clients x 2 requests x 6 tokens per round (no EOS stop in 6 greedy tokens is not
+    // guaranteed, so at most).
+    for (const json& t : rows[3]["tokens_per_s"]["rounds"]) EXPECT_GT(t.get<double>(), 0);
+    EXPECT_GT(rows[3]["requests_per_s"]["min"].get<double>(), 0);
+    // Without a tokenizer, serve is skipped with a note; a wrong name is an error.
+    const auto s = cli_test::run("bench --config S --context 64 --only cmd-serve --rounds 1");
+    ASSERT_EQ(s.code, 0) << s.err;
+    EXPECT_NE(s.out.find("pldr serve skipped"), std::string::npos) << s.out;
+    cli_test::expect_error("bench --config S --only cmd-nothing", "is not train, generate or serve");
+}

@@ -2,16 +2,20 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <random>
+#include <vector>
 
 #include "api/api_impl.h"
 #include "core/blas.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/gemm_bf16.h"
+#include "io/model_dir.h"
 #include "io/model_load.h"
 #include "model/init.h"
 #include "perf/limits.h"
 #include "perf/workloads.h"
+#include "train/shard.h"
 #include "pldr/bench.hpp"
 
 namespace pldr::api {
@@ -81,6 +85,24 @@ void save_bench_model(const std::string& config, const std::string& dir, int64_t
     ::pldr::Model<float> m(perf::bench_config(config, context));
     init_weights(m, 1234);  // bench()'s weights
     save_model(m, dir, ::pldr::DType::F32);
+}
+
+void write_bench_shards(const std::string& dir, int64_t vocab, int64_t ctx, int64_t train_chunks,
+                        int64_t valid_chunks, uint64_t seed) {
+    PLDR_REQUIRE(vocab > 4 && ctx >= 2 && train_chunks >= 1 && valid_chunks >= 0 &&
+                     train_chunks <= (int64_t(1) << 24) && valid_chunks <= (int64_t(1) << 24),
+                 "bench shards: vocab ", vocab, ", ctx ", ctx, ", chunks ", train_chunks, "/",
+                 valid_chunks, " out of range");
+    make_dirs(dir);
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int64_t> tok(4, vocab - 1);
+    auto write = [&](const char* name, int64_t chunks) {
+        std::vector<int64_t> ids(size_t(chunks * ctx));
+        for (int64_t& t : ids) t = tok(rng);
+        write_shard(dir + "/" + name, ids, vocab, ctx);
+    };
+    write("train.pldrtok", train_chunks);
+    if (valid_chunks > 0) write("valid.pldrtok", valid_chunks);
 }
 
 BenchResult bench(const BenchOptions& o) {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench_product.h"
 #include "bench_report.h"
 #include "common.h"
 #include "pldr/bench.hpp"
@@ -33,8 +34,8 @@ using nlohmann::json;
 struct BenchArgs {
     std::string dir, config, only = "prefill,decode,train", caches = "kvg,kv,none", one;
     std::string output = "md", json_path, weights, precision = "fp32", recompute = "selective";
-    std::string save_model, limits = "adjacent", probe, device = "cpu";
-    int threads = 2, reps = 0, warmup = 1;
+    std::string save_model, limits = "adjacent", probe, device = "cpu", tokenizer;
+    int threads = 2, reps = 0, warmup = 1, rounds = 3;
     double min_time = -1;
     int64_t batch = 8, prompt_prefill = 128, prompt_decode = 32, n_new = 64, context = 1024;
     int64_t train_batch = 8, train_seq = 256;
@@ -267,6 +268,41 @@ int run_bench(const BenchArgs& a) {
     }
     require(a.threads >= 1 && a.threads <= 1024, "--threads ", a.threads, " is outside [1, 1024]");
     require(a.batch >= 1 && a.batch <= 1024, "--batch ", a.batch, " is outside [1, 1024]");
+    if (a.one.empty()) {  // the product commands (bench_product.h) apart from the workloads
+        BenchArgs rest = a;
+        ProductBench p;
+        p.only.clear();
+        rest.only.clear();
+        for (const auto& w : split(a.only)) {
+            const bool all = w == "product";
+            if (all || w.rfind("cmd-", 0) == 0)
+                p.only += (p.only.empty() ? "" : ",") + (all ? "train,generate,serve" : w.substr(4));
+            else
+                rest.only += (rest.only.empty() ? "" : ",") + w;
+        }
+        if (!p.only.empty()) {
+            p.model_dir = a.dir;
+            p.config = a.config;
+            p.tokenizer = a.tokenizer;
+            p.threads = a.threads;
+            p.rounds = a.rounds;
+            p.context = a.context;
+            p.batch = a.batch;
+            p.prompt = a.prompt_decode;
+            p.n_new = a.n_new;
+            p.train_batch = a.train_batch;
+            p.train_seq = a.train_seq;
+            json prod = run_product_bench(p);
+            if (!rest.only.empty()) run_bench(rest);
+            if (!a.json_path.empty() && rest.only.empty())
+                api::write_file_atomic(a.json_path, prod.dump(2) + "\n");
+            if (a.output == "json")
+                std::printf("%s\n", prod.dump(2).c_str());
+            else
+                print_product_report(prod);
+            return 0;
+        }
+    }
     api::BenchOptions base = options_of(a);
 
     // A job: "WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION,RECOMPUTE" ("-" where unused or as loaded).
@@ -379,7 +415,16 @@ void add_bench(CLI::App& app) {
                     "with --config: write its random model to DIR (a model directory) and exit; "
                     "pldr bench DIR then measures it loaded from the file")
         ->check(output_path());
-    cmd->add_option("--only", a->only, "workloads: prefill,decode,train")->capture_default_str();
+    cmd->add_option("--only", a->only,
+                    "workloads: prefill,decode,train; and the commands end to end, each whole "
+                    "with its peak RSS: cmd-train, cmd-generate, cmd-serve, or product (all three)")
+        ->capture_default_str();
+    cmd->add_option("--tokenizer", a->tokenizer,
+                    "cmd-serve: the tokenizer (its vocabulary the model's) when the model "
+                    "directory has none");
+    cmd->add_option("--rounds", a->rounds, "rounds of each product command (median, min-max)")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
     cmd->add_option("--caches", a->caches, "decode cache modes at batch 1")->capture_default_str();
     cmd->add_option("--batch", a->batch, "decode batch (kvg) besides batch 1; 1 = none")
         ->capture_default_str();
