@@ -152,13 +152,15 @@ TEST(CliBench, LimitsAtTheStartAreMeasuredOnce) {
 
 // pldr bench --only product: the real commands, each in its own process, timed whole with its
 // peak RSS: pldr train (with validation and the final checkpoint), pldr generate with 1 and with
-// `--batch` prompts (the ratio per round is batch x t(1) / t(batch)), and pldr serve under a bounded
-// load (every request answered; tokens counted from the responses' usage).
+// `--batch` prompts (the ratio per round is batch x t(1) / t(batch)), and pldr serve under a
+// bounded load (every request answered; tokens counted from the responses' usage).
 TEST(CliBench, ProductRunsTheCommandsWhole) {
-    const std::string tok = std::string(PLDR_SOURCE_DIR) + "/models/pldr-sotu-small/tokenizer.model";
+    const std::string tok =
+        std::string(PLDR_SOURCE_DIR) + "/models/pldr-sotu-small/tokenizer.model";
     const auto r = cli_test::run(
         "bench --config S --context 64 --output json --only product --rounds 2 --batch 3 "
-        "--prompt-decode 5 --n-new 6 --train-batch 2 --train-seq 16 --tokenizer " + tok);
+        "--prompt-decode 5 --n-new 6 --train-batch 2 --train-seq 16 --tokenizer " +
+        tok);
     ASSERT_EQ(r.code, 0) << r.err;
     const json j = json::parse(r.out);
     ASSERT_EQ(j["product"].size(), 4u) << r.out;
@@ -186,5 +188,6 @@ TEST(CliBench, ProductRunsTheCommandsWhole) {
     const auto s = cli_test::run("bench --config S --context 64 --only cmd-serve --rounds 1");
     ASSERT_EQ(s.code, 0) << s.err;
     EXPECT_NE(s.out.find("pldr serve skipped"), std::string::npos) << s.out;
-    cli_test::expect_error("bench --config S --only cmd-nothing", "is not train, generate or serve");
+    cli_test::expect_error("bench --config S --only cmd-nothing",
+                           "is not train, generate or serve");
 }

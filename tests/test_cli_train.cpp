@@ -10,8 +10,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <vector>

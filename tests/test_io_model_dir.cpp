@@ -426,8 +426,8 @@ TEST(SafetensorsWriterOrder, NameOrderByDefaultInsertionOrderWhenAsked) {
 // bytes as serialize(); add_view borrows (the data at write time goes out), add_view_as converts
 // when the stored type differs; a failed write leaves neither the file nor a temporary.
 TEST(SafetensorsWriterStream, WriteEqualsSerializeAndViewsBorrow) {
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("pldr_st_stream_" + std::to_string(::getpid()));
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("pldr_st_stream_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     std::vector<float> big(3 << 20);  // 12 MB, past the writer's pieces

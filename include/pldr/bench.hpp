@@ -121,9 +121,10 @@ BenchResult bench(const BenchOptions& opt);
 // directory that already holds a model.
 void save_bench_model(const std::string& config, const std::string& dir, int64_t context = 1024);
 
-// Token shards for the product benchmark's `pldr train` (pldr bench --only product): dir/train.pldrtok
-// and dir/valid.pldrtok with `train_chunks` and `valid_chunks` chunks of `ctx` random ids in
-// [4, vocab) (no pad, BOS or EOS), from `seed`. Time and memory do not depend on the ids.
+// Token shards for the product benchmark's `pldr train` (pldr bench --only product):
+// dir/train.pldrtok and dir/valid.pldrtok with `train_chunks` and `valid_chunks` chunks of `ctx`
+// random ids in [4, vocab) (no pad, BOS or EOS), from `seed`. Time and memory do not depend on the
+// ids.
 void write_bench_shards(const std::string& dir, int64_t vocab, int64_t ctx, int64_t train_chunks,
                         int64_t valid_chunks, uint64_t seed = 1);
 

@@ -15,8 +15,8 @@
 #include "model/init.h"
 #include "perf/limits.h"
 #include "perf/workloads.h"
-#include "train/shard.h"
 #include "pldr/bench.hpp"
+#include "train/shard.h"
 
 namespace pldr::api {
 

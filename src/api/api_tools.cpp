@@ -6,11 +6,11 @@
 #include "core/alloc.h"
 #include "infer/collapse.h"
 #include "io/config_json.h"
+#include "io/json_util.h"
 #include "io/model_dir.h"
 #include "io/model_load.h"
 #include "io/param_names.h"
 #include "model/forward.h"
-#include "io/json_util.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
 #include "train/metrics.h"
@@ -279,9 +279,9 @@ CheckpointProgress checkpoint_progress(const std::string& dir) {
     const CheckpointInfo info = read_checkpoint_info(dir);
     const auto o = parse_json_strict(info.options_json, dir + ": the training state's options");
     auto field = [&](const char* k) {
-        PLDR_REQUIRE(o.is_object() && o.contains(k) && o[k].is_number_integer() &&
-                         o[k].get<int64_t>() >= 1,
-                     dir, ": the training state's options lack a positive '", k, "'");
+        PLDR_REQUIRE(
+            o.is_object() && o.contains(k) && o[k].is_number_integer() && o[k].get<int64_t>() >= 1,
+            dir, ": the training state's options lack a positive '", k, "'");
         return double(o[k].get<int64_t>());
     };
     p.step = info.step;

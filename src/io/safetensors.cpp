@@ -11,8 +11,8 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "core/fs.h"
 #include "io/json_util.h"
@@ -326,7 +326,7 @@ std::vector<int64_t> SafetensorsFile::read_i64(const std::string& name) const {
 }
 
 SafetensorsWriter::Entry& SafetensorsWriter::put(const std::string& name, DType dtype,
-                                                  const Shape& shape, const void* data) {
+                                                 const Shape& shape, const void* data) {
     PLDR_REQUIRE(!name.empty(), "safetensors writer: empty tensor name");
     PLDR_REQUIRE(name != "__metadata__", "safetensors writer: '__metadata__' is reserved");
     for (int64_t d : shape)

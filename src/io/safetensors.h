@@ -128,8 +128,8 @@ class SafetensorsWriter {
     bool has(const std::string& name) const { return entries_.count(name) != 0; }
     // Name, dtype, shape and data offsets of every entry, in file order.
     std::vector<TensorInfo> infos() const;
-    // The whole file as bytes (write() streams it instead); `extra_metadata` is merged into `__metadata__` (the writer's own
-    // entries win on a clash).
+    // The whole file as bytes (write() streams it instead); `extra_metadata` is merged into
+    // `__metadata__` (the writer's own entries win on a clash).
     std::string serialize(const std::map<std::string, std::string>& extra_metadata = {}) const;
     void write(const std::string& path,
                const std::map<std::string, std::string>& extra_metadata = {}) const;
@@ -138,7 +138,7 @@ class SafetensorsWriter {
     struct Entry {
         DType dtype;
         Shape shape;
-        std::vector<uint8_t> bytes;      // owned, or
+        std::vector<uint8_t> bytes;     // owned, or
         const uint8_t* view = nullptr;  // borrowed (add_view)
         size_t nbytes = 0;
         const uint8_t* data() const { return view ? view : bytes.data(); }

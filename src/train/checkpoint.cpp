@@ -5,10 +5,10 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <vector>
 #include <filesystem>
+#include <fstream>
 #include <type_traits>
+#include <vector>
 
 #include "core/error.h"
 #include "core/fs.h"

@@ -229,16 +229,16 @@ json bench_train(const ProductBench& p, const std::string& model, const std::str
     std::vector<std::string> args;
     for (int r = 0; r < p.rounds; ++r) {
         const std::string out = tmp + "/train-" + std::to_string(r);
-        args = {"pldr",         "train",
-                "--config",     model + "/config.json",
-                "--data",       shards,
-                "--out",        out,
-                "--steps",      std::to_string(p.train_steps),
-                "--batch",      std::to_string(p.train_batch),
-                "--warmup",     "0",
-                "--eval-every", std::to_string(p.train_steps),
+        args = {"pldr",           "train",
+                "--config",       model + "/config.json",
+                "--data",         shards,
+                "--out",          out,
+                "--steps",        std::to_string(p.train_steps),
+                "--batch",        std::to_string(p.train_batch),
+                "--warmup",       "0",
+                "--eval-every",   std::to_string(p.train_steps),
                 "--eval-batches", "8",
-                "--save-every", "0"};
+                "--save-every",   "0"};
         const Measured m = run_measured(args, p.threads, tmp + "/train.log");
         require(fs::exists(out + "/train_state.safetensors"),
                 "bench: pldr train wrote no checkpoint");
@@ -297,9 +297,12 @@ json bench_generate(const ProductBench& p, const std::string& model, const std::
 json bench_serve(const ProductBench& p, const std::string& model, const std::string& tmp,
                  int64_t vocab) {
     const int port = free_port();
-    std::vector<std::string> args = {"pldr",       "serve",
-                                     model,        "--port",
-                                     std::to_string(port), "--parallel",
+    std::vector<std::string> args = {"pldr",
+                                     "serve",
+                                     model,
+                                     "--port",
+                                     std::to_string(port),
+                                     "--parallel",
                                      std::to_string(p.batch)};
     if (!p.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", p.tokenizer});
     const double t0 = now_s();
@@ -315,18 +318,19 @@ json bench_serve(const ProductBench& p, const std::string& model, const std::str
         up = status_ok(http(port, "GET", "/health", ""));
         if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         int st = 0;
-        require(::waitpid(pid, &st, WNOHANG) == 0, "bench: pldr serve exited at startup (see ",
-                tmp, "/serve.log)");
+        require(::waitpid(pid, &st, WNOHANG) == 0, "bench: pldr serve exited at startup (see ", tmp,
+                "/serve.log)");
     }
     require(up, "bench: pldr serve did not answer /health within 120 s");
     const double ready = now_s() - t0;
     std::mt19937_64 rng(11);
     std::vector<std::string> bodies;
     for (int64_t c = 0; c < p.batch; ++c)
-        bodies.push_back(json{{"prompt", json::parse("[" + random_ids(rng, vocab, p.prompt) + "]")},
-                              {"max_tokens", p.n_new},
-                              {"temperature", 0}}
-                             .dump());
+        bodies.push_back(json{
+            {"prompt", json::parse("[" + random_ids(rng, vocab, p.prompt) + "]")},
+            {"max_tokens", p.n_new},
+            {"temperature",
+             0}}.dump());
     std::vector<double> rps, tps;
     for (int r = 0; r < p.rounds; ++r) {
         std::atomic<int64_t> tokens{0}, failed{0};
@@ -335,7 +339,8 @@ json bench_serve(const ProductBench& p, const std::string& model, const std::str
         for (int64_t c = 0; c < p.batch; ++c)
             clients.emplace_back([&, c] {
                 for (int64_t q = 0; q < p.requests; ++q) {
-                    const std::string res = http(port, "POST", "/v1/completions", bodies[size_t(c)]);
+                    const std::string res =
+                        http(port, "POST", "/v1/completions", bodies[size_t(c)]);
                     const size_t at = res.find("\r\n\r\n");
                     if (!status_ok(res) || at == std::string::npos) {
                         ++failed;
@@ -388,8 +393,8 @@ json run_product_bench(const ProductBench& p) {
         require(w == "train" || w == "generate" || w == "serve", "bench: product workload '", w,
                 "' is not train, generate or serve");
     std::string tmpl = (fs::temp_directory_path() / "pldr-bench-XXXXXX").string();
-    require(::mkdtemp(tmpl.data()) != nullptr, "bench: cannot make a temporary directory: ",
-            std::strerror(errno));
+    require(::mkdtemp(tmpl.data()) != nullptr,
+            "bench: cannot make a temporary directory: ", std::strerror(errno));
     const std::string tmp = tmpl;
     struct Clean {
         std::string dir;

@@ -126,16 +126,18 @@ int run_audit_series(const AuditArgs& a) {
         const json cp = report.at("curve_point");
         // x of the curves: tokens seen; a plain model directory has none, its place in the list.
         const double x = p.at.tokens >= 0 ? p.at.tokens : double(i + 1);
-        json line = {{"type", "audit"}, {"step", p.at.step}, {"tokens", x},
-                     {"checkpoint", p.dir}, {"audit", cp}};
+        json line = {{"type", "audit"},
+                     {"step", p.at.step},
+                     {"tokens", x},
+                     {"checkpoint", p.dir},
+                     {"audit", cp}};
         lines += line.dump() + "\n";
         all.push_back({{"checkpoint", p.dir},
                        {"step", p.at.step},
                        {"tokens", p.at.tokens},
                        {"report", std::move(report)}});
         std::printf("%-40s %10lld %12.4g %10.3g %10.3g %10.3g\n", p.dir.c_str(),
-                    (long long)p.at.step, p.at.tokens, cp.at("max_eps_G").get<double>(),
-                    order(cp),
+                    (long long)p.at.step, p.at.tokens, cp.at("max_eps_G").get<double>(), order(cp),
                     cp.at("max_token_gap").get<double>());
     }
     std::filesystem::create_directories(a.out);

@@ -276,7 +276,8 @@ int run_bench(const BenchArgs& a) {
         for (const auto& w : split(a.only)) {
             const bool all = w == "product";
             if (all || w.rfind("cmd-", 0) == 0)
-                p.only += (p.only.empty() ? "" : ",") + (all ? "train,generate,serve" : w.substr(4));
+                p.only +=
+                    (p.only.empty() ? "" : ",") + (all ? "train,generate,serve" : w.substr(4));
             else
                 rest.only += (rest.only.empty() ? "" : ",") + w;
         }
