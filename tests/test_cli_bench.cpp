@@ -173,7 +173,7 @@ TEST(CliBench, ProductRunsTheCommandsWhole) {
     for (size_t i = 0; i < 3; ++i) {
         ASSERT_EQ(rows[i]["seconds"]["rounds"].size(), 2u);
         EXPECT_GT(rows[i]["seconds"]["min"].get<double>(), 0);
-        EXPECT_GT(rows[i]["peak_rss_mb"]["min"].get<double>(), 5);  // a process, not a thread
+        EXPECT_GT(rows[i]["peak_rss_mib"]["min"].get<double>(), 5);  // a process, not a thread
     }
     for (size_t k = 0; k < 2; ++k)
         EXPECT_DOUBLE_EQ(rows[2]["x_single"]["rounds"][k].get<double>(),

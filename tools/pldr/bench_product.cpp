@@ -94,7 +94,7 @@ pid_t spawn_self(const std::vector<std::string>& args, int threads, const std::s
 
 struct Finished {
     bool ok = false;
-    double peak_mb = 0;
+    double peak_mib = 0;
 };
 Finished wait_child(pid_t pid) {
     int st = 0;
@@ -104,15 +104,15 @@ Finished wait_child(pid_t pid) {
     return {WIFEXITED(st) && WEXITSTATUS(st) == 0, double(ru.ru_maxrss) / 1024.0};
 }
 
-// One command, whole: seconds and peak RSS (MB); a failure is an error quoting its log's end.
+// One command, whole: seconds and peak RSS (MiB); a failure is an error quoting its log's end.
 struct Measured {
-    double seconds = 0, peak_mb = 0;
+    double seconds = 0, peak_mib = 0;
     std::string log;
 };
 Measured run_measured(const std::vector<std::string>& args, int threads, const std::string& log) {
     const double t0 = now_s();
     const Finished f = wait_child(spawn_self(args, threads, log));
-    Measured m{now_s() - t0, f.peak_mb, ""};
+    Measured m{now_s() - t0, f.peak_mib, ""};
     std::ifstream in(log);
     m.log.assign(std::istreambuf_iterator<char>(in), {});
     if (!f.ok) {
@@ -211,7 +211,7 @@ bool status_ok(const std::string& response) {
     return response.rfind("HTTP/1.1 200", 0) == 0 || response.rfind("HTTP/1.0 200", 0) == 0;
 }
 
-double peak_rss_mb_of(pid_t pid) {
+double peak_rss_mib_of(pid_t pid) {
     std::ifstream in("/proc/" + std::to_string(pid) + "/status");
     for (std::string line; std::getline(in, line);)
         if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
@@ -243,7 +243,7 @@ json bench_train(const ProductBench& p, const std::string& model, const std::str
         require(fs::exists(out + "/train_state.safetensors"),
                 "bench: pldr train wrote no checkpoint");
         sec.push_back(m.seconds);
-        mb.push_back(m.peak_mb);
+        mb.push_back(m.peak_mib);
         fs::remove_all(out);
     }
     const double tokens = double(p.train_steps * p.train_batch * p.train_seq);
@@ -253,7 +253,7 @@ json bench_train(const ProductBench& p, const std::string& model, const std::str
                          "x" + std::to_string(p.train_seq) +
                          " tokens, validation (8 batches), final checkpoint"},
             {"seconds", stats(sec)},
-            {"peak_rss_mb", stats(mb)},
+            {"peak_rss_mib", stats(mb)},
             {"tokens", tokens}};
 }
 
@@ -273,9 +273,9 @@ json bench_generate(const ProductBench& p, const std::string& model, const std::
         const Measured a = run_measured(one, p.threads, tmp + "/generate.log");
         const Measured b = run_measured(many, p.threads, tmp + "/generate.log");
         s1.push_back(a.seconds);
-        m1.push_back(a.peak_mb);
+        m1.push_back(a.peak_mib);
         sb.push_back(b.seconds);
-        mb.push_back(b.peak_mb);
+        mb.push_back(b.peak_mib);
         ratio.push_back(double(p.batch) * a.seconds / b.seconds);
     }
     const std::string what = std::to_string(p.prompt) + "-id prompt(s), " +
@@ -284,13 +284,13 @@ json bench_generate(const ProductBench& p, const std::string& model, const std::
               {"command", join(many)},
               {"what", std::to_string(p.batch) + " x " + what},
               {"seconds", stats(sb)},
-              {"peak_rss_mb", stats(mb)},
+              {"peak_rss_mib", stats(mb)},
               {"x_single", stats(ratio)}};
     return json::array({{{"workload", "pldr generate 1"},
                          {"command", join(one)},
                          {"what", "1 x " + what},
                          {"seconds", stats(s1)},
-                         {"peak_rss_mb", stats(m1)}},
+                         {"peak_rss_mib", stats(m1)}},
                         b});
 }
 
@@ -361,7 +361,7 @@ json bench_serve(const ProductBench& p, const std::string& model, const std::str
         rps.push_back(double(p.batch * p.requests) / dt);
         tps.push_back(double(tokens) / dt);
     }
-    const double peak = peak_rss_mb_of(pid);
+    const double peak = peak_rss_mib_of(pid);
     return {{"workload", "pldr serve"},
             {"command", join(args)},
             {"what", std::to_string(p.batch) + " clients x " + std::to_string(p.requests) +
@@ -370,7 +370,7 @@ json bench_serve(const ProductBench& p, const std::string& model, const std::str
             {"startup_seconds", ready},
             {"requests_per_s", stats(rps)},
             {"tokens_per_s", stats(tps)},
-            {"peak_rss_mb", {{"median", peak}, {"min", peak}, {"max", peak}, {"rounds", {peak}}}}};
+            {"peak_rss_mib", {{"median", peak}, {"min", peak}, {"max", peak}, {"rounds", {peak}}}}};
 }
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -430,7 +430,7 @@ json run_product_bench(const ProductBench& p) {
 void print_product_report(const json& out) {
     std::printf("product commands, %d threads, %d rounds each (median (min-max)):\n\n",
                 out["threads"].get<int>(), out["rounds"].get<int>());
-    std::printf("| command | what | seconds | peak RSS MB | figure |\n|---|---|---|---|---|\n");
+    std::printf("| command | what | seconds | peak RSS MiB | figure |\n|---|---|---|---|---|\n");
     auto mmm = [](const json& s, const char* fmt) {
         char b[128];
         std::snprintf(b, sizeof b, fmt, s["median"].get<double>(), s["min"].get<double>(),
@@ -451,7 +451,7 @@ void print_product_report(const json& out) {
         }
         std::printf("| `%s` | %s | %s | %s | %s |\n", r["workload"].get<std::string>().c_str(),
                     r["what"].get<std::string>().c_str(), sec.c_str(),
-                    mmm(r["peak_rss_mb"], "%.0f (%.0f-%.0f)").c_str(), fig.c_str());
+                    mmm(r["peak_rss_mib"], "%.0f (%.0f-%.0f)").c_str(), fig.c_str());
     }
     for (const json& n : out["notes"]) std::printf("\nnote: %s\n", n.get<std::string>().c_str());
 }
