@@ -401,8 +401,11 @@ TEST(CliTrain, AuditCheckpointsEqualsTheRunsAuditLines) {
     ASSERT_EQ(r.code, 0) << r.err;
     fs::copy(d + "/p", d + "/c3", fs::copy_options::recursive);
     r = cli_test::run("train --resume " + d + "/p --data " + data().shards + " --out " + d +
-                      "/p --steps 6 --dtype f64");
+                      "/p --steps 6");  // the checkpoint's dtype, f64
     ASSERT_EQ(r.code, 0) << r.err;
+    cli_test::expect_error("train --resume " + d + "/p --data " + data().shards + " --out " + d +
+                               "/p --steps 7 --dtype f32",
+                           "trained with --dtype f64, not f32");
     r = cli_test::run("audit --checkpoints " + d + "/p " + d + "/c3 --out " + d +
                       "/s --steps 8 --cont-len 32 --dtype f64 --items 0");
     ASSERT_EQ(r.code, 0) << r.err;

@@ -538,9 +538,17 @@ TrainOutcome run_training(const TrainOptions& opts, const TrainHooks& hooks) {
     if (opts.dist_timeout > 0) dist::set_timeout(opts.dist_timeout);
     const bool multi = dist::world().size > 1;
     try {
-        if (opts.dtype == "f32") return Run<float>(opts, hooks).train();
-        if (opts.dtype == "f64") return Run<double>(opts, hooks).train();
-        fail("--dtype must be f32 or f64 (got '", opts.dtype, "')");
+        // A resumed run keeps its maths, the compute dtype included, unless --dtype is given
+        // (then it must match). Data parallel, every rank must pick the same type before any
+        // reads the checkpoint: there --dtype stays as given.
+        TrainOptions o = opts;
+        if (!multi && !o.resume_dir.empty() &&
+            std::find(o.given.begin(), o.given.end(), "dtype") == o.given.end() &&
+            recover_checkpoint(o.resume_dir))
+            o.dtype = read_checkpoint_info(o.resume_dir).dtype;
+        if (o.dtype == "f32") return Run<float>(o, hooks).train();
+        if (o.dtype == "f64") return Run<double>(o, hooks).train();
+        fail("--dtype must be f32 or f64 (got '", o.dtype, "')");
     } catch (const Error& e) {
         if (multi) dist::abort_all(e.what());  // stops every rank, never a hang
         throw;
