@@ -594,8 +594,9 @@ std::vector<Case> cases() {
     c.push_back({"META-state-position-negative",
                  state("s3", [](json& m) { m["data_position"] = "-4"; }),
                  "negative data_position -4"});
+    // A resume takes the state's dtype (no --dtype given): the model file then disagrees.
     c.push_back({"META-state-dtype", state("s4", [](json& m) { m["dtype"] = "f64"; }),
-                 "was trained with --dtype f64, not f32"});
+                 "as F32 but the training state's dtype is f64"});
     c.push_back({"META-state-dtype-unknown", state("s5", [](json& m) { m["dtype"] = "f16"; }),
                  "training state dtype 'f16' is not f32 or f64"});
     c.push_back({"META-state-options-dtype", state("s6", opt("dtype", "f64")),
