@@ -143,21 +143,11 @@ int run_audit_series(const AuditArgs& a) {
     std::filesystem::create_directories(a.out);
     api::write_file_atomic(a.out + "/audit.json", json{{"checkpoints", all}}.dump(1) + "\n");
     api::write_file_atomic(a.out + "/curves.jsonl", lines);
-    PlotSpec spec;
-    spec.title = "collapse measurements over checkpoints";
-    spec.xlabel = "tokens seen";
-    spec.ylabel = "value";
-    spec.log_x = spec.log_y = true;
-    constexpr uint32_t kColors[] = {0xd62728, 0x1f77b4, 0x17becf, 0x2ca02c, 0x9467bd, 0xff7f0e};
-    size_t k = 0;
-    for (const api::LossCurve& c : api::read_audit_curves(a.out + "/curves.jsonl")) {
-        PlotSeries s;
-        s.x = c.x;
-        s.y = c.y;
-        s.rgb = kColors[k++ % (sizeof kColors / sizeof kColors[0])];
-        s.label = c.label;
-        spec.series.push_back(std::move(s));
-    }
+    PlotSpec spec = audit_axes("collapse measurements over checkpoints");
+    std::vector<AuditCurve> cs;
+    for (const api::LossCurve& c : api::read_audit_curves(a.out + "/curves.jsonl"))
+        cs.push_back({c.label, c.x, c.y});
+    add_audit_curves(spec, cs, "", false);
     write_plot(spec, a.out + "/curves.svg");
     std::printf("wrote %s/audit.json, %s/curves.jsonl and %s/curves.svg\n", a.out.c_str(),
                 a.out.c_str(), a.out.c_str());

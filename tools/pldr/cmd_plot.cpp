@@ -36,28 +36,16 @@ std::string default_label(const std::string& f) {
 // The collapse curves of every file, log-log against tokens seen (a curve's points at 0 tokens
 // or 0 are left out by the log axes).
 PlotSpec audit_plot(const PlotArgs& a) {
-    constexpr uint32_t kCurveColors[] = {0xd62728, 0x1f77b4, 0x17becf,
-                                         0x2ca02c, 0x9467bd, 0xff7f0e};
-    PlotSpec spec;
-    spec.title = a.title == "loss" ? "collapse measurements" : a.title;
-    spec.xlabel = "tokens seen";
-    spec.ylabel = "value";
+    PlotSpec spec = audit_axes(a.title == "loss" ? "collapse measurements" : a.title);
     spec.width = a.width, spec.height = a.height;
-    spec.log_x = spec.log_y = true;
     for (size_t i = 0; i < a.files.size(); ++i) {
         const auto curves = api::read_audit_curves(a.files[i]);
         require(!curves.empty(), a.files[i], ": no audit lines (train with --audit-every N)");
         const std::string name = a.labels.empty() ? default_label(a.files[i]) : a.labels[i];
-        size_t k = 0;
-        for (const api::LossCurve& c : curves) {
-            PlotSeries s;
-            s.x = c.x;
-            s.y = c.y;
-            s.rgb = kCurveColors[k++ % (sizeof kCurveColors / sizeof kCurveColors[0])];
-            s.dashed = i % 2 == 1;
-            s.label = (a.files.size() > 1 || !a.labels.empty() ? name + " " : "") + c.label;
-            spec.series.push_back(std::move(s));
-        }
+        std::vector<AuditCurve> cs;
+        for (const api::LossCurve& c : curves) cs.push_back({c.label, c.x, c.y});
+        add_audit_curves(spec, cs, a.files.size() > 1 || !a.labels.empty() ? name + " " : "",
+                         i % 2 == 1);
     }
     return spec;
 }

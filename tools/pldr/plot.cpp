@@ -377,4 +377,32 @@ std::vector<double> cli::moving_average(const std::vector<double>& y, int64_t wi
     return out;
 }
 
+namespace cli {
+
+PlotSpec audit_axes(const std::string& title) {
+    PlotSpec spec;
+    spec.title = title;
+    spec.xlabel = "tokens seen";
+    spec.ylabel = "value";
+    spec.log_x = spec.log_y = true;
+    return spec;
+}
+
+void add_audit_curves(PlotSpec& spec, const std::vector<AuditCurve>& curves,
+                      const std::string& prefix, bool dashed) {
+    constexpr uint32_t kColors[] = {0xd62728, 0x1f77b4, 0x17becf, 0x2ca02c, 0x9467bd, 0xff7f0e};
+    size_t k = 0;
+    for (const AuditCurve& c : curves) {
+        PlotSeries s;
+        s.x = c.x;
+        s.y = c.y;
+        s.rgb = kColors[k++ % (sizeof kColors / sizeof kColors[0])];
+        s.dashed = dashed;
+        s.label = prefix + c.label;
+        spec.series.push_back(std::move(s));
+    }
+}
+
+}  // namespace cli
+
 }  // namespace pldr

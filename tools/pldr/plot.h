@@ -37,6 +37,17 @@ std::vector<double> nice_ticks(double lo, double hi, int target = 6);
 
 namespace cli {
 // Moving average over a trailing window of `window` points (window ≤ 1: unchanged).
+// The collapse curves' axes: tokens seen against value, log-log (points at 0 are left out).
+PlotSpec audit_axes(const std::string& title);
+// One run's collapse curves (x, y, label each), in the curves' fixed colours; `prefix` goes
+// before each label, `dashed` tells runs apart.
+struct AuditCurve {
+    std::string label;
+    std::vector<double> x, y;
+};
+void add_audit_curves(PlotSpec& spec, const std::vector<AuditCurve>& curves,
+                      const std::string& prefix, bool dashed);
+
 std::vector<double> moving_average(const std::vector<double>& y, int64_t window);
 }  // namespace cli
 
