@@ -80,7 +80,8 @@ void glu_gate_backward(T* dh1, T* dh2, const T* dgated, const T* h1, const T* h2
                        Stream stream);
 
 // ---- RoPE (ops/rope.h) --------------------------------------------------------------------------
-// A RopeTable's float32 cos/sin on the device.
+// A RopeTable's float32 cos/sin on the device, and its float64 ones for a FLOAT64 table (the pure
+// float64 numerics: the rotation then reads those, as the CPU's does).
 class DeviceRopeTable {
   public:
     explicit DeviceRopeTable(const RopeTable& t);
@@ -89,12 +90,16 @@ class DeviceRopeTable {
     DeviceRopeTable& operator=(const DeviceRopeTable&) = delete;
     const float* cos() const { return cos_; }
     const float* sin() const { return sin_; }
+    const double* cos64() const { return cos64_; }  // null for a TORCH table
+    const double* sin64() const { return sin64_; }
     int64_t max_pos() const { return max_pos_; }
     int64_t half() const { return half_; }
 
   private:
     float* cos_ = nullptr;
     float* sin_ = nullptr;
+    double* cos64_ = nullptr;
+    double* sin64_ = nullptr;
     int64_t max_pos_ = 0, half_ = 0;
 };
 // Rotates x [N tokens, H, D] in place, token n at position pos[n] (device memory). A position

@@ -3,6 +3,7 @@
 // none contracted (the CPU's may be: GCC 12 fuses its pairs on AVX-512, so within one rounding);
 // bf16 values rotate in float32 and round once.
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "ops/rope_rotate.h"
@@ -12,18 +13,25 @@ namespace pldr::cuda {
 DeviceRopeTable::DeviceRopeTable(const RopeTable& t) : max_pos_(t.max_pos), half_(t.half) {
     const size_t n = size_t(t.max_pos * t.half);
     PLDR_CHECK(t.cos.size() == n && t.sin.size() == n);
-    PLDR_CUDA_CALL(cudaMalloc(reinterpret_cast<void**>(&cos_), (n ? n : 1) * sizeof(float)));
-    const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&sin_), (n ? n : 1) * sizeof(float));
-    if (e != cudaSuccess) {
-        cudaFree(cos_);
-        throw_cuda("cudaMalloc (RoPE table)", e);
-    }
+    const bool f64 = t.kind == RopeTableKind::FLOAT64;
+    PLDR_CHECK(!f64 || (t.cos64.size() == n && t.sin64.size() == n));
+    auto upload = [&](auto** dst, const auto& src) {
+        using U = typename std::remove_reference_t<decltype(src)>::value_type;
+        PLDR_CUDA_CALL(cudaMalloc(reinterpret_cast<void**>(dst), (n ? n : 1) * sizeof(U)));
+        PLDR_CUDA_CALL(cudaMemcpy(*dst, src.data(), n * sizeof(U), cudaMemcpyHostToDevice));
+    };
     try {
-        PLDR_CUDA_CALL(cudaMemcpy(cos_, t.cos.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-        PLDR_CUDA_CALL(cudaMemcpy(sin_, t.sin.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        upload(&cos_, t.cos);
+        upload(&sin_, t.sin);
+        if (f64) {  // the pure float64 table (--numerics exact): the rotation reads it instead
+            upload(&cos64_, t.cos64);
+            upload(&sin64_, t.sin64);
+        }
     } catch (...) {
         cudaFree(cos_);
         cudaFree(sin_);
+        cudaFree(cos64_);
+        cudaFree(sin64_);
         throw;
     }
 }
@@ -31,6 +39,8 @@ DeviceRopeTable::DeviceRopeTable(const RopeTable& t) : max_pos_(t.max_pos), half
 DeviceRopeTable::~DeviceRopeTable() {
     cudaFree(cos_);
     cudaFree(sin_);
+    cudaFree(cos64_);
+    cudaFree(sin64_);
 }
 
 void rope_check_positions(const int64_t* pos_host, int64_t N, int64_t max_pos) {
@@ -45,8 +55,8 @@ namespace {
 template <class T, bool kForward>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(T* x, const int64_t* pos, int64_t N, int64_t H, int64_t D, const float* cos_t,
-                const float* sin_t, int64_t max_pos, bool interleaved, bool round_f32,
-                int* bad_pos) {
+                const float* sin_t, const double* cos64, const double* sin64, int64_t max_pos,
+                bool interleaved, bool round_f32, int* bad_pos) {
     using A = Acc<T>;
     const int64_t half = D / 2, total = N * H * half;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -63,7 +73,8 @@ __global__ void __launch_bounds__(kThreads)
             continue;
         }
         A v0 = A(v[i0]), v1 = A(v[i1]);
-        const A c = A(cos_t[p * half + m]), s = A(sin_t[p * half + m]);
+        const int64_t e = p * half + m;
+        const A c = cos64 ? A(cos64[e]) : A(cos_t[e]), s = sin64 ? A(sin64[e]) : A(sin_t[e]);
         if constexpr (kForward)
             rope_rotate_pair(v0, v1, c, s, interleaved, round_f32);
         else
@@ -83,7 +94,8 @@ void launch(T* x, const int64_t* pos, int64_t N, int64_t H, int64_t D, const Dev
     const int64_t total = N * H * (D / 2);
     if (total == 0) return;
     rope_kernel<T, kForward><<<grid_for(total), kThreads, 0, stream>>>(
-        x, pos, N, H, D, t.cos(), t.sin(), t.max_pos(), interleaved, round_f32, bad_pos);
+        x, pos, N, H, D, t.cos(), t.sin(), t.cos64(), t.sin64(), t.max_pos(), interleaved,
+        round_f32, bad_pos);
     PLDR_CUDA_LAUNCHED(kForward ? "rope_forward" : "rope_backward");
 }
 

@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "cuda/forward.h"
 #include "cuda/gemm.h"
 #include "gpu_util.h"
+#include "numeric_cases.h"
 #include "ops/plga_variants.h"
 
 namespace {
@@ -83,7 +85,16 @@ TEST(CudaHost, WithoutADeviceEveryEntryPointThrows) {
         t.build(4, 8, 10000.0, pldr::RopeTableKind::TORCH);
         cu::DeviceRopeTable d(t);
     }));
+    errors.push_back(error_of([] {
+        pldr::RopeTable t;
+        t.build(4, 8, 10000.0, pldr::RopeTableKind::FLOAT64);
+        cu::DeviceRopeTable d(t);
+    }));
     errors.push_back(error_of([] { cu::Gemm g; }));
+    errors.push_back(error_of([] {
+        const auto m = numeric::make_model(numeric::cases().front(), 1);
+        cu::DeviceModel<double> dm(m);
+    }));
     for (const std::string& e : errors) {
         EXPECT_NE(e, "<no error>");
         EXPECT_EQ(e.find('\n'), std::string::npos) << e;

@@ -1,0 +1,492 @@
+// The PLDR-LLM forward pass on the GPU (see forward.h): the CPU's steps (model/forward.cpp,
+// model/plga_layer.cpp, model/plga_attention.cpp, model/metric_learner.cpp) in the same order,
+// from the backend's kernels and cuBLASLt products, with the few element-wise kernels of its own
+// below (the embedding gather, residual sums, per-head broadcasts, the masked softmax, casts).
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/forward.h"
+#include "cuda/gemm.h"
+#include "model/forward.h"
+
+namespace pldr::cuda {
+
+namespace {
+
+// ---- device arrays of the pass: stream-ordered, movable ----------------------------------------
+
+template <class U>
+class DevArray {
+  public:
+    DevArray() = default;
+    DevArray(int64_t n, Stream s) : n_(n), s_(s) {
+        PLDR_CUDA_CALL(
+            cudaMallocAsync(reinterpret_cast<void**>(&p_), size_t(n < 1 ? 1 : n) * sizeof(U), s));
+    }
+    ~DevArray() { reset(); }
+    DevArray(DevArray&& o) noexcept { *this = std::move(o); }
+    DevArray& operator=(DevArray&& o) noexcept {
+        if (this != &o) {
+            reset();
+            p_ = std::exchange(o.p_, nullptr);
+            n_ = std::exchange(o.n_, 0);
+            s_ = o.s_;
+        }
+        return *this;
+    }
+    DevArray(const DevArray&) = delete;
+    DevArray& operator=(const DevArray&) = delete;
+    U* get() const { return p_; }
+    int64_t size() const { return n_; }
+    void reset() {
+        if (p_) cudaFreeAsync(p_, s_);
+        p_ = nullptr;
+        n_ = 0;
+    }
+
+  private:
+    U* p_ = nullptr;
+    int64_t n_ = 0;
+    Stream s_ = nullptr;
+};
+
+template <class U>
+void upload(U* dev, const U* host, int64_t n, Stream s) {
+    if (n > 0)
+        PLDR_CUDA_CALL(
+            cudaMemcpyAsync(dev, host, size_t(n) * sizeof(U), cudaMemcpyHostToDevice, s));
+}
+
+// ---- the pass's own element-wise kernels
+// ---------------------------------------------------------
+
+// x0[n, :] = emb[ids[n], :]·scale
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    embed_kernel(T* x0, const T* emb, const int64_t* ids, int64_t N, int64_t d, T scale) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < N * d;
+         i += int64_t(gridDim.x) * blockDim.x)
+        x0[i] = emb[ids[i / d] * d + i % d] * scale;
+}
+
+// out = a + b (the residual sums; out may be a or b)
+template <class T>
+__global__ void __launch_bounds__(kThreads) add_kernel(T* out, const T* a, const T* b, int64_t n) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+// x[i] += p[i mod period]: a per-head D×D parameter added to each sequence's [H,D,D] block
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    add_periodic_kernel(T* x, const T* p, int64_t n, int64_t period) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
+        x[i] += p[i % period];
+}
+
+// dst[i] = src[i mod period] (a fixed G for every sequence)
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    tile_kernel(T* dst, const T* src, int64_t n, int64_t period) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
+        dst[i] = src[i % period];
+}
+
+template <class To, class From>
+__global__ void __launch_bounds__(kThreads) cast_kernel(To* dst, const From* src, int64_t n) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
+        dst[i] = To(src[i]);
+}
+
+// The scores of one (b,h) block [S,S] in place: Ep = s / scale (kept when ep is not null),
+// E = softmax over the row of Ep + (−1e9 where key j > query i or key j is the pad token), as
+// ops/attention.cpp (head_attention_forward) and ops/dense.cpp (softmax_forward) compute them:
+// the row's maximum, exp(x − max), the sum, each divided by it. One block per row; grid (S, B·H).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    masked_softmax_kernel(T* E, T* ep, const T* scores, const int64_t* ids, int64_t S, int64_t H,
+                          T scale, int64_t pad) {
+    const int64_t i = blockIdx.x, bh = blockIdx.y, b = bh / H;
+    const T* sr = scores + (bh * S + i) * S;
+    T* er = E + (bh * S + i) * S;
+    T* epr = ep ? ep + (bh * S + i) * S : nullptr;
+    const int64_t* key = ids + b * S;
+    __shared__ T red[kThreads];
+    // x_j = s_j / scale (+ the mask), kept in E; the row's maximum.
+    T mx = T(-INFINITY);
+    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
+        T x = sr[j] / scale;
+        if (epr) epr[j] = x;
+        if (j > i || key[j] == pad) x += T(-1e9);
+        er[j] = x;
+        mx = x > mx ? x : mx;
+    }
+    red[threadIdx.x] = mx;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+        if (int(threadIdx.x) < w && red[threadIdx.x + w] > red[threadIdx.x])
+            red[threadIdx.x] = red[threadIdx.x + w];
+        __syncthreads();
+    }
+    mx = red[0];
+    __syncthreads();
+    T sum = 0;
+    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
+        const T y = exp(er[j] - mx);
+        er[j] = y;
+        sum += y;
+    }
+    red[threadIdx.x] = sum;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+        if (int(threadIdx.x) < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    sum = red[0];
+    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) er[j] /= sum;
+}
+
+template <class T>
+void add(T* out, const T* a, const T* b, int64_t n, Stream s) {
+    if (n == 0) return;
+    add_kernel<T><<<grid_for(n), kThreads, 0, s>>>(out, a, b, n);
+    PLDR_CUDA_LAUNCHED("add");
+}
+template <class T>
+void add_periodic(T* x, const T* p, int64_t n, int64_t period, Stream s) {
+    if (n == 0) return;
+    add_periodic_kernel<T><<<grid_for(n), kThreads, 0, s>>>(x, p, n, period);
+    PLDR_CUDA_LAUNCHED("add_periodic");
+}
+template <class To, class From>
+void cast(To* dst, const From* src, int64_t n, Stream s) {
+    if (n == 0) return;
+    cast_kernel<To, From><<<grid_for(n), kThreads, 0, s>>>(dst, src, n);
+    PLDR_CUDA_LAUNCHED("cast");
+}
+
+// The products in T: row-major C = op(A)·op(B) (+ bias), through cuBLASLt.
+inline void mm(Gemm& g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+               const float* bias = nullptr) {
+    g.f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias);
+}
+inline void mm(Gemm& g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A,
+               int64_t lda, const double* B, int64_t ldb, double* C, int64_t ldc,
+               const double* bias = nullptr) {
+    g.f64(ta, tb, M, N, K, 1.0, A, lda, B, ldb, 0.0, C, ldc, bias);
+}
+// y[N,O] = x[N,I]·Wᵀ + b (W [O,I] row-major: the linear layers' convention)
+template <class T>
+void linear(Gemm& g, T* y, const T* x, const T* W, const T* b, int64_t N, int64_t I, int64_t O) {
+    mm(g, false, true, N, O, I, x, I, W, I, y, O, b);
+}
+
+}  // namespace
+
+// ---- the model on the device -------------------------------------------------------------------
+
+template <class T>
+struct DeviceModel<T>::Impl {
+    const Model<T>& m;
+    Stream stream = nullptr;
+    Gemm gemm;
+    DevArray<T> params, G_fixed;
+    // The operator's parameters in float64, per layer [5][H,D,D] (W, b, P, a, b_a): a float32
+    // model's operator runs in float64 as the CPU's; a float64 model's reads params directly.
+    std::vector<DevArray<double>> op64;
+    DeviceRopeTable rope;
+
+    explicit Impl(const Model<T>& model) : m(model), gemm(nullptr), rope(model.rope) {
+        const Config& c = m.cfg;
+        if (c.learned_g()) {
+            PLDR_REQUIRE(cuda_has_positive_map(c.plga_positive_map),
+                         "the CUDA backend has no kernel for the positive map '",
+                         c.plga_positive_map, "'");
+            PLDR_REQUIRE(cuda_has_coupling(c.plga_coupling),
+                         "the CUDA backend has no kernel for the coupling '", c.plga_coupling, "'");
+        }
+        params = DevArray<T>(m.num_params(), stream);
+        upload(params.get(), m.params.data(), m.num_params(), stream);
+        if (!m.G_fixed.empty()) {
+            G_fixed = DevArray<T>(int64_t(m.G_fixed.size()), stream);
+            upload(G_fixed.get(), m.G_fixed.data(), int64_t(m.G_fixed.size()), stream);
+        }
+        if (std::is_same_v<T, float> && c.learned_g()) {
+            const int64_t HDD = c.num_heads * c.head_dim * c.head_dim;
+            std::vector<double> host(size_t(5 * HDD));
+            for (const LayerView<T>& w : m.w.layers) {
+                const T* src[5] = {w.W, w.b, w.P, w.a, w.ba};
+                for (int k = 0; k < 5; ++k)
+                    for (int64_t i = 0; i < HDD; ++i) host[size_t(k * HDD + i)] = double(src[k][i]);
+                op64.emplace_back(5 * HDD, stream);
+                upload(op64.back().get(), host.data(), 5 * HDD, stream);
+                PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // host is reused
+            }
+        }
+        PLDR_CUDA_CALL(cudaStreamSynchronize(stream));
+    }
+
+    // The device copy of a parameter the host view points at (null stays null).
+    const T* dev(const T* host) const {
+        return host ? params.get() + (host - m.params.data()) : nullptr;
+    }
+
+    void forward(const int64_t* ids, int64_t B, int64_t S, Activations<T>& out, KeepActs keep);
+};
+
+template <class T>
+void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S,
+                                   Activations<T>& out, KeepActs keep) {
+    check_inputs(m, ids_host, B, S);
+    const Config& c = m.cfg;
+    const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, F = c.intermediate_size;
+    const int64_t V = c.vocab_size, N = B * S, DD = D * D, HDD = H * DD;
+    const double eps = c.layer_norm_eps;
+    const bool all = keep == KeepActs::ALL;
+    Stream s = stream;
+
+    out = Activations<T>();
+    out.B = B;
+    out.S = S;
+    out.kept = all ? KeepActs::ALL : KeepActs::INFERENCE;
+    out.ids.assign(ids_host, ids_host + N);
+    out.pos.resize(size_t(N));
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < S; ++t) out.pos[size_t(b * S + t)] = t;
+    rope_check_positions(out.pos.data(), N, rope.max_pos());
+    PLDR_REQUIRE(B * c.num_heads <= 65535,
+                 "the GPU forward takes at most 65535 (sequence, head) "
+                 "pairs at once; got ",
+                 B, " x ", c.num_heads);
+
+    // Downloads a device tensor into a host one of the given shape (keep = ALL only).
+    auto keep_t = [&](Tensor<T>& dst, const T* src, Shape shape) {
+        if (!all) return;
+        dst.resize_for_overwrite(std::move(shape));
+        copy_to_host(dst.ptr(), src, dst.numel(), s);
+    };
+
+    DevArray<int64_t> ids(N, s), pos(N, s);
+    upload(ids.get(), out.ids.data(), N, s);
+    upload(pos.get(), out.pos.data(), N, s);
+
+    // Embedding·√d, then the input LayerNorm.
+    DevArray<T> x0(N * d, s), x(N * d, s), mean(N, s), rstd(N, s);
+    embed_kernel<T><<<grid_for(N * d), kThreads, 0, s>>>(x0.get(), dev(m.w.emb), ids.get(), N, d,
+                                                         m.embed_scale());
+    PLDR_CUDA_LAUNCHED("embed");
+    layernorm_forward<T>(x.get(), mean.get(), rstd.get(), x0.get(), dev(m.w.ln_in_g),
+                         dev(m.w.ln_in_b), N, d, eps, s);
+    keep_t(out.x0, x0.get(), {B, S, d});
+    keep_t(out.embed_ln, x.get(), {B, S, d});
+    keep_t(out.ln_mean, mean.get(), {N});
+    keep_t(out.ln_rstd, rstd.get(), {N});
+    x0.reset();
+
+    DevArray<T> q(N * d, s), k(N * d, s), v(N * d, s), G(B * HDD, s), QG(B * H * S * D, s),
+        Ep(all ? B * H * S * S : 1, s), E(B * H * S * S, s), O(N * d, s), y(N * d, s),
+        out1(N * d, s), h1(N * F, s), h2(N * F, s), gated(N * F, s);
+    out.layers.resize(size_t(c.num_layers));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const LayerView<T>& w = m.w.layers[size_t(l)];
+        LayerActs<T>& la = out.layers[size_t(l)];
+        keep_t(la.x_in, x.get(), {B, S, d});
+
+        // 1-3. Projections and RoPE on q, k.
+        linear(gemm, q.get(), x.get(), dev(w.wq), dev(w.bq), N, d, d);
+        linear(gemm, k.get(), x.get(), dev(w.wk), dev(w.bk), N, d, d);
+        linear(gemm, v.get(), x.get(), dev(w.wv), dev(w.bv), N, d, d);
+        rope_forward<T>(q.get(), pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(), nullptr,
+                        s);
+        rope_forward<T>(k.get(), pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(), nullptr,
+                        s);
+        keep_t(la.q, q.get(), {B, S, d});
+        keep_t(la.k, k.get(), {B, S, d});
+        keep_t(la.v, v.get(), {B, S, d});
+
+        // 4-6. G_LM: the model's fixed G, or the metric learner and the operator.
+        if (!c.learned_g()) {
+            const T* Gf = G_fixed.get() + l * HDD;
+            tile_kernel<T><<<grid_for(B * HDD), kThreads, 0, s>>>(G.get(), Gf, B * HDD, HDD);
+            PLDR_CUDA_LAUNCHED("tile");
+        } else {
+            const int64_t rows = B * H * D, Fa = c.A_dff;
+            // A0 = Qᵀ·Q per (b,h)
+            DevArray<T> A0(B * HDD, s), cur(B * HDD, s), t0(B * HDD, s), t1(B * HDD, s),
+                sum(B * HDD, s), rm(rows, s), rr(rows, s), g1(rows * Fa, s), g2(rows * Fa, s),
+                gg(rows * Fa, s);
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t h = 0; h < H; ++h) {
+                    const T* qh = q.get() + b * S * d + h * D;
+                    mm(gemm, true, false, D, D, S, qh, d, qh, d, A0.get() + (b * H + h) * DD, D);
+                }
+            keep_t(la.A0, A0.get(), {B, H, D, D});
+            // The learner: LN_A, then each residual unit: its GLUs, + its input, LayerNorm.
+            layernorm_forward<T>(cur.get(), rm.get(), rr.get(), A0.get(), dev(w.lnA_g),
+                                 dev(w.lnA_b), rows, D, eps, s);
+            keep_t(la.A_ln, cur.get(), {B, H, D, D});
+            for (int64_t r = 0; r < c.num_reslayerA; ++r) {
+                const ResUnitView<T>& rw = w.res[size_t(r)];
+                const T* xin = cur.get();
+                T* yout = t0.get();
+                if (c.num_denseA == 0)
+                    PLDR_CUDA_CALL(cudaMemsetAsync(yout, 0, size_t(B * HDD) * sizeof(T), s));
+                for (int64_t n = 0; n < c.num_denseA; ++n) {
+                    const GluView<T>& gw = rw.glu[size_t(n)];
+                    yout = n % 2 ? t1.get() : t0.get();
+                    linear(gemm, g1.get(), xin, dev(gw.w1), dev(gw.b1), rows, D, Fa);
+                    linear(gemm, g2.get(), xin, dev(gw.w2), dev(gw.b2), rows, D, Fa);
+                    glu_gate<T>(gg.get(), g1.get(), g2.get(), rows * Fa, s);
+                    linear(gemm, yout, gg.get(), dev(gw.w3), dev(gw.b3), rows, Fa, D);
+                    xin = yout;
+                }
+                add(sum.get(), yout, cur.get(), B * HDD, s);
+                layernorm_forward<T>(cur.get(), rm.get(), rr.get(), sum.get(), dev(rw.ln_g),
+                                     dev(rw.ln_b), rows, D, eps, s);
+            }
+            keep_t(la.A, cur.get(), {B, H, D, D});
+
+            // The operator in float64: Z = W·A + b; A_LM = f(Z); A_P = c(A_LM, P); G = a·A_P + b_a.
+            const int64_t n = B * HDD;
+            DevArray<double> A64, Z(n, s), ALM(n, s), AP(n, s), G64;
+            const double *A_d, *W, *bb, *P, *a, *ba;
+            if constexpr (std::is_same_v<T, double>) {
+                A_d = cur.get();
+                W = dev(w.W), bb = dev(w.b), P = dev(w.P), a = dev(w.a), ba = dev(w.ba);
+            } else {
+                A64 = DevArray<double>(n, s);
+                cast(A64.get(), cur.get(), n, s);
+                A_d = A64.get();
+                const double* p = op64[size_t(l)].get();
+                W = p, bb = p + HDD, P = p + 2 * HDD, a = p + 3 * HDD, ba = p + 4 * HDD;
+                G64 = DevArray<double>(n, s);
+            }
+            double* G_d;
+            if constexpr (std::is_same_v<T, double>)
+                G_d = G.get();
+            else
+                G_d = G64.get();
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t h = 0; h < H; ++h) {
+                    const int64_t o = (b * H + h) * DD;
+                    mm(gemm, false, false, D, D, D, W + h * DD, D, A_d + o, D, Z.get() + o, D);
+                }
+            add_periodic(Z.get(), bb, n, HDD, s);
+            positive_map_forward<double>(c.plga_positive_map, Z.get(), ALM.get(), n, s);
+            for (int64_t b = 0; b < B; ++b)
+                coupling_forward<double>(c.plga_coupling, ALM.get() + b * HDD, P,
+                                         AP.get() + b * HDD, HDD, s);
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t h = 0; h < H; ++h) {
+                    const int64_t o = (b * H + h) * DD;
+                    mm(gemm, false, false, D, D, D, a + h * DD, D, AP.get() + o, D, G_d + o, D);
+                }
+            add_periodic(G_d, ba, n, HDD, s);
+            if constexpr (!std::is_same_v<T, double>) cast(G.get(), G_d, n, s);
+            if (all) {
+                auto keep64 = [&](Tensor<T>& dst, const double* src) {
+                    std::vector<double> h(static_cast<size_t>(n));
+                    copy_to_host(h.data(), src, n, s);
+                    dst = Tensor<T>({B, H, D, D});
+                    for (int64_t i = 0; i < n; ++i) dst[i] = T(h[size_t(i)]);
+                };
+                keep64(la.Z, Z.get());
+                keep64(la.A_LM, ALM.get());
+                keep64(la.A_P, AP.get());
+            }
+        }
+        keep_t(la.G, G.get(), {B, H, D, D});
+
+        // 7. Ep = (Q·G)·Kᵀ / √dk; E = softmax(Ep + mask·(−1e9)); O = E·V, per (b,h).
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < H; ++h) {
+                const int64_t bh = b * H + h;
+                const T* qh = q.get() + b * S * d + h * D;
+                const T* kh = k.get() + b * S * d + h * D;
+                mm(gemm, false, false, S, D, D, qh, d, G.get() + bh * DD, D, QG.get() + bh * S * D,
+                   D);
+                mm(gemm, false, true, S, S, D, QG.get() + bh * S * D, D, kh, d,
+                   E.get() + bh * S * S, S);
+            }
+        // the raw scores are in E; the kernel writes Ep (kept) and E from them, row by row
+        masked_softmax_kernel<T><<<dim3(unsigned(S), unsigned(B * H)), kThreads, 0, s>>>(
+            E.get(), all ? Ep.get() : nullptr, E.get(), ids.get(), S, H, m.score_scale(),
+            c.pad_token_id);
+        PLDR_CUDA_LAUNCHED("masked_softmax");
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < H; ++h) {
+                const int64_t bh = b * H + h;
+                mm(gemm, false, false, S, D, S, E.get() + bh * S * S, S,
+                   v.get() + b * S * d + h * D, d, O.get() + b * S * d + h * D, d);
+            }
+        keep_t(la.QG, QG.get(), {B, H, S, D});
+        keep_t(la.Ep, Ep.get(), {B, H, S, S});
+        keep_t(la.E, E.get(), {B, H, S, S});
+        keep_t(la.O, O.get(), {B, S, d});
+
+        // The output projection, + x, LN1; the FFN, + out1, LN2.
+        linear(gemm, y.get(), O.get(), dev(w.wo), dev(w.bo), N, d, d);
+        keep_t(la.attn_out, y.get(), {B, S, d});
+        add(y.get(), y.get(), x.get(), N * d, s);
+        layernorm_forward<T>(out1.get(), mean.get(), rstd.get(), y.get(), dev(w.ln1_g),
+                             dev(w.ln1_b), N, d, eps, s);
+        keep_t(la.out1, out1.get(), {B, S, d});
+        keep_t(la.ln1_mean, mean.get(), {N});
+        keep_t(la.ln1_rstd, rstd.get(), {N});
+        linear(gemm, h1.get(), out1.get(), dev(w.ffn.w1), dev(w.ffn.b1), N, d, F);
+        linear(gemm, h2.get(), out1.get(), dev(w.ffn.w2), dev(w.ffn.b2), N, d, F);
+        glu_gate<T>(gated.get(), h1.get(), h2.get(), N * F, s);
+        linear(gemm, y.get(), gated.get(), dev(w.ffn.w3), dev(w.ffn.b3), N, F, d);
+        keep_t(la.ffn.h1, h1.get(), {N, F});
+        keep_t(la.ffn.h2, h2.get(), {N, F});
+        keep_t(la.ffn.gated, gated.get(), {N, F});
+        keep_t(la.ffn_out, y.get(), {B, S, d});
+        add(y.get(), y.get(), out1.get(), N * d, s);
+        layernorm_forward<T>(x.get(), mean.get(), rstd.get(), y.get(), dev(w.ln2_g), dev(w.ln2_b),
+                             N, d, eps, s);
+        keep_t(la.hidden, x.get(), {B, S, d});
+        keep_t(la.ln2_mean, mean.get(), {N});
+        keep_t(la.ln2_rstd, rstd.get(), {N});
+    }
+
+    // The head.
+    DevArray<T> logits(N * V, s);
+    linear(gemm, logits.get(), x.get(), dev(m.w.head_w), dev(m.w.head_b), N, d, V);
+    out.logits.resize_for_overwrite({B, S, V});
+    copy_to_host(out.logits.ptr(), logits.get(), N * V, s);
+}
+
+template <class T>
+DeviceModel<T>::DeviceModel(const Model<T>& m) : impl_(std::make_unique<Impl>(m)) {}
+template <class T>
+DeviceModel<T>::~DeviceModel() = default;
+template <class T>
+const Model<T>& DeviceModel<T>::model() const {
+    return impl_->m;
+}
+template <class T>
+int64_t DeviceModel<T>::param_bytes() const {
+    int64_t n =
+        impl_->params.size() * int64_t(sizeof(T)) + impl_->G_fixed.size() * int64_t(sizeof(T));
+    for (const auto& a : impl_->op64) n += a.size() * int64_t(sizeof(double));
+    return n;
+}
+template <class T>
+void DeviceModel<T>::forward(const int64_t* ids, int64_t B, int64_t S, Activations<T>& out,
+                             KeepActs keep) {
+    impl_->forward(ids, B, S, out, keep);
+}
+
+template class DeviceModel<float>;
+template class DeviceModel<double>;
+
+}  // namespace pldr::cuda

@@ -1,0 +1,53 @@
+// The PLDR-LLM forward pass on the GPU (src/cuda/forward.cu): the model's parameters uploaded once,
+// then the forward of model/forward.h composed from the backend's kernels (cuda/kernels.h) and
+// cuBLASLt products (cuda/gemm.h), step for step in the CPU's order, so that each intermediate
+// can be held against the CPU's (tests/gpu/test_cuda_forward.cpp):
+//   embedding·√d → LN → per layer: q, k, v (+ RoPE on q, k) → A0 = Qᵀ·Q → the metric learner
+//   (LN_A, R residual units of N GLUs + LN) → the operator (Z = W·A + b, A_LM, A_P, G = a·A_P +
+//   b_a; a fixed G is copied) → Ep = (Q·G)·Kᵀ/√dk, E = softmax(Ep + mask·(−1e9)), O = E·V → the
+//   output projection, + x, LN1 → the SwiGLU FFN, + out1, LN2 → the head.
+// T = float or double. The float32 operator runs in float64 and rounds Z, A_LM, A_P and G once,
+// as the CPU's (ops/plga.cpp); the rest is float32 throughout (TF32 off).
+//
+// This is the first piece of the device seam (docs/gpu.md): the full forward without caches,
+// as `forward(m, ids, B, S, acts)` with KeepActs::ALL or only the logits. Training, the cached
+// sessions and the fused kernels come on top of it.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "model/activations.h"
+#include "model/model.h"
+
+namespace pldr::cuda {
+
+template <class T>
+class DeviceModel {
+  public:
+    // Uploads m's parameters, fixed G and RoPE table to the current CUDA device. m must outlive
+    // this object and keep its parameters (they are read once, here). Throws pldr::Error (one
+    // line) for a model the backend cannot run: an operator variant without a CUDA kernel.
+    explicit DeviceModel(const Model<T>& m);
+    ~DeviceModel();
+    DeviceModel(const DeviceModel&) = delete;
+    DeviceModel& operator=(const DeviceModel&) = delete;
+
+    const Model<T>& model() const;
+    // Bytes of device memory the parameters take.
+    int64_t param_bytes() const;
+
+    // The forward of ids [B,S] (causal + padding mask, positions 0..S-1), inputs checked as the
+    // CPU checks them. Fills out.logits [B,S,V]; with keep = KeepActs::ALL also every tensor
+    // the CPU's forward keeps for inspection (x0, embed_ln and its statistics; per layer q, k,
+    // v, A0, A, Z, A_LM, A_P, G, QG, Ep, E, O, attn_out, out1, ffn_out, hidden). Any other keep:
+    // the logits only. Waits for the device.
+    void forward(const int64_t* ids, int64_t B, int64_t S, Activations<T>& out,
+                 KeepActs keep = KeepActs::INFERENCE);
+
+    struct Impl;
+
+  private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pldr::cuda
