@@ -30,6 +30,8 @@ declare -A ALLOW=(
   # (train/adamw_element.h, train/clip_order.h), shared with the CPU so that they are written
   # once; nothing of the model above them.
   [cuda]="core ops train"
+  # The model on the GPU (docs/gpu.md): the model's passes composed from the kernels.
+  [cuda_model]="core ops model cuda"
   # The sampler's settings are the sampling table of the declared options (pldr/options.hpp:
   # the one declaration every surface derives from; it includes only pldr/error.hpp).
   [infer]="core ops model io pldr/options.hpp"
@@ -37,7 +39,7 @@ declare -A ALLOW=(
   # The benchmark workloads run inference and training steps.
   [perf]="core ops model io dist train infer"
   # The public API's implementation over everything below it.
-  [api]="core ops model io dist train infer audit perf cuda pldr"
+  [api]="core ops model io dist train infer audit perf cuda cuda_model pldr"
   # pldr serve is a client of the public API, like the CLI and the Python module.
   [serve]="pldr"
 )

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/forward.h"
+#include "cuda_model/forward.h"
 #include "golden_checks.h"
 #include "gpu_util.h"
 #include "model/forward.h"

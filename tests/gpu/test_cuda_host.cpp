@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/forward.h"
+#include "cuda_model/forward.h"
 #include "cuda/gemm.h"
 #include "gpu_util.h"
 #include "numeric_cases.h"

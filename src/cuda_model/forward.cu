@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "cuda/common.cuh"
-#include "cuda/forward.h"
 #include "cuda/gemm.h"
+#include "cuda_model/forward.h"
 #include "model/forward.h"
 
 namespace pldr::cuda {
@@ -240,8 +240,145 @@ struct DeviceModel<T>::Impl {
         return host ? params.get() + (host - m.params.data()) : nullptr;
     }
 
+    // Downloads a device tensor into a host one of the given shape (a forward that keeps ALL).
+    void download(bool all, Tensor<T>& dst, const T* src, Shape shape) const {
+        if (!all) return;
+        dst.resize_for_overwrite(std::move(shape));
+        copy_to_host(dst.ptr(), src, dst.numel(), stream);
+    }
+
     void forward(const int64_t* ids, int64_t B, int64_t S, Activations<T>& out, KeepActs keep);
+    // Layer l's G_LM [B,H,D,D] from its rotated queries: A0 = Qᵀ·Q, the metric learner, the
+    // operator (in float64).
+    void learned_g(int64_t l, const T* q, int64_t B, int64_t S, T* G, LayerActs<T>& la, bool all);
+    // Ep = (Q·G)·Kᵀ / √dk (kept when Ep is not null), E = softmax(Ep + mask·(−1e9)), O = E·V.
+    void attention(const T* q, const T* k, const T* v, const T* G, const int64_t* ids, int64_t B,
+                   int64_t S, T* QG, T* Ep, T* E, T* O);
 };
+
+template <class T>
+void DeviceModel<T>::Impl::learned_g(int64_t l, const T* q_ptr, int64_t B, int64_t S, T* G_out,
+                                     LayerActs<T>& la, bool all) {
+    const Config& c = m.cfg;
+    const LayerView<T>& w = m.w.layers[size_t(l)];
+    const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, DD = D * D, HDD = H * DD;
+    const double eps = c.layer_norm_eps;
+    Stream s = stream;
+    auto keep_t = [&](Tensor<T>& dst, const T* src, Shape shape) {
+        download(all, dst, src, std::move(shape));
+    };
+    const int64_t rows = B * H * D, Fa = c.A_dff;
+    // A0 = Qᵀ·Q per (b,h)
+    DevArray<T> A0(B * HDD, s), cur(B * HDD, s), t0(B * HDD, s), t1(B * HDD, s), sum(B * HDD, s),
+        rm(rows, s), rr(rows, s), g1(rows * Fa, s), g2(rows * Fa, s), gg(rows * Fa, s);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const T* qh = q_ptr + b * S * d + h * D;
+            mm(gemm, true, false, D, D, S, qh, d, qh, d, A0.get() + (b * H + h) * DD, D);
+        }
+    keep_t(la.A0, A0.get(), {B, H, D, D});
+    // The learner: LN_A, then each residual unit: its GLUs, + its input, LayerNorm.
+    layernorm_forward<T>(cur.get(), rm.get(), rr.get(), A0.get(), dev(w.lnA_g), dev(w.lnA_b), rows,
+                         D, eps, s);
+    keep_t(la.A_ln, cur.get(), {B, H, D, D});
+    for (int64_t r = 0; r < c.num_reslayerA; ++r) {
+        const ResUnitView<T>& rw = w.res[size_t(r)];
+        const T* xin = cur.get();
+        T* yout = t0.get();
+        if (c.num_denseA == 0)
+            PLDR_CUDA_CALL(cudaMemsetAsync(yout, 0, size_t(B * HDD) * sizeof(T), s));
+        for (int64_t n = 0; n < c.num_denseA; ++n) {
+            const GluView<T>& gw = rw.glu[size_t(n)];
+            yout = n % 2 ? t1.get() : t0.get();
+            linear(gemm, g1.get(), xin, dev(gw.w1), dev(gw.b1), rows, D, Fa);
+            linear(gemm, g2.get(), xin, dev(gw.w2), dev(gw.b2), rows, D, Fa);
+            glu_gate<T>(gg.get(), g1.get(), g2.get(), rows * Fa, s);
+            linear(gemm, yout, gg.get(), dev(gw.w3), dev(gw.b3), rows, Fa, D);
+            xin = yout;
+        }
+        add(sum.get(), yout, cur.get(), B * HDD, s);
+        layernorm_forward<T>(cur.get(), rm.get(), rr.get(), sum.get(), dev(rw.ln_g), dev(rw.ln_b),
+                             rows, D, eps, s);
+    }
+    keep_t(la.A, cur.get(), {B, H, D, D});
+
+    // The operator in float64: Z = W·A + b; A_LM = f(Z); A_P = c(A_LM, P); G = a·A_P + b_a.
+    const int64_t n = B * HDD;
+    DevArray<double> A64, Z(n, s), ALM(n, s), AP(n, s), G64;
+    const double *A_d, *W, *bb, *P, *a, *ba;
+    if constexpr (std::is_same_v<T, double>) {
+        A_d = cur.get();
+        W = dev(w.W), bb = dev(w.b), P = dev(w.P), a = dev(w.a), ba = dev(w.ba);
+    } else {
+        A64 = DevArray<double>(n, s);
+        cast(A64.get(), cur.get(), n, s);
+        A_d = A64.get();
+        const double* p = op64[size_t(l)].get();
+        W = p, bb = p + HDD, P = p + 2 * HDD, a = p + 3 * HDD, ba = p + 4 * HDD;
+        G64 = DevArray<double>(n, s);
+    }
+    double* G_d;
+    if constexpr (std::is_same_v<T, double>)
+        G_d = G_out;
+    else
+        G_d = G64.get();
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t o = (b * H + h) * DD;
+            mm(gemm, false, false, D, D, D, W + h * DD, D, A_d + o, D, Z.get() + o, D);
+        }
+    add_periodic(Z.get(), bb, n, HDD, s);
+    positive_map_forward<double>(c.plga_positive_map, Z.get(), ALM.get(), n, s);
+    for (int64_t b = 0; b < B; ++b)
+        coupling_forward<double>(c.plga_coupling, ALM.get() + b * HDD, P, AP.get() + b * HDD, HDD,
+                                 s);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t o = (b * H + h) * DD;
+            mm(gemm, false, false, D, D, D, a + h * DD, D, AP.get() + o, D, G_d + o, D);
+        }
+    add_periodic(G_d, ba, n, HDD, s);
+    if constexpr (!std::is_same_v<T, double>) cast(G_out, G_d, n, s);
+    if (all) {
+        auto keep64 = [&](Tensor<T>& dst, const double* src) {
+            std::vector<double> h(static_cast<size_t>(n));
+            copy_to_host(h.data(), src, n, s);
+            dst = Tensor<T>({B, H, D, D});
+            for (int64_t i = 0; i < n; ++i) dst[i] = T(h[size_t(i)]);
+        };
+        keep64(la.Z, Z.get());
+        keep64(la.A_LM, ALM.get());
+        keep64(la.A_P, AP.get());
+    }
+}
+
+template <class T>
+void DeviceModel<T>::Impl::attention(const T* q, const T* k, const T* v, const T* G,
+                                     const int64_t* ids, int64_t B, int64_t S, T* QG, T* Ep, T* E,
+                                     T* O) {
+    const Config& c = m.cfg;
+    const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, DD = D * D;
+    Stream s = stream;
+    // 7. Ep = (Q·G)·Kᵀ / √dk; E = softmax(Ep + mask·(−1e9)); O = E·V, per (b,h).
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t bh = b * H + h;
+            const T* qh = q + b * S * d + h * D;
+            const T* kh = k + b * S * d + h * D;
+            mm(gemm, false, false, S, D, D, qh, d, G + bh * DD, D, QG + bh * S * D, D);
+            mm(gemm, false, true, S, S, D, QG + bh * S * D, D, kh, d, E + bh * S * S, S);
+        }
+    // the raw scores are in E; the kernel writes Ep (kept) and E from them, row by row
+    masked_softmax_kernel<T><<<dim3(unsigned(S), unsigned(B * H)), kThreads, 0, s>>>(
+        E, Ep, E, ids, S, H, m.score_scale(), c.pad_token_id);
+    PLDR_CUDA_LAUNCHED("masked_softmax");
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t bh = b * H + h;
+            mm(gemm, false, false, S, D, S, E + bh * S * S, S, v + b * S * d + h * D, d,
+               O + b * S * d + h * D, d);
+        }
+}
 
 template <class T>
 void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S,
@@ -264,15 +401,11 @@ void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S
         for (int64_t t = 0; t < S; ++t) out.pos[size_t(b * S + t)] = t;
     rope_check_positions(out.pos.data(), N, rope.max_pos());
     PLDR_REQUIRE(B * c.num_heads <= 65535,
-                 "the GPU forward takes at most 65535 (sequence, head) "
-                 "pairs at once; got ",
-                 B, " x ", c.num_heads);
+                 "the GPU forward takes at most 65535 (sequence, head) pairs; got ", B, " x ",
+                 c.num_heads);
 
-    // Downloads a device tensor into a host one of the given shape (keep = ALL only).
     auto keep_t = [&](Tensor<T>& dst, const T* src, Shape shape) {
-        if (!all) return;
-        dst.resize_for_overwrite(std::move(shape));
-        copy_to_host(dst.ptr(), src, dst.numel(), s);
+        download(all, dst, src, std::move(shape));
     };
 
     DevArray<int64_t> ids(N, s), pos(N, s);
@@ -319,90 +452,7 @@ void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S
             tile_kernel<T><<<grid_for(B * HDD), kThreads, 0, s>>>(G.get(), Gf, B * HDD, HDD);
             PLDR_CUDA_LAUNCHED("tile");
         } else {
-            const int64_t rows = B * H * D, Fa = c.A_dff;
-            // A0 = Qᵀ·Q per (b,h)
-            DevArray<T> A0(B * HDD, s), cur(B * HDD, s), t0(B * HDD, s), t1(B * HDD, s),
-                sum(B * HDD, s), rm(rows, s), rr(rows, s), g1(rows * Fa, s), g2(rows * Fa, s),
-                gg(rows * Fa, s);
-            for (int64_t b = 0; b < B; ++b)
-                for (int64_t h = 0; h < H; ++h) {
-                    const T* qh = q.get() + b * S * d + h * D;
-                    mm(gemm, true, false, D, D, S, qh, d, qh, d, A0.get() + (b * H + h) * DD, D);
-                }
-            keep_t(la.A0, A0.get(), {B, H, D, D});
-            // The learner: LN_A, then each residual unit: its GLUs, + its input, LayerNorm.
-            layernorm_forward<T>(cur.get(), rm.get(), rr.get(), A0.get(), dev(w.lnA_g),
-                                 dev(w.lnA_b), rows, D, eps, s);
-            keep_t(la.A_ln, cur.get(), {B, H, D, D});
-            for (int64_t r = 0; r < c.num_reslayerA; ++r) {
-                const ResUnitView<T>& rw = w.res[size_t(r)];
-                const T* xin = cur.get();
-                T* yout = t0.get();
-                if (c.num_denseA == 0)
-                    PLDR_CUDA_CALL(cudaMemsetAsync(yout, 0, size_t(B * HDD) * sizeof(T), s));
-                for (int64_t n = 0; n < c.num_denseA; ++n) {
-                    const GluView<T>& gw = rw.glu[size_t(n)];
-                    yout = n % 2 ? t1.get() : t0.get();
-                    linear(gemm, g1.get(), xin, dev(gw.w1), dev(gw.b1), rows, D, Fa);
-                    linear(gemm, g2.get(), xin, dev(gw.w2), dev(gw.b2), rows, D, Fa);
-                    glu_gate<T>(gg.get(), g1.get(), g2.get(), rows * Fa, s);
-                    linear(gemm, yout, gg.get(), dev(gw.w3), dev(gw.b3), rows, Fa, D);
-                    xin = yout;
-                }
-                add(sum.get(), yout, cur.get(), B * HDD, s);
-                layernorm_forward<T>(cur.get(), rm.get(), rr.get(), sum.get(), dev(rw.ln_g),
-                                     dev(rw.ln_b), rows, D, eps, s);
-            }
-            keep_t(la.A, cur.get(), {B, H, D, D});
-
-            // The operator in float64: Z = W·A + b; A_LM = f(Z); A_P = c(A_LM, P); G = a·A_P + b_a.
-            const int64_t n = B * HDD;
-            DevArray<double> A64, Z(n, s), ALM(n, s), AP(n, s), G64;
-            const double *A_d, *W, *bb, *P, *a, *ba;
-            if constexpr (std::is_same_v<T, double>) {
-                A_d = cur.get();
-                W = dev(w.W), bb = dev(w.b), P = dev(w.P), a = dev(w.a), ba = dev(w.ba);
-            } else {
-                A64 = DevArray<double>(n, s);
-                cast(A64.get(), cur.get(), n, s);
-                A_d = A64.get();
-                const double* p = op64[size_t(l)].get();
-                W = p, bb = p + HDD, P = p + 2 * HDD, a = p + 3 * HDD, ba = p + 4 * HDD;
-                G64 = DevArray<double>(n, s);
-            }
-            double* G_d;
-            if constexpr (std::is_same_v<T, double>)
-                G_d = G.get();
-            else
-                G_d = G64.get();
-            for (int64_t b = 0; b < B; ++b)
-                for (int64_t h = 0; h < H; ++h) {
-                    const int64_t o = (b * H + h) * DD;
-                    mm(gemm, false, false, D, D, D, W + h * DD, D, A_d + o, D, Z.get() + o, D);
-                }
-            add_periodic(Z.get(), bb, n, HDD, s);
-            positive_map_forward<double>(c.plga_positive_map, Z.get(), ALM.get(), n, s);
-            for (int64_t b = 0; b < B; ++b)
-                coupling_forward<double>(c.plga_coupling, ALM.get() + b * HDD, P,
-                                         AP.get() + b * HDD, HDD, s);
-            for (int64_t b = 0; b < B; ++b)
-                for (int64_t h = 0; h < H; ++h) {
-                    const int64_t o = (b * H + h) * DD;
-                    mm(gemm, false, false, D, D, D, a + h * DD, D, AP.get() + o, D, G_d + o, D);
-                }
-            add_periodic(G_d, ba, n, HDD, s);
-            if constexpr (!std::is_same_v<T, double>) cast(G.get(), G_d, n, s);
-            if (all) {
-                auto keep64 = [&](Tensor<T>& dst, const double* src) {
-                    std::vector<double> h(static_cast<size_t>(n));
-                    copy_to_host(h.data(), src, n, s);
-                    dst = Tensor<T>({B, H, D, D});
-                    for (int64_t i = 0; i < n; ++i) dst[i] = T(h[size_t(i)]);
-                };
-                keep64(la.Z, Z.get());
-                keep64(la.A_LM, ALM.get());
-                keep64(la.A_P, AP.get());
-            }
+            learned_g(l, q.get(), B, S, G.get(), la, all);
         }
         keep_t(la.G, G.get(), {B, H, D, D});
 
