@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda_model/forward.h"
 #include "cuda/gemm.h"
+#include "cuda_model/forward.h"
 #include "gpu_util.h"
 #include "numeric_cases.h"
 #include "ops/plga_variants.h"
