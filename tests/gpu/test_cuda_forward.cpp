@@ -64,45 +64,46 @@ std::vector<int64_t> inputs_of(const numeric::Shape& s, uint64_t seed) {
     return ids;
 }
 
+// Each case's float64 model (numeric::make_model) and input ids.
 class CudaForward : public ::testing::TestWithParam<numeric::Case> {
   protected:
-    void SetUp() override { PLDR_REQUIRE_GPU(); }
+    void SetUp() override {
+        PLDR_REQUIRE_GPU();
+        const uint64_t seed = numeric::seed_of(GetParam());
+        m = numeric::make_model(GetParam(), seed);
+        ids = inputs_of(GetParam().shape, seed);
+    }
+    template <class T>
+    std::map<std::string, std::vector<double>> cpu(const pldr::Model<T>& mt) const {
+        return cpu_pass(mt, ids, GetParam().shape.B, GetParam().shape.S);
+    }
+    template <class T>
+    std::map<std::string, std::vector<double>> gpu(
+        const pldr::Model<T>& mt, pldr::KeepActs keep = pldr::KeepActs::ALL) const {
+        return gpu_pass(mt, ids, GetParam().shape.B, GetParam().shape.S, keep);
+    }
+    pldr::Model<double> m;
+    std::vector<int64_t> ids;
 };
 
 TEST_P(CudaForward, Float64EqualsTheCpu) {
-    const numeric::Case& k = GetParam();
-    const uint64_t seed = numeric::seed_of(k);
-    const auto m = numeric::make_model(k, seed);
-    const auto ids = inputs_of(k.shape, seed);
-    const auto cpu = cpu_pass(m, ids, k.shape.B, k.shape.S);
-    const auto gpu = gpu_pass(m, ids, k.shape.B, k.shape.S);
-    ASSERT_EQ(names(gpu), names(cpu));
-    for (const auto& [n, ref] : cpu) EXPECT_TRUE(gpu::f64_close(gpu.at(n), ref)) << n;
+    const auto ref = cpu(m), got = gpu(m);
+    ASSERT_EQ(names(got), names(ref));
+    for (const auto& [n, r] : ref) EXPECT_TRUE(gpu::f64_close(got.at(n), r)) << n;
 }
 
 TEST_P(CudaForward, Float32WithinTheAllowance) {
-    const numeric::Case& k = GetParam();
-    const uint64_t seed = numeric::seed_of(k);
-    const auto m64 = numeric::make_model(k, seed);
-    const auto m32 = numeric::cast_model<float>(m64);
-    const auto ids = inputs_of(k.shape, seed);
-    const auto ref = cpu_pass(m64, ids, k.shape.B, k.shape.S);
-    const auto cpu = cpu_pass(m32, ids, k.shape.B, k.shape.S);
-    const auto gpu = gpu_pass(m32, ids, k.shape.B, k.shape.S);
-    ASSERT_EQ(names(gpu), names(cpu));
+    const auto m32 = numeric::cast_model<float>(m);
+    const auto ref = cpu(m), cpu32 = cpu(m32), got = gpu(m32);
+    ASSERT_EQ(names(got), names(cpu32));
     for (const auto& [n, r] : ref)
-        EXPECT_TRUE(gpu::f32_close(gpu::cast<float>(gpu.at(n)), gpu::cast<float>(cpu.at(n)), r))
+        EXPECT_TRUE(gpu::f32_close(gpu::cast<float>(got.at(n)), gpu::cast<float>(cpu32.at(n)), r))
             << n;
 }
 
 // An inference forward downloads the logits alone, the same values as the full one's.
 TEST_P(CudaForward, InferenceKeepsTheLogitsOnly) {
-    const numeric::Case& k = GetParam();
-    const uint64_t seed = numeric::seed_of(k);
-    const auto m = numeric::make_model(k, seed);
-    const auto ids = inputs_of(k.shape, seed);
-    const auto all = gpu_pass(m, ids, k.shape.B, k.shape.S);
-    const auto inf = gpu_pass(m, ids, k.shape.B, k.shape.S, pldr::KeepActs::INFERENCE);
+    const auto all = gpu(m), inf = gpu(m, pldr::KeepActs::INFERENCE);
     ASSERT_EQ(names(inf), (std::set<std::string>{"fwd.logits", "fwd.mask"}));
     EXPECT_TRUE(gpu::bits_equal(inf.at("fwd.logits"), all.at("fwd.logits")));
 }
