@@ -359,7 +359,6 @@ void DeviceModel<T>::Impl::attention(const T* q, const T* k, const T* v, const T
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, DD = D * D;
     Stream s = stream;
-    // 7. Ep = (Q·G)·Kᵀ / √dk; E = softmax(Ep + mask·(−1e9)); O = E·V, per (b,h).
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
             const int64_t bh = b * H + h;
@@ -456,28 +455,9 @@ void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S
         }
         keep_t(la.G, G.get(), {B, H, D, D});
 
-        // 7. Ep = (Q·G)·Kᵀ / √dk; E = softmax(Ep + mask·(−1e9)); O = E·V, per (b,h).
-        for (int64_t b = 0; b < B; ++b)
-            for (int64_t h = 0; h < H; ++h) {
-                const int64_t bh = b * H + h;
-                const T* qh = q.get() + b * S * d + h * D;
-                const T* kh = k.get() + b * S * d + h * D;
-                mm(gemm, false, false, S, D, D, qh, d, G.get() + bh * DD, D, QG.get() + bh * S * D,
-                   D);
-                mm(gemm, false, true, S, S, D, QG.get() + bh * S * D, D, kh, d,
-                   E.get() + bh * S * S, S);
-            }
-        // the raw scores are in E; the kernel writes Ep (kept) and E from them, row by row
-        masked_softmax_kernel<T><<<dim3(unsigned(S), unsigned(B * H)), kThreads, 0, s>>>(
-            E.get(), all ? Ep.get() : nullptr, E.get(), ids.get(), S, H, m.score_scale(),
-            c.pad_token_id);
-        PLDR_CUDA_LAUNCHED("masked_softmax");
-        for (int64_t b = 0; b < B; ++b)
-            for (int64_t h = 0; h < H; ++h) {
-                const int64_t bh = b * H + h;
-                mm(gemm, false, false, S, D, S, E.get() + bh * S * S, S,
-                   v.get() + b * S * d + h * D, d, O.get() + b * S * d + h * D, d);
-            }
+        // 7. Ep = (Q·G)·Kᵀ / √dk; E = softmax(Ep + mask·(−1e9)); O = E·V.
+        attention(q.get(), k.get(), v.get(), G.get(), ids.get(), B, S, QG.get(),
+                  all ? Ep.get() : nullptr, E.get(), O.get());
         keep_t(la.QG, QG.get(), {B, H, S, D});
         keep_t(la.Ep, Ep.get(), {B, H, S, S});
         keep_t(la.E, E.get(), {B, H, S, S});
