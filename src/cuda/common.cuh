@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "core/error.h"
 #include "cuda/kernels.h"
@@ -59,23 +60,49 @@ inline void require_grid_rows(int64_t rows, const char* what) {
     PLDR_REQUIRE(rows <= int64_t(0x7fffffff), what, ": ", rows, " rows exceed one launch");
 }
 
-// ---- stream-ordered scratch: freed on the stream after the work that uses it ------------------
+// ---- stream-ordered device arrays: freed on the stream after the work that uses them --------
 template <class U>
 class Scratch {
   public:
-    Scratch(int64_t n, Stream s) : s_(s) {
+    Scratch() = default;
+    Scratch(int64_t n, Stream s) : n_(n), s_(s) {
         PLDR_CUDA_CALL(
             cudaMallocAsync(reinterpret_cast<void**>(&p_), size_t(n < 1 ? 1 : n) * sizeof(U), s_));
     }
-    ~Scratch() { cudaFreeAsync(p_, s_); }
+    ~Scratch() { reset(); }
+    Scratch(Scratch&& o) noexcept { *this = std::move(o); }
+    Scratch& operator=(Scratch&& o) noexcept {
+        if (this != &o) {
+            reset();
+            p_ = std::exchange(o.p_, nullptr);
+            n_ = std::exchange(o.n_, 0);
+            s_ = o.s_;
+        }
+        return *this;
+    }
     Scratch(const Scratch&) = delete;
     Scratch& operator=(const Scratch&) = delete;
     U* get() const { return p_; }
+    int64_t size() const { return n_; }
+    void reset() {
+        if (p_) cudaFreeAsync(p_, s_);
+        p_ = nullptr;
+        n_ = 0;
+    }
 
   private:
     U* p_ = nullptr;
-    Stream s_;
+    int64_t n_ = 0;
+    Stream s_ = nullptr;
 };
+
+// Copies n values to the device (stream-ordered).
+template <class U>
+void copy_to_device(U* dev, const U* host, int64_t n, Stream s) {
+    if (n > 0)
+        PLDR_CUDA_CALL(
+            cudaMemcpyAsync(dev, host, size_t(n) * sizeof(U), cudaMemcpyHostToDevice, s));
+}
 
 // Copies n values back and waits for the stream.
 template <class U>

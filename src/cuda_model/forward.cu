@@ -17,50 +17,6 @@ namespace pldr::cuda {
 
 namespace {
 
-// ---- device arrays of the pass: stream-ordered, movable ----------------------------------------
-
-template <class U>
-class DevArray {
-  public:
-    DevArray() = default;
-    DevArray(int64_t n, Stream s) : n_(n), s_(s) {
-        PLDR_CUDA_CALL(
-            cudaMallocAsync(reinterpret_cast<void**>(&p_), size_t(n < 1 ? 1 : n) * sizeof(U), s));
-    }
-    ~DevArray() { reset(); }
-    DevArray(DevArray&& o) noexcept { *this = std::move(o); }
-    DevArray& operator=(DevArray&& o) noexcept {
-        if (this != &o) {
-            reset();
-            p_ = std::exchange(o.p_, nullptr);
-            n_ = std::exchange(o.n_, 0);
-            s_ = o.s_;
-        }
-        return *this;
-    }
-    DevArray(const DevArray&) = delete;
-    DevArray& operator=(const DevArray&) = delete;
-    U* get() const { return p_; }
-    int64_t size() const { return n_; }
-    void reset() {
-        if (p_) cudaFreeAsync(p_, s_);
-        p_ = nullptr;
-        n_ = 0;
-    }
-
-  private:
-    U* p_ = nullptr;
-    int64_t n_ = 0;
-    Stream s_ = nullptr;
-};
-
-template <class U>
-void upload(U* dev, const U* host, int64_t n, Stream s) {
-    if (n > 0)
-        PLDR_CUDA_CALL(
-            cudaMemcpyAsync(dev, host, size_t(n) * sizeof(U), cudaMemcpyHostToDevice, s));
-}
-
 // ---- the pass's own element-wise kernels
 // ---------------------------------------------------------
 
@@ -199,10 +155,10 @@ struct DeviceModel<T>::Impl {
     const Model<T>& m;
     Stream stream = nullptr;
     Gemm gemm;
-    DevArray<T> params, G_fixed;
-    // The operator's parameters in float64, per layer [5][H,D,D] (W, b, P, a, b_a): a float32
+    Scratch<T> params, G_fixed;
+    // The operator's parameters in float64, [L][5][H,D,D] (W, b, P, a, b_a): a float32
     // model's operator runs in float64 as the CPU's; a float64 model's reads params directly.
-    std::vector<DevArray<double>> op64;
+    Scratch<double> op64;
     DeviceRopeTable rope;
 
     explicit Impl(const Model<T>& model) : m(model), gemm(nullptr), rope(model.rope) {
@@ -214,23 +170,23 @@ struct DeviceModel<T>::Impl {
             PLDR_REQUIRE(cuda_has_coupling(c.plga_coupling),
                          "the CUDA backend has no kernel for the coupling '", c.plga_coupling, "'");
         }
-        params = DevArray<T>(m.num_params(), stream);
-        upload(params.get(), m.params.data(), m.num_params(), stream);
+        params = Scratch<T>(m.num_params(), stream);
+        copy_to_device(params.get(), m.params.data(), m.num_params(), stream);
         if (!m.G_fixed.empty()) {
-            G_fixed = DevArray<T>(int64_t(m.G_fixed.size()), stream);
-            upload(G_fixed.get(), m.G_fixed.data(), int64_t(m.G_fixed.size()), stream);
+            G_fixed = Scratch<T>(int64_t(m.G_fixed.size()), stream);
+            copy_to_device(G_fixed.get(), m.G_fixed.data(), int64_t(m.G_fixed.size()), stream);
         }
         if (std::is_same_v<T, float> && c.learned_g()) {
-            const int64_t HDD = c.num_heads * c.head_dim * c.head_dim;
-            std::vector<double> host(size_t(5 * HDD));
+            const int64_t HDD = c.num_heads * c.head_dim * c.head_dim, L = c.num_layers;
+            std::vector<double> host;
+            host.reserve(size_t(5 * HDD * L));
             for (const LayerView<T>& w : m.w.layers) {
-                const T* src[5] = {w.W, w.b, w.P, w.a, w.ba};
-                for (int k = 0; k < 5; ++k)
-                    for (int64_t i = 0; i < HDD; ++i) host[size_t(k * HDD + i)] = double(src[k][i]);
-                op64.emplace_back(5 * HDD, stream);
-                upload(op64.back().get(), host.data(), 5 * HDD, stream);
-                PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // host is reused
+                const T* const parts[5] = {w.W, w.b, w.P, w.a, w.ba};
+                for (const T* src : parts) host.insert(host.end(), src, src + HDD);
             }
+            op64 = Scratch<double>(5 * HDD * L, stream);
+            copy_to_device(op64.get(), host.data(), 5 * HDD * L, stream);
+            PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // before host goes
         }
         PLDR_CUDA_CALL(cudaStreamSynchronize(stream));
     }
@@ -269,7 +225,7 @@ void DeviceModel<T>::Impl::learned_g(int64_t l, const T* q_ptr, int64_t B, int64
     };
     const int64_t rows = B * H * D, Fa = c.A_dff;
     // A0 = Qᵀ·Q per (b,h)
-    DevArray<T> A0(B * HDD, s), cur(B * HDD, s), t0(B * HDD, s), t1(B * HDD, s), sum(B * HDD, s),
+    Scratch<T> A0(B * HDD, s), cur(B * HDD, s), t0(B * HDD, s), t1(B * HDD, s), sum(B * HDD, s),
         rm(rows, s), rr(rows, s), g1(rows * Fa, s), g2(rows * Fa, s), gg(rows * Fa, s);
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
@@ -304,18 +260,18 @@ void DeviceModel<T>::Impl::learned_g(int64_t l, const T* q_ptr, int64_t B, int64
 
     // The operator in float64: Z = W·A + b; A_LM = f(Z); A_P = c(A_LM, P); G = a·A_P + b_a.
     const int64_t n = B * HDD;
-    DevArray<double> A64, Z(n, s), ALM(n, s), AP(n, s), G64;
+    Scratch<double> A64, Z(n, s), ALM(n, s), AP(n, s), G64;
     const double *A_d, *W, *bb, *P, *a, *ba;
     if constexpr (std::is_same_v<T, double>) {
         A_d = cur.get();
         W = dev(w.W), bb = dev(w.b), P = dev(w.P), a = dev(w.a), ba = dev(w.ba);
     } else {
-        A64 = DevArray<double>(n, s);
+        A64 = Scratch<double>(n, s);
         cast(A64.get(), cur.get(), n, s);
         A_d = A64.get();
-        const double* p = op64[size_t(l)].get();
+        const double* p = op64.get() + l * 5 * HDD;
         W = p, bb = p + HDD, P = p + 2 * HDD, a = p + 3 * HDD, ba = p + 4 * HDD;
-        G64 = DevArray<double>(n, s);
+        G64 = Scratch<double>(n, s);
     }
     double* G_d;
     if constexpr (std::is_same_v<T, double>)
@@ -407,12 +363,12 @@ void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S
         download(all, dst, src, std::move(shape));
     };
 
-    DevArray<int64_t> ids(N, s), pos(N, s);
-    upload(ids.get(), out.ids.data(), N, s);
-    upload(pos.get(), out.pos.data(), N, s);
+    Scratch<int64_t> ids(N, s), pos(N, s);
+    copy_to_device(ids.get(), out.ids.data(), N, s);
+    copy_to_device(pos.get(), out.pos.data(), N, s);
 
     // Embedding·√d, then the input LayerNorm.
-    DevArray<T> x0(N * d, s), x(N * d, s), mean(N, s), rstd(N, s);
+    Scratch<T> x0(N * d, s), x(N * d, s), mean(N, s), rstd(N, s);
     embed_kernel<T><<<grid_for(N * d), kThreads, 0, s>>>(x0.get(), dev(m.w.emb), ids.get(), N, d,
                                                          m.embed_scale());
     PLDR_CUDA_LAUNCHED("embed");
@@ -424,7 +380,7 @@ void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S
     keep_t(out.ln_rstd, rstd.get(), {N});
     x0.reset();
 
-    DevArray<T> q(N * d, s), k(N * d, s), v(N * d, s), G(B * HDD, s), QG(B * H * S * D, s),
+    Scratch<T> q(N * d, s), k(N * d, s), v(N * d, s), G(B * HDD, s), QG(B * H * S * D, s),
         Ep(all ? B * H * S * S : 1, s), E(B * H * S * S, s), O(N * d, s), y(N * d, s),
         out1(N * d, s), h1(N * F, s), h2(N * F, s), gated(N * F, s);
     out.layers.resize(size_t(c.num_layers));
@@ -489,7 +445,7 @@ void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S
     }
 
     // The head.
-    DevArray<T> logits(N * V, s);
+    Scratch<T> logits(N * V, s);
     linear(gemm, logits.get(), x.get(), dev(m.w.head_w), dev(m.w.head_b), N, d, V);
     out.logits.resize_for_overwrite({B, S, V});
     copy_to_host(out.logits.ptr(), logits.get(), N * V, s);
@@ -507,7 +463,7 @@ template <class T>
 int64_t DeviceModel<T>::param_bytes() const {
     int64_t n =
         impl_->params.size() * int64_t(sizeof(T)) + impl_->G_fixed.size() * int64_t(sizeof(T));
-    for (const auto& a : impl_->op64) n += a.size() * int64_t(sizeof(double));
+    n += impl_->op64.size() * int64_t(sizeof(double));
     return n;
 }
 template <class T>
