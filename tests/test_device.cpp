@@ -1,9 +1,14 @@
 // --device on every command that runs a model: "cpu" runs as before; "cuda" where no CUDA device
 // can run the model (no GPU visible, a build without the backend, or a command the backend does
 // not run yet) exits 1 with one line naming the device; anything else is refused naming it. The
-// same through the C++ API (LoadOptions, TrainOptions, BenchOptions) and the C API.
+// same through the C++ API (LoadOptions, TrainOptions, BenchOptions) and the C API. Where a GPU
+// is visible, a model loaded onto it runs its forward there (every named tensor as the CPU's)
+// and refuses every other job in one line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,23 +21,37 @@ namespace {
 
 const std::string kModel = std::string(PLDR_SOURCE_DIR) + "/tests/golden/models/a_tiny_v510.f32";
 
+// Whether this process sees a CUDA device it can run on.
+bool gpu_visible() {
+    return pldr::api::devices().size() > 1;
+}
+
 TEST(Device, CudaWithoutABackendExitsOneWithOneLine) {
     const std::string out = cli_test::tmp_dir("device");
-    const std::vector<std::string> commands = {
+    const bool gpu = gpu_visible();
+    const std::string dump = "dump " + kModel + " --tokens 5,6,7 --out " + out + "/d.safetensors";
+    if (gpu) {  // the forward runs there; the other commands below refuse
+        const auto r = cli_test::run(dump + " --device cuda");
+        EXPECT_EQ(r.code, 0) << r.err;
+    }
+    std::vector<std::string> commands = {
         "generate " + kModel + " --ids 5,6 -n 2",
-        "dump " + kModel + " --tokens 5,6,7 --out " + out + "/d.safetensors",
         "grad " + kModel + " --tokens 5,6,7,8 --out " + out + "/g.safetensors",
         "audit " + kModel + " --out " + out + "/audit",
         "serve " + kModel + " --port 0",
         "bench --config S --only decode",
         "train --preset tiny --data " + out + " --out " + out + "/ckpt --steps 1",
     };
+    if (!gpu) commands.push_back(dump);
     for (const auto& c : commands) {
         SCOPED_TRACE(c);
         const auto r = cli_test::run(c + " --device cuda");
         EXPECT_EQ(r.code, 1) << r.err;
         EXPECT_EQ(cli_test::count_lines(r.err), 1) << r.err;
         EXPECT_NE(r.err.find("device cuda"), std::string::npos) << r.err;
+        if (gpu) {
+            EXPECT_NE(r.err.find("not yet this job"), std::string::npos) << r.err;
+        }
     }
     const auto r = cli_test::run("generate " + kModel + " --ids 5,6 -n 2 --device tpu");
     EXPECT_EQ(r.code, 1);
@@ -48,7 +67,9 @@ TEST(Device, TheApiRefusesWhatItCannotRun) {
         EXPECT_THROW(pldr::api::check_model_device(d), pldr::Error) << d;
     pldr::api::LoadOptions lo;
     lo.device = "cuda";
-    EXPECT_THROW(pldr::api::Model::load(kModel, lo), pldr::Error);
+    if (!gpu_visible()) {
+        EXPECT_THROW(pldr::api::Model::load(kModel, lo), pldr::Error);
+    }
     lo.device = "cpu";
     EXPECT_NO_THROW(pldr::api::Model::load(kModel, lo));
     pldr::api::BenchOptions bo;
@@ -59,12 +80,76 @@ TEST(Device, TheApiRefusesWhatItCannotRun) {
     EXPECT_STREQ(c.device, "cpu");
     c.device = "cuda";
     pldr_model* m = nullptr;
-    EXPECT_EQ(pldr_model_load_with(kModel.c_str(), &c, &m), PLDR_ERR_FAILED);
-    EXPECT_EQ(m, nullptr);
-    EXPECT_NE(std::string(pldr_last_error()).find("device cuda"), std::string::npos);
+    if (!gpu_visible()) {
+        EXPECT_EQ(pldr_model_load_with(kModel.c_str(), &c, &m), PLDR_ERR_FAILED);
+        EXPECT_EQ(m, nullptr);
+        EXPECT_NE(std::string(pldr_last_error()).find("device cuda"), std::string::npos);
+    }
     c.device = "cpu";
     ASSERT_EQ(pldr_model_load_with(kModel.c_str(), &c, &m), PLDR_OK) << pldr_last_error();
     pldr_model_free(m);
+}
+
+// The largest |a − b| over a tensor, relative to its largest |b| (at least 1).
+double rel_diff(const pldr::api::Tensor& a, const pldr::api::Tensor& b) {
+    EXPECT_EQ(a.shape, b.shape);
+    double d = 0, m = 1;
+    for (int64_t i = 0; i < b.numel(); ++i) {
+        d = std::max(d, std::abs(a.f64()[i] - b.f64()[i]));
+        m = std::max(m, std::abs(b.f64()[i]));
+    }
+    return d / m;
+}
+
+TEST(Device, AModelOnTheGpuRunsItsForwardThereAndRefusesTheRest) {
+    if (!gpu_visible()) GTEST_SKIP() << "skipped: no CUDA device";
+    pldr::api::LoadOptions lo;
+    lo.dtype = pldr::api::DType::F64;  // float64: the GPU's forward equals the CPU's to 1e-12
+    const pldr::api::Model cpu = pldr::api::Model::load(kModel, lo);
+    lo.device = "cuda";
+    const pldr::api::Model gpu = pldr::api::Model::load(kModel, lo);
+    const std::vector<int64_t> ids = {5, 6, 7, 8, 9, 10, 11, 12};
+    const pldr::api::ForwardResult a = gpu.forward(ids, 2), b = cpu.forward(ids, 2);
+    ASSERT_EQ(a.tensors.size(), b.tensors.size());
+    for (size_t i = 0; i < b.tensors.size(); ++i) {
+        SCOPED_TRACE(b.tensors[i].first);
+        ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
+        if (b.tensors[i].second.dtype != pldr::api::DType::F64) continue;
+        EXPECT_LE(rel_diff(a.tensors[i].second, b.tensors[i].second), 1e-12);
+    }
+    // every other job: one line that says which jobs run there
+    for (const auto& job : std::vector<std::function<void()>>{
+             [&] {
+                 gpu.generate_ids({5, 6}, {});
+             },
+             [&] { pldr::api::Session s(gpu, pldr::api::CacheMode::KVG, 8); },
+             [&] {
+                 gpu.score_ids({5, 6}, {7}, {});
+             }}) {
+        try {
+            job();
+            ADD_FAILURE() << "a job ran on the GPU model";
+        } catch (const pldr::Error& e) {
+            EXPECT_NE(std::string(e.what()).find("not yet this job"), std::string::npos)
+                << e.what();
+        }
+    }
+    // pldr bench: the prefill runs there, against the GPU's limits; decode refuses
+    pldr::api::BenchOptions bo;
+    bo.device = "cuda";
+    bo.workload = pldr::api::BenchWorkload::PREFILL;
+    bo.reps = 3;
+    bo.min_time = 0;
+    const pldr::api::BenchResult r = pldr::api::bench(bo);
+    EXPECT_EQ(r.tok_s_reps.size(), 3u);
+    EXPECT_GT(r.tok_s.min, 0);
+    EXPECT_GT(r.device_param_bytes, 0);
+    bo.workload = pldr::api::BenchWorkload::DECODE;
+    EXPECT_THROW(pldr::api::bench(bo), pldr::Error);
+    const pldr::api::BenchLimits lim = pldr::api::measure_bench_limits(1, "cuda");
+    EXPECT_GT(lim.read_gbs, 50);        // any HBM or GDDR GPU of today
+    EXPECT_GT(lim.sgemm_gflops, 1000);  // and its float32 products
+    EXPECT_GT(lim.bf16_gflops, lim.sgemm_gflops);
 }
 
 }  // namespace

@@ -21,6 +21,11 @@ namespace pldr::api {
 
 struct BenchLimits {
     int threads = 0;
+    // "cpu", or the CUDA device measured ("cuda:0"): then read_gbs is its memory's read
+    // bandwidth, sgemm_gflops cuBLASLt's float32 product (TF32 off: what the float32 model
+    // runs), bf16_gflops its bf16 product, tf32_gflops its TF32 one, each 8192³, best of 5.
+    std::string device = "cpu";
+    double tf32_gflops = 0;
     double read_gbs = 0;  // STREAM-style multi-threaded read of 1 GiB, best of 5, GB/s
     // float32 2048³ matrix product, best of 4 through each library pldr's float32 products run
     // on (OpenBLAS, and oneDNN where pldr hands it products of that size), the better of them
@@ -31,11 +36,14 @@ struct BenchLimits {
     double bf16_gflops = 0;
     std::string bf16_backend;
 };
-// Measures both limits on `threads` threads (≥ 1) and leaves that thread count set.
-BenchLimits measure_bench_limits(int threads);
+// Measures the limits on `threads` threads (≥ 1) and leaves that thread count set; with a CUDA
+// device ("cuda", "cuda:N"; check_device), that device's limits instead.
+BenchLimits measure_bench_limits(int threads, const std::string& device = "cpu");
 // One limit alone, measured as measure_bench_limits does: "read" (GB/s), "sgemm" or "bf16"
-// (GFLOP/s; bf16 is 0 where the machine has none). Throws pldr::Error on another name.
-double measure_bench_limit(const std::string& which, int threads);
+// (GFLOP/s; bf16 is 0 where the machine has none), and "tf32" on a CUDA device. Throws
+// pldr::Error on another name.
+double measure_bench_limit(const std::string& which, int threads,
+                           const std::string& device = "cpu");
 
 enum class BenchWorkload { PREFILL, DECODE, TRAIN };
 BenchWorkload bench_workload_from_name(const std::string& s);  // "prefill" | "decode" | "train"
@@ -45,8 +53,11 @@ struct BenchOptions {
     std::string model_dir;     // a model directory (its weights, float32), or else
     std::string config = "S";  // a benchmark shape with random weights: "S" | "M" | "110M"
     BenchWorkload workload = BenchWorkload::DECODE;
-    int threads = 2;             // ≥ 1: OpenMP and OpenBLAS share them
-    std::string device = "cpu";  // "cpu", or "cuda[:N]" (check_device)
+    int threads = 2;  // ≥ 1: OpenMP and OpenBLAS share them
+    // "cpu", or "cuda[:N]" (check_device): there the prefill runs (the model's forward on the
+    // GPU, the head over the last position; float32 weights), and the other workloads refuse
+    // in one line until the backend runs them (docs/gpu.md).
+    std::string device = "cpu";
     // Timed repetitions; 0 = the workload's default: prefill 10, decode 5 (no cache: 1), train
     // 20 / 8 / 3 for models of width under 256 / under 512 / larger.
     int reps = 0;
@@ -107,6 +118,8 @@ struct BenchResult {
     // Decode: bytes of weights one sequence's step reads (batch 1), packed ones in their size.
     double bytes_per_token = 0;
     double peak_rss_bytes = 0;               // this process's peak resident set after the workload
+    std::string device = "cpu";              // where it ran
+    double device_param_bytes = 0;           // on a CUDA device: the parameters' device memory
     double load_before = 0, load_after = 0;  // 1-minute load average around the timed part
     double loss = 0;                         // train: the last step's loss
 };

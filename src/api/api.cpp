@@ -220,15 +220,20 @@ std::vector<Generation> run_generation(const Model& model,
 
 }  // namespace
 
+void Model::Impl::require_host() const {
+    PLDR_REQUIRE(!dev, gpu::not_yet(device));
+}
+
 Model Model::load(const std::string& dir, const LoadOptions& opt) {
     check_options(opt);
-    check_model_device(opt.device);
+    const DeviceSpec device = ::pldr::parse_device(opt.device);  // before reading anything
     auto impl = std::make_shared<Impl>();
     if (opt.dtype == DType::F32) {
         impl->m32 = std::make_unique<::pldr::Model<float>>(
             load_model<float>(dir, !opt.dequantize, opt.map_file));
         impl->m32->set_reference_numerics(opt.reference_numerics);
-        keep_transposed_weights(*impl->m32);  // an immutable model: inference only
+        // an immutable model for inference on the CPU (a CUDA device reads params only)
+        if (device.kind == DeviceKind::CPU) keep_transposed_weights(*impl->m32);
         impl->info = info_of(*impl->m32, dir);
     } else {
         impl->m64 =
@@ -245,6 +250,9 @@ Model Model::load(const std::string& dir, const LoadOptions& opt) {
                      impl->info.vocab_size);
         impl->tok = std::make_unique<Tokenizer>(std::move(ti));
     }
+    impl->device = device;
+    if (device.kind == DeviceKind::CUDA)
+        impl->dev = impl->visit_host([&](const auto& m) { return gpu::upload(m, device); });
     return Model(std::move(impl));
 }
 
@@ -266,10 +274,14 @@ ForwardResult Model::forward(const std::vector<int64_t>& ids, int64_t batch) con
     PLDR_REQUIRE(!ids.empty() && int64_t(ids.size()) % batch == 0, "forward: ", ids.size(),
                  " token ids do not form ", batch, " rows of equal length");
     const int64_t S = int64_t(ids.size()) / batch;
-    return impl_of(*this).visit([&](const auto& m) {
+    const Impl& im = impl_of(*this);
+    return im.visit_host([&](const auto& m) {
         using T = scalar_t<decltype(m)>;
         ::pldr::Activations<T> acts;
-        ::pldr::forward(m, ids.data(), batch, S, acts);
+        if (im.dev)
+            gpu::forward(*im.dev, ids.data(), batch, S, acts);  // every named tensor, as below
+        else
+            ::pldr::forward(m, ids.data(), batch, S, acts);
         return forward_result(m, acts);
     });
 }
@@ -410,7 +422,7 @@ Gradients Model::loss_and_grads(const std::vector<int64_t>& tokens, int64_t batc
 }
 
 std::vector<std::string> Model::parameter_names() const {
-    return impl_of(*this).visit([&](const auto& m) {
+    return impl_of(*this).visit_host([&](const auto& m) {
         std::vector<std::string> v;
         for (const auto& e : m.layout.entries) v.push_back(e.name);
         return v;

@@ -20,8 +20,22 @@
 
 namespace pldr::api {
 
-BenchLimits measure_bench_limits(int threads) {
+BenchLimits measure_bench_limits(int threads, const std::string& device) {
     PLDR_REQUIRE(threads >= 1 && threads <= 1024, "threads ", threads, " is outside [1, 1024]");
+    const DeviceSpec dev = ::pldr::parse_device(device);
+    if (dev.kind == DeviceKind::CUDA) {
+        BenchLimits out;
+        out.threads = threads;
+        out.device = dev.name();
+        out.read_gbs = gpu::limit("read", dev);
+        out.sgemm_gflops = gpu::limit("sgemm", dev);
+        out.sgemm_kernels = gpu::limit_source(dev) + ", float32, TF32 off";
+        out.bf16_gflops = gpu::limit("bf16", dev);
+        out.bf16_backend = gpu::limit_source(dev);
+        out.tf32_gflops = gpu::limit("tf32", dev);
+        perf::set_threads(threads);
+        return out;
+    }
     const perf::Limits L = perf::measure_limits(threads);
     BenchLimits out;
     out.threads = threads;
@@ -33,10 +47,13 @@ BenchLimits measure_bench_limits(int threads) {
     return out;
 }
 
-double measure_bench_limit(const std::string& which, int threads) {
+double measure_bench_limit(const std::string& which, int threads, const std::string& device) {
     PLDR_REQUIRE(threads >= 1 && threads <= 1024, "threads ", threads, " is outside [1, 1024]");
+    const DeviceSpec dev = ::pldr::parse_device(device);
     double v = 0;
-    if (which == "read")
+    if (dev.kind == DeviceKind::CUDA)
+        v = gpu::limit(which, dev);
+    else if (which == "read")
         v = perf::read_bandwidth_gbs(threads);
     else if (which == "sgemm")
         v = perf::sgemm_peak_gflops(threads);
@@ -106,7 +123,9 @@ void write_bench_shards(const std::string& dir, int64_t vocab, int64_t ctx, int6
 }
 
 BenchResult bench(const BenchOptions& o) {
-    check_model_device(o.device);
+    const DeviceSpec dev = ::pldr::parse_device(o.device);
+    const bool on_gpu = dev.kind == DeviceKind::CUDA;
+    PLDR_REQUIRE(!on_gpu || o.workload == BenchWorkload::PREFILL, gpu::not_yet(dev));
     PLDR_REQUIRE(o.threads >= 1 && o.threads <= 1024, "threads ", o.threads,
                  " is outside [1, 1024]");
     PLDR_REQUIRE(o.reps >= 0 && o.reps <= perf::kMaxReps, "reps ", o.reps, " is outside [0, ",
@@ -135,8 +154,10 @@ BenchResult bench(const BenchOptions& o) {
     else
         PLDR_REQUIRE(o.weights.empty(), "weights '", o.weights, "' is not f32, bf16 or q8");
     r.weights = m->packed ? weight_format_name(m->packed->format()) : "f32";
+    PLDR_REQUIRE(!on_gpu || r.weights == "f32", "--device ", dev.name(),
+                 ": the CUDA backend reads float32 weights (", r.weights, " given: --weights f32)");
     // Prefill and decode run on a model as Model::load gives it for inference.
-    if (o.workload != BenchWorkload::TRAIN) keep_transposed_weights(*m);
+    if (o.workload != BenchWorkload::TRAIN && !on_gpu) keep_transposed_weights(*m);
     const Precision precision = parse_precision(o.precision);
     PLDR_REQUIRE(precision == Precision::FP32 || o.workload == BenchWorkload::TRAIN,
                  "precision bf16 applies to training (inference in bf16: weights bf16)");
@@ -147,6 +168,7 @@ BenchResult bench(const BenchOptions& o) {
     const int64_t ctx = std::min(o.context, m->cfg.max_position);
     r.workload = o.workload;
     r.threads = o.threads;
+    r.device = dev.name();
     r.num_params = m->num_params();
     const int small = m->cfg.hidden_size < 256 ? 1 : 0;  // S-sized models: more reps
     const double floor_s = o.min_time >= 0 ? o.min_time : o.reps == 0 ? 2.0 : 0.0;
@@ -154,8 +176,17 @@ BenchResult bench(const BenchOptions& o) {
     switch (o.workload) {
         case BenchWorkload::PREFILL: {
             const int64_t P = o.prompt ? o.prompt : 128;
-            r.tok_s_reps = perf::run_prefill(*m, P, ctx, o.reps ? o.reps : 10, o.warmup,
-                                             o.between_reps, floor_s);
+            if (on_gpu) {
+                PLDR_REQUIRE(P <= ctx, "prefill of ", P, " tokens does not fit the context of ",
+                             ctx);
+                int64_t bytes = 0;
+                r.tok_s_reps = gpu::run_prefill(*m, dev, P, o.reps ? o.reps : 10, o.warmup,
+                                                o.between_reps, floor_s, &bytes);
+                r.device_param_bytes = double(bytes);
+            } else {
+                r.tok_s_reps = perf::run_prefill(*m, P, ctx, o.reps ? o.reps : 10, o.warmup,
+                                                 o.between_reps, floor_s);
+            }
             r.flops_per_token = perf::forward_flops(m->cfg, 1, P, 1) / double(P);
             break;
         }

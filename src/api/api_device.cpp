@@ -1,6 +1,7 @@
 // The public API's devices (include/pldr/device.hpp) over src/cuda/device.h.
 #include <cstdio>
 
+#include "api/api_cuda.h"
 #include "core/error.h"
 #include "cuda/device.h"
 #include "pldr/device.hpp"
@@ -13,9 +14,7 @@ void check_device(const std::string& device) {
 
 void check_model_device(const std::string& device) {
     const DeviceSpec d = ::pldr::parse_device(device);
-    PLDR_REQUIRE(d.kind == DeviceKind::CPU, "--device ", device,
-                 ": the CUDA backend runs its kernels (pldr_gpu_tests) but not the models yet; "
-                 "use --device cpu (docs/gpu.md)");
+    PLDR_REQUIRE(d.kind == DeviceKind::CPU, gpu::not_yet(d));
 }
 
 std::vector<std::string> devices() {

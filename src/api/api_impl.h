@@ -6,9 +6,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "api/api_cuda.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/tensor.h"
+#include "cuda/device.h"
 #include "infer/generate.h"
 #include "infer/sampler.h"
 #include "infer/score.h"
@@ -80,13 +82,27 @@ struct Model::Impl {
     std::unique_ptr<::pldr::Model<double>> m64;
     std::unique_ptr<api::Tokenizer> tok;  // null without tokenizer
     const ::pldr::Tokenizer* internal_tok() const;
+    // Where the model's jobs run (LoadOptions::device), and its copy there (null on the CPU).
+    // The host model stays: it is what the copy was made from, and what save() writes.
+    DeviceSpec device;
+    std::shared_ptr<const gpu::Copy> dev;
 
-    // f(model) with the model of the loaded precision.
+    // f(model) with the model of the loaded precision, for a job that computes on the host:
+    // a model loaded onto a CUDA device refuses it in one line (require_host).
     template <typename F>
     decltype(auto) visit(F&& f) const {
+        require_host();
+        return visit_host(std::forward<F>(f));
+    }
+    // f(model) whatever the device: what reads the host model's parameters or layout only.
+    template <typename F>
+    decltype(auto) visit_host(F&& f) const {
         if (m32) return f(*m32);
         return f(*m64);
     }
+    // Throws unless the jobs run on the CPU: "--device cuda:0: the CUDA backend runs the
+    // forward pass (...) but not yet this job; ...".
+    void require_host() const;
 };
 
 const Model::Impl& impl_of(const Model& m);

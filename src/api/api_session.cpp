@@ -34,6 +34,7 @@ struct Session::Impl {
 Session::Session(const Model& model, CacheMode mode, int64_t max_len)
     : impl_(std::make_unique<Impl>(Impl{model, nullptr, nullptr})) {
     const Model::Impl& mi = impl_of(model);
+    mi.require_host();  // sessions on the GPU: not yet (docs/gpu.md)
     PLDR_REQUIRE(max_len >= 0, "session max_len must be >= 0 (got ", max_len, ")");
     if (mi.m32)
         impl_->s32 = std::make_unique<::pldr::Session<float>>(*mi.m32, internal(mode), max_len);

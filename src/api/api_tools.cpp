@@ -96,7 +96,7 @@ void Model::save(const std::string& dir, DType stored, bool force) const {
     PLDR_REQUIRE(stored == DType::F32 || stored == DType::F64, "a model is stored as f32 or f64");
     require_output_dir(dir, inputs_of(*this), "the output directory",
                        {"config.json", "model.safetensors"}, force);
-    impl_of(*this).visit([&](const auto& m) {
+    impl_of(*this).visit_host([&](const auto& m) {
         save_model(m, dir, stored == DType::F64 ? ::pldr::DType::F64 : ::pldr::DType::F32);
     });
 }
@@ -240,6 +240,7 @@ ModelComparison compare_models(const Model& a, const Model& b, const std::vector
     return impl_of(a).visit([&](const auto& ma) {
         using T = scalar_t<decltype(ma)>;
         const auto& im = impl_of(b);
+        im.require_host();
         const ::pldr::Model<T>& mb = [&]() -> const ::pldr::Model<T>& {
             if constexpr (std::is_same_v<T, double>)
                 return *im.m64;

@@ -4,9 +4,11 @@
 // second our A (transposed when ta), its m, n, k our N, M, K, and its bias (one per row of its
 // D, i.e. per column of our C) is the linear layers' bias.
 #include <cublasLt.h>
+#include <dlfcn.h>
 
 #include <cstring>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "cuda/common.cuh"
@@ -16,8 +18,63 @@ namespace pldr::cuda {
 
 namespace {
 
+// ---- cuBLASLt, loaded when the first Gemm is made ----------------------------------------------
+// Not linked: linking libcublasLt.so costs every process 0.35 s and 200 MB of resident memory at
+// start (measured on our build machine, its initialisers), in every pldr command whether it
+// touches a GPU or not. dlopen finds it through LD_LIBRARY_PATH and the system's paths (the GPU
+// machine: torch's nvidia-cublas wheel, scripts/gpu-check.sh), then in the toolkit that built
+// pldr (PLDR_CUBLASLT_DIR, set by CMake).
+struct LtApi {
+// clang-format off
+#define PLDR_LT_FUNCTIONS(X) \
+    X(GetStatusName) \
+    X(GetStatusString) \
+    X(Create) \
+    X(Destroy) \
+    X(Matmul) \
+    X(MatmulAlgoGetHeuristic) \
+    X(MatmulDescCreate) \
+    X(MatmulDescDestroy) \
+    X(MatmulDescSetAttribute) \
+    X(MatmulPreferenceCreate) \
+    X(MatmulPreferenceDestroy) \
+    X(MatmulPreferenceSetAttribute) \
+    X(MatrixLayoutCreate) \
+    X(MatrixLayoutDestroy)
+// clang-format on
+#define PLDR_LT_MEMBER(name) decltype(&cublasLt##name) name = nullptr;
+    PLDR_LT_FUNCTIONS(PLDR_LT_MEMBER)
+#undef PLDR_LT_MEMBER
+
+    LtApi() {
+        const std::string so = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+        void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+        std::string why = h ? "" : dlerror();
+#ifdef PLDR_CUBLASLT_DIR
+        if (!h)
+            h = dlopen((std::string(PLDR_CUBLASLT_DIR) + "/" + so).c_str(), RTLD_NOW | RTLD_LOCAL);
+#endif
+        PLDR_REQUIRE(h, "CUDA: cannot load ", so, " (", why,
+                     "): install the CUDA toolkit's cuBLAS, or add its folder to LD_LIBRARY_PATH");
+#define PLDR_LT_LOAD(name)                                                                   \
+    name = reinterpret_cast<decltype(name)>(dlsym(h, "cublasLt" #name));                     \
+    PLDR_REQUIRE(name, "CUDA: ", so, " has no cublasLt" #name " (a cuBLAS older than CUDA ", \
+                 CUBLAS_VER_MAJOR, "?)");
+        PLDR_LT_FUNCTIONS(PLDR_LT_LOAD)
+#undef PLDR_LT_LOAD
+    }
+#undef PLDR_LT_FUNCTIONS
+};
+
+// The loaded functions (thread-safe first use; a failed load throws, and the next call tries
+// again).
+const LtApi& lt_api() {
+    static const LtApi api;
+    return api;
+}
+
 [[noreturn]] void throw_lt(const char* what, cublasStatus_t s) {
-    fail("cuBLASLt: ", what, ": ", cublasLtGetStatusName(s), ": ", cublasLtGetStatusString(s));
+    fail("cuBLASLt: ", what, ": ", lt_api().GetStatusName(s), ": ", lt_api().GetStatusString(s));
 }
 #define PLDR_LT_CALL(call)                                                            \
     do {                                                                              \
@@ -74,10 +131,10 @@ struct Plan {
     Plan(const Plan&) = delete;
     Plan& operator=(const Plan&) = delete;
     ~Plan() {
-        if (c) cublasLtMatrixLayoutDestroy(c);
-        if (b) cublasLtMatrixLayoutDestroy(b);
-        if (a) cublasLtMatrixLayoutDestroy(a);
-        if (op) cublasLtMatmulDescDestroy(op);
+        if (c) lt_api().MatrixLayoutDestroy(c);
+        if (b) lt_api().MatrixLayoutDestroy(b);
+        if (a) lt_api().MatrixLayoutDestroy(a);
+        if (op) lt_api().MatmulDescDestroy(op);
     }
 };
 
@@ -108,53 +165,53 @@ struct Gemm::Impl {
                                   : k.kind == Kind::BF16 ? CUDA_R_16BF
                                                          : CUDA_R_32F;
         const cudaDataType_t cd = scale;
-        PLDR_LT_CALL(cublasLtMatmulDescCreate(&p->op, compute, scale));
+        PLDR_LT_CALL(lt_api().MatmulDescCreate(&p->op, compute, scale));
         // cuBLASLt's operand 1 is our B, operand 2 our A (see the top of this file).
         const cublasOperation_t op1 = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
         const cublasOperation_t op2 = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
         PLDR_LT_CALL(
-            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1));
+            lt_api().MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1));
         PLDR_LT_CALL(
-            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2));
+            lt_api().MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2));
         if (with_bias) {
             const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-            PLDR_LT_CALL(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                        sizeof epi));
+            PLDR_LT_CALL(lt_api().MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                         sizeof epi));
             const int32_t bias_type = int32_t(cd);
-            PLDR_LT_CALL(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                        &bias_type, sizeof bias_type));
+            PLDR_LT_CALL(lt_api().MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                         &bias_type, sizeof bias_type));
         }
         // Stored shapes, column-major: operand 1 = B is [N,K] read as such (tb: [K,N]); operand 2
         // = A is [K,M] (ta: [M,K]); C is [N,M].
-        PLDR_LT_CALL(cublasLtMatrixLayoutCreate(&p->a, ab, uint64_t(k.tb ? k.K : k.N),
-                                                uint64_t(k.tb ? k.N : k.K), k.ldb));
-        PLDR_LT_CALL(cublasLtMatrixLayoutCreate(&p->b, ab, uint64_t(k.ta ? k.M : k.K),
-                                                uint64_t(k.ta ? k.K : k.M), k.lda));
-        PLDR_LT_CALL(cublasLtMatrixLayoutCreate(&p->c, cd, uint64_t(k.N), uint64_t(k.M), k.ldc));
+        PLDR_LT_CALL(lt_api().MatrixLayoutCreate(&p->a, ab, uint64_t(k.tb ? k.K : k.N),
+                                                 uint64_t(k.tb ? k.N : k.K), k.ldb));
+        PLDR_LT_CALL(lt_api().MatrixLayoutCreate(&p->b, ab, uint64_t(k.ta ? k.M : k.K),
+                                                 uint64_t(k.ta ? k.K : k.M), k.lda));
+        PLDR_LT_CALL(lt_api().MatrixLayoutCreate(&p->c, cd, uint64_t(k.N), uint64_t(k.M), k.ldc));
         cublasLtMatmulPreference_t pref = nullptr;
-        PLDR_LT_CALL(cublasLtMatmulPreferenceCreate(&pref));
+        PLDR_LT_CALL(lt_api().MatmulPreferenceCreate(&pref));
         cublasLtMatmulHeuristicResult_t result{};
         int returned = 0;
         cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
         const uint64_t ws = workspace_bytes;
         const uint32_t al[4] = {k.align_b, k.align_a, k.align_c, k.align_c};  // operands 1, 2, C, D
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &ws, sizeof ws);
+        st = lt_api().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof ws);
         const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; ++i)
-            st = cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);
+            st = lt_api().MatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);
         if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &result,
-                                                &returned);
-        cublasLtMatmulPreferenceDestroy(pref);
+            st = lt_api().MatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->c, p->c, pref, 1,
+                                                 &result, &returned);
+        lt_api().MatmulPreferenceDestroy(pref);
         if (st == CUBLAS_STATUS_SUCCESS && returned > 0) {
             p->algo = result.algo;
             p->found = true;
         } else {  // with the epilogue the caller falls back; without it there must be one
             PLDR_REQUIRE(with_bias, "cuBLASLt: no algorithm for a ", k.M, "x", k.N, "x", k.K,
-                         " product (", cublasLtGetStatusName(st), ")");
+                         " product (", lt_api().GetStatusName(st), ")");
         }
         Plan& ref = *p;
         plans.emplace(key, std::move(p));
@@ -208,22 +265,22 @@ struct Gemm::Impl {
         if (!p) p = &plan(k, false);
         if (epilogue) {  // the plan is shared by every call of its shape: the pointer per call
             const void* bp = bias;
-            PLDR_LT_CALL(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                        &bp, sizeof bp));
+            PLDR_LT_CALL(lt_api().MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bp, sizeof bp));
         }
-        PLDR_LT_CALL(cublasLtMatmul(lt, p->op, &alpha, B, p->a, A, p->b, &b, C, p->c, C, p->c,
-                                    &p->algo, workspace, workspace_bytes, stream));
+        PLDR_LT_CALL(lt_api().Matmul(lt, p->op, &alpha, B, p->a, A, p->b, &b, C, p->c, C, p->c,
+                                     &p->algo, workspace, workspace_bytes, stream));
     }
 };
 
 Gemm::Gemm(Stream stream, size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
     impl_->stream = stream;
     impl_->workspace_bytes = workspace_bytes;
-    PLDR_LT_CALL(cublasLtCreate(&impl_->lt));
+    PLDR_LT_CALL(lt_api().Create(&impl_->lt));
     if (workspace_bytes) {
         const cudaError_t e = cudaMalloc(&impl_->workspace, workspace_bytes);
         if (e != cudaSuccess) {
-            cublasLtDestroy(impl_->lt);
+            lt_api().Destroy(impl_->lt);
             throw_cuda("cudaMalloc (cuBLASLt workspace)", e);
         }
     }
@@ -232,7 +289,7 @@ Gemm::Gemm(Stream stream, size_t workspace_bytes) : impl_(std::make_unique<Impl>
 Gemm::~Gemm() {
     impl_->plans.clear();
     cudaFree(impl_->workspace);
-    cublasLtDestroy(impl_->lt);
+    lt_api().Destroy(impl_->lt);
 }
 
 void Gemm::set_tf32(bool on) {

@@ -150,9 +150,24 @@ void linear(Gemm& g, T* y, const T* x, const T* W, const T* b, int64_t N, int64_
 
 // ---- the model on the device -------------------------------------------------------------------
 
+namespace {
+
+// Makes `device` the calling thread's current device (before anything of the model's is made).
+struct Selected {
+    int device;
+    explicit Selected(int d) : device(d) { select(); }
+    void select() const {
+        PLDR_REQUIRE(device >= 0, "CUDA device index ", device, " is negative");
+        PLDR_CUDA_CALL(cudaSetDevice(device));
+    }
+};
+
+}  // namespace
+
 template <class T>
 struct DeviceModel<T>::Impl {
     const Model<T>& m;
+    Selected on;  // first: the members below are made on that device
     Stream stream = nullptr;
     Gemm gemm;
     Scratch<T> params, G_fixed;
@@ -161,7 +176,8 @@ struct DeviceModel<T>::Impl {
     Scratch<double> op64;
     DeviceRopeTable rope;
 
-    explicit Impl(const Model<T>& model) : m(model), gemm(nullptr), rope(model.rope) {
+    Impl(const Model<T>& model, int device)
+        : m(model), on(device), gemm(nullptr), rope(model.rope) {
         const Config& c = m.cfg;
         if (c.learned_g()) {
             PLDR_REQUIRE(cuda_has_positive_map(c.plga_positive_map),
@@ -203,7 +219,9 @@ struct DeviceModel<T>::Impl {
         copy_to_host(dst.ptr(), src, dst.numel(), stream);
     }
 
-    void forward(const int64_t* ids, int64_t B, int64_t S, Activations<T>& out, KeepActs keep);
+    // The pass; last_only: the head over each sequence's last row only, into out.logits [B,V].
+    void forward(const int64_t* ids, int64_t B, int64_t S, Activations<T>& out, KeepActs keep,
+                 bool last_only = false);
     // Layer l's G_LM [B,H,D,D] from its rotated queries: A0 = Qᵀ·Q, the metric learner, the
     // operator (in float64).
     void learned_g(int64_t l, const T* q, int64_t B, int64_t S, T* G, LayerActs<T>& la, bool all);
@@ -337,8 +355,9 @@ void DeviceModel<T>::Impl::attention(const T* q, const T* k, const T* v, const T
 
 template <class T>
 void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S,
-                                   Activations<T>& out, KeepActs keep) {
+                                   Activations<T>& out, KeepActs keep, bool last_only) {
     check_inputs(m, ids_host, B, S);
+    on.select();
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, F = c.intermediate_size;
     const int64_t V = c.vocab_size, N = B * S, DD = D * D, HDD = H * DD;
@@ -444,20 +463,30 @@ void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S
         keep_t(la.ln2_rstd, rstd.get(), {N});
     }
 
-    // The head.
-    Scratch<T> logits(N * V, s);
-    linear(gemm, logits.get(), x.get(), dev(m.w.head_w), dev(m.w.head_b), N, d, V);
-    out.logits.resize_for_overwrite({B, S, V});
-    copy_to_host(out.logits.ptr(), logits.get(), N * V, s);
+    // The head: over every row, or over each sequence's last (rows S·d apart).
+    const int64_t rows = last_only ? B : N;
+    Scratch<T> logits(rows * V, s);
+    mm(gemm, false, true, rows, V, d, x.get() + (last_only ? (S - 1) * d : 0),
+       last_only ? S * d : d, dev(m.w.head_w), d, logits.get(), V, dev(m.w.head_b));
+    if (last_only)
+        out.logits.resize_for_overwrite({B, V});
+    else
+        out.logits.resize_for_overwrite({B, S, V});
+    copy_to_host(out.logits.ptr(), logits.get(), rows * V, s);
 }
 
 template <class T>
-DeviceModel<T>::DeviceModel(const Model<T>& m) : impl_(std::make_unique<Impl>(m)) {}
+DeviceModel<T>::DeviceModel(const Model<T>& m, int device)
+    : impl_(std::make_unique<Impl>(m, device)) {}
 template <class T>
 DeviceModel<T>::~DeviceModel() = default;
 template <class T>
 const Model<T>& DeviceModel<T>::model() const {
     return impl_->m;
+}
+template <class T>
+int DeviceModel<T>::device() const {
+    return impl_->on.device;
 }
 template <class T>
 int64_t DeviceModel<T>::param_bytes() const {
@@ -470,6 +499,12 @@ template <class T>
 void DeviceModel<T>::forward(const int64_t* ids, int64_t B, int64_t S, Activations<T>& out,
                              KeepActs keep) {
     impl_->forward(ids, B, S, out, keep);
+}
+template <class T>
+void DeviceModel<T>::last_logits(const int64_t* ids, int64_t B, int64_t S, Tensor<T>& out) {
+    Activations<T> acts;
+    impl_->forward(ids, B, S, acts, KeepActs::INFERENCE, true);
+    out = std::move(acts.logits);
 }
 
 template class DeviceModel<float>;

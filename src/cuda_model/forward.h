@@ -24,15 +24,18 @@ namespace pldr::cuda {
 template <class T>
 class DeviceModel {
   public:
-    // Uploads m's parameters, fixed G and RoPE table to the current CUDA device. m must outlive
-    // this object and keep its parameters (they are read once, here). Throws pldr::Error (one
-    // line) for a model the backend cannot run: an operator variant without a CUDA kernel.
-    explicit DeviceModel(const Model<T>& m);
+    // Uploads m's parameters, fixed G and RoPE table to CUDA device `device` (an index below
+    // cuda::device_count(); every later call selects it again, so one thread may hold models on
+    // several devices). m must outlive this object and keep its parameters (they are read once,
+    // here). Throws pldr::Error (one line) for a model the backend cannot run: an operator
+    // variant without a CUDA kernel.
+    explicit DeviceModel(const Model<T>& m, int device = 0);
     ~DeviceModel();
     DeviceModel(const DeviceModel&) = delete;
     DeviceModel& operator=(const DeviceModel&) = delete;
 
     const Model<T>& model() const;
+    int device() const;
     // Bytes of device memory the parameters take.
     int64_t param_bytes() const;
 
@@ -43,6 +46,10 @@ class DeviceModel {
     // the logits only. Waits for the device.
     void forward(const int64_t* ids, int64_t B, int64_t S, Activations<T>& out,
                  KeepActs keep = KeepActs::INFERENCE);
+    // A prompt's forward as a prefill needs it: the same pass, with the head over each
+    // sequence's last position only; out [B,V] gets those logits, nothing else is downloaded.
+    // Waits for the device.
+    void last_logits(const int64_t* ids, int64_t B, int64_t S, Tensor<T>& out);
 
     struct Impl;
 

@@ -95,14 +95,8 @@ std::vector<int64_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
     return ids;
 }
 
-namespace {
-
-// `warmup` untimed repetitions, then `reps` timed ones, and more until min_seconds have passed
-// since the first (at most kMaxReps); hook(i, planned) before timed repetition i (i = 0: before
-// the warm-up) and hook(n, n) after the last. `one` runs one repetition and returns its tokens/s.
-template <typename One>
 std::vector<double> timed_reps(int reps, int warmup, double min_seconds, const RepHook& hook,
-                               One&& one) {
+                               const std::function<double()>& one) {
     std::vector<double> tps;
     const bool open = min_seconds > 0 && reps < kMaxReps;
     const int planned = open ? kOpenReps : reps;
@@ -118,6 +112,8 @@ std::vector<double> timed_reps(int reps, int warmup, double min_seconds, const R
     if (hook) hook(n, n);
     return tps;
 }
+
+namespace {
 
 int64_t argmax(const std::vector<float>& v) {
     return int64_t(std::max_element(v.begin(), v.end()) - v.begin());

@@ -60,6 +60,14 @@ inline constexpr int kOpenReps = std::numeric_limits<int>::max();
 // The most timed repetitions a time floor runs.
 inline constexpr int kMaxReps = 100000;
 
+// The repetition rule of every workload (the CPU's below, the GPU's prefill in api/api_cuda.cpp):
+// `warmup` untimed calls of `one`, then `reps` timed ones, and more until min_seconds have
+// passed since the first (at most kMaxReps); hook(i, planned) before timed repetition i (i = 0:
+// before the warm-up) and hook(n, n) after the last. `one` runs one repetition and returns its
+// tokens/s; the result is those figures in order.
+std::vector<double> timed_reps(int reps, int warmup, double min_seconds, const RepHook& hook,
+                               const std::function<double()>& one);
+
 // Each returns one tokens/s figure per timed repetition (after `warmup` untimed ones): `reps` of
 // them, and more while fewer than min_seconds of wall time have passed since the first began
 // (at most kMaxReps: a floor of a few seconds makes a median of short repetitions span the

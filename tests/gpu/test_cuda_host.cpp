@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/gemm.h"
+#include "cuda/limits.h"
 #include "cuda_model/forward.h"
 #include "gpu_util.h"
 #include "numeric_cases.h"
@@ -95,6 +96,8 @@ TEST(CudaHost, WithoutADeviceEveryEntryPointThrows) {
         const auto m = numeric::make_model(numeric::cases().front(), 1);
         cu::DeviceModel<double> dm(m);
     }));
+    errors.push_back(error_of([] { cu::read_bandwidth_gbs(0, 1 << 20); }));
+    errors.push_back(error_of([] { cu::gemm_gflops(0, "tf32", 256); }));
     for (const std::string& e : errors) {
         EXPECT_NE(e, "<no error>");
         EXPECT_EQ(e.find('\n'), std::string::npos) << e;

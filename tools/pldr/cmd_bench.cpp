@@ -32,7 +32,7 @@ namespace {
 using nlohmann::json;
 
 struct BenchArgs {
-    std::string dir, config, only = "prefill,decode,train", caches = "kvg,kv,none", one;
+    std::string dir, config, only, caches = "kvg,kv,none", one;  // only "": per device
     std::string output = "md", json_path, weights, precision = "fp32", recompute = "selective";
     std::string save_model, limits = "adjacent", probe, device = "cpu", tokenizer;
     int threads = 2, reps = 0, warmup = 1, rounds = 3;
@@ -94,6 +94,8 @@ json to_json(const api::BenchResult& r, const api::BenchOptions& o) {
     j["flops_per_token"] = r.flops_per_token;
     j["bytes_per_token"] = r.bytes_per_token;
     j["peak_rss_bytes"] = r.peak_rss_bytes;
+    j["device"] = r.device;
+    if (r.device != "cpu") j["device_param_bytes"] = r.device_param_bytes;
     j["load"] = {r.load_before, r.load_after};
     return j;
 }
@@ -142,11 +144,11 @@ json run_child(const std::vector<std::string>& args) {
 
 // The limits named in `kinds` ("read", "sgemm", "bf16"), each measured in a process of its own
 // (this binary with --probe), so that its buffers count in no workload's peak RSS.
-json probe_limits(const std::vector<std::string>& kinds, int threads) {
+json probe_limits(const std::vector<std::string>& kinds, int threads, const std::string& device) {
     json j;
     for (const auto& k : kinds) {
-        const auto [out, ok] =
-            run_self({"pldr", "bench", "--probe", k, "--threads", std::to_string(threads)});
+        const auto [out, ok] = run_self({"pldr", "bench", "--probe", k, "--threads",
+                                         std::to_string(threads), "--device", device});
         const size_t at = out.rfind("{\"probe\"");
         require(ok && at != std::string::npos, "bench: measuring the ", k, " limit failed");
         j[k] = json::parse(out.substr(at))["probe"];
@@ -251,13 +253,61 @@ std::vector<std::string> child_args(const BenchArgs& a, const std::string& job) 
     return args;
 }
 
+int run_bench(const BenchArgs& a);
+
+// The product commands of --only (bench_product.h: "product", "cmd-*") apart from the
+// workloads, which run after them; false when --only names none.
+bool run_product_commands(const BenchArgs& a) {
+    BenchArgs rest = a;
+    ProductBench p;
+    p.only.clear();
+    rest.only.clear();
+    for (const auto& w : split(a.only)) {
+        const bool all = w == "product";
+        if (all || w.rfind("cmd-", 0) == 0)
+            p.only += (p.only.empty() ? "" : ",") + (all ? "train,generate,serve" : w.substr(4));
+        else
+            rest.only += (rest.only.empty() ? "" : ",") + w;
+    }
+    if (p.only.empty()) return false;
+    p.model_dir = a.dir;
+    p.config = a.config;
+    p.tokenizer = a.tokenizer;
+    p.threads = a.threads;
+    p.rounds = a.rounds;
+    p.context = a.context;
+    p.batch = a.batch;
+    p.prompt = a.prompt_decode;
+    p.n_new = a.n_new;
+    p.train_batch = a.train_batch;
+    p.train_seq = a.train_seq;
+    json prod = run_product_bench(p);
+    if (!rest.only.empty()) run_bench(rest);
+    if (!a.json_path.empty() && rest.only.empty())
+        api::write_file_atomic(a.json_path, prod.dump(2) + "\n");
+    if (a.output == "json")
+        std::printf("%s\n", prod.dump(2).c_str());
+    else
+        print_product_report(prod);
+    return true;
+}
+
 int run_bench(const BenchArgs& a) {
     if (!a.probe.empty()) {  // a child: one limit, one JSON line
-        std::printf("{\"probe\":%.17g}\n", api::measure_bench_limit(a.probe, a.threads));
+        std::printf("{\"probe\":%.17g}\n", api::measure_bench_limit(a.probe, a.threads, a.device));
         return 0;
     }
     require(a.dir.empty() != a.config.empty(), "bench: give a MODEL_DIR or --config S|M|110M");
-    api::check_model_device(a.device);
+    api::check_device(a.device);
+    const bool on_gpu = a.device != "cpu";
+    if (a.only.empty() && a.one.empty()) {  // the default: every workload the device runs
+        BenchArgs d = a;
+        d.only = on_gpu ? "prefill" : "prefill,decode,train";
+        return run_bench(d);
+    }
+    if (on_gpu && a.one.empty())  // what the CUDA backend does not run yet: one line, first
+        for (const auto& w : split(a.only))
+            if (w != "prefill") api::check_model_device(a.device);
     if (!a.json_path.empty())  // the output rule, before the runs (docs/errors.md "Outputs")
         api::Inputs().dir(a.dir).check_file(a.json_path, "--json", a.force);
     if (!a.save_model.empty()) {
@@ -268,42 +318,7 @@ int run_bench(const BenchArgs& a) {
     }
     require(a.threads >= 1 && a.threads <= 1024, "--threads ", a.threads, " is outside [1, 1024]");
     require(a.batch >= 1 && a.batch <= 1024, "--batch ", a.batch, " is outside [1, 1024]");
-    if (a.one.empty()) {  // the product commands (bench_product.h) apart from the workloads
-        BenchArgs rest = a;
-        ProductBench p;
-        p.only.clear();
-        rest.only.clear();
-        for (const auto& w : split(a.only)) {
-            const bool all = w == "product";
-            if (all || w.rfind("cmd-", 0) == 0)
-                p.only +=
-                    (p.only.empty() ? "" : ",") + (all ? "train,generate,serve" : w.substr(4));
-            else
-                rest.only += (rest.only.empty() ? "" : ",") + w;
-        }
-        if (!p.only.empty()) {
-            p.model_dir = a.dir;
-            p.config = a.config;
-            p.tokenizer = a.tokenizer;
-            p.threads = a.threads;
-            p.rounds = a.rounds;
-            p.context = a.context;
-            p.batch = a.batch;
-            p.prompt = a.prompt_decode;
-            p.n_new = a.n_new;
-            p.train_batch = a.train_batch;
-            p.train_seq = a.train_seq;
-            json prod = run_product_bench(p);
-            if (!rest.only.empty()) run_bench(rest);
-            if (!a.json_path.empty() && rest.only.empty())
-                api::write_file_atomic(a.json_path, prod.dump(2) + "\n");
-            if (a.output == "json")
-                std::printf("%s\n", prod.dump(2).c_str());
-            else
-                print_product_report(prod);
-            return 0;
-        }
-    }
+    if (a.one.empty() && run_product_commands(a)) return 0;
     api::BenchOptions base = options_of(a);
 
     // A job: "WORKLOAD,CACHE,BATCH,WEIGHTS,PRECISION,RECOMPUTE" ("-" where unused or as loaded).
@@ -336,9 +351,10 @@ int run_bench(const BenchArgs& a) {
                 kinds = {"sgemm"};
                 if (o.precision == "bf16" || o.weights == "bf16") kinds.push_back("bf16");
             }
-            o.between_reps = [&probes, kinds, t = a.threads, last = 0.0](int i, int reps) mutable {
+            o.between_reps = [&probes, kinds, t = a.threads, dv = a.device, last = 0.0](
+                                 int i, int reps) mutable {
                 if (i > 0 && i < reps && now_s() - last < 1.0) return;
-                json p = probe_limits(kinds, t);
+                json p = probe_limits(kinds, t, dv);
                 p["before"] = i;
                 probes.push_back(p);
                 last = now_s();
@@ -356,7 +372,7 @@ int run_bench(const BenchArgs& a) {
     }
 
     const std::vector<std::string> jobs = bench_jobs(a);
-    const api::BenchLimits lim = api::measure_bench_limits(a.threads);
+    const api::BenchLimits lim = api::measure_bench_limits(a.threads, a.device);
     const double likwid = a.check_bandwidth ? likwid_read_gbs(a.threads) : -1;
     require(!a.check_bandwidth || likwid > 0,
             "--check-bandwidth: likwid-bench did not run (install Debian's likwid)");
@@ -375,9 +391,14 @@ int run_bench(const BenchArgs& a) {
     add_ratios(results);
 
     json out;
-    out["limits"] = {{"threads", lim.threads},           {"read_gbs", lim.read_gbs},
-                     {"sgemm_gflops", lim.sgemm_gflops}, {"sgemm_kernels", lim.sgemm_kernels},
-                     {"bf16_gflops", lim.bf16_gflops},   {"bf16_backend", lim.bf16_backend}};
+    out["limits"] = {{"threads", lim.threads},
+                     {"read_gbs", lim.read_gbs},
+                     {"sgemm_gflops", lim.sgemm_gflops},
+                     {"sgemm_kernels", lim.sgemm_kernels},
+                     {"bf16_gflops", lim.bf16_gflops},
+                     {"bf16_backend", lim.bf16_backend},
+                     {"device", lim.device}};
+    if (lim.device != "cpu") out["limits"]["tf32_gflops"] = lim.tf32_gflops;
     if (likwid > 0) out["limits"]["likwid_load_avx_gbs"] = likwid;
     out["results"] = results;
     out["pldr_version"] = api::version();
@@ -417,9 +438,9 @@ void add_bench(CLI::App& app) {
                     "pldr bench DIR then measures it loaded from the file")
         ->check(output_path());
     cmd->add_option("--only", a->only,
-                    "workloads: prefill,decode,train; and the commands end to end, each whole "
-                    "with its peak RSS: cmd-train, cmd-generate, cmd-serve, or product (all three)")
-        ->capture_default_str();
+                    "workloads: prefill,decode,train (the default on the CPU; prefill on CUDA); "
+                    "and the commands end to end, each whole with its peak RSS: cmd-train, "
+                    "cmd-generate, cmd-serve, or product (all three)");
     cmd->add_option("--tokenizer", a->tokenizer,
                     "cmd-serve: the tokenizer (its vocabulary the model's) when the model "
                     "directory has none");

@@ -1,0 +1,149 @@
+// The API's side of the CUDA backend (api_cuda.h) over src/cuda_model/ and src/cuda/. Compiled
+// into every build; PLDR_WITH_CUDA (set by CMake with PLDR_CUDA=ON) decides whether it reaches
+// the backend or refuses in one line.
+#include "api/api_cuda.h"
+
+#include <variant>
+
+#include "core/error.h"
+#include "perf/limits.h"
+
+#if PLDR_WITH_CUDA
+#include "cuda/limits.h"
+#include "cuda_model/forward.h"
+#endif
+
+namespace pldr::api::gpu {
+
+namespace {
+
+const DeviceSpec& require_cuda(const DeviceSpec& d) {
+    PLDR_REQUIRE(d.kind == DeviceKind::CUDA, "internal: ", d.name(), " is not a CUDA device");
+#if !PLDR_WITH_CUDA
+    fail("--device ", d.name(), ": CUDA support was not built (PLDR_CUDA=OFF)");
+#endif
+    return d;
+}
+
+}  // namespace
+
+std::string not_yet(const DeviceSpec& d) {
+    return "--device " + d.name() +
+           ": the CUDA backend runs the forward pass (Model::forward, pldr dump, Python's "
+           "forward) and pldr bench's prefill, but not yet this job; use --device cpu for it "
+           "(docs/gpu.md)";
+}
+
+#if PLDR_WITH_CUDA
+
+struct Copy {
+    std::variant<std::unique_ptr<cuda::DeviceModel<float>>,
+                 std::unique_ptr<cuda::DeviceModel<double>>>
+        model;
+};
+
+template <class T>
+static std::shared_ptr<const Copy> upload_t(const ::pldr::Model<T>& m, const DeviceSpec& d) {
+    require_cuda(d);
+    auto c = std::make_shared<Copy>();
+    c->model = std::make_unique<cuda::DeviceModel<T>>(m, d.index);
+    return c;
+}
+std::shared_ptr<const Copy> upload(const ::pldr::Model<float>& m, const DeviceSpec& d) {
+    return upload_t(m, d);
+}
+std::shared_ptr<const Copy> upload(const ::pldr::Model<double>& m, const DeviceSpec& d) {
+    return upload_t(m, d);
+}
+
+int64_t param_bytes(const Copy& c) {
+    return std::visit([](const auto& p) { return p->param_bytes(); }, c.model);
+}
+
+template <class T>
+static void forward_t(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
+                      ::pldr::Activations<T>& acts) {
+    using Ptr = std::unique_ptr<cuda::DeviceModel<T>>;
+    const Ptr* p = std::get_if<Ptr>(&c.model);
+    PLDR_REQUIRE(p, "internal: the device copy is not of the asked precision");
+    (*p)->forward(ids, B, S, acts, ::pldr::KeepActs::ALL);
+}
+void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
+             ::pldr::Activations<float>& acts) {
+    forward_t(c, ids, B, S, acts);
+}
+void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
+             ::pldr::Activations<double>& acts) {
+    forward_t(c, ids, B, S, acts);
+}
+
+std::vector<double> run_prefill(const ::pldr::Model<float>& m, const DeviceSpec& d, int64_t prompt,
+                                int reps, int warmup, const perf::RepHook& hook, double min_seconds,
+                                int64_t* param_bytes_out) {
+    require_cuda(d);
+    PLDR_REQUIRE(prompt >= 1 && prompt <= m.cfg.max_position, "prefill of ", prompt,
+                 " tokens does not fit the context of ", m.cfg.max_position);
+    cuda::DeviceModel<float> dm(m, d.index);
+    if (param_bytes_out) *param_bytes_out = dm.param_bytes();
+    const std::vector<int64_t> ids = perf::random_ids(prompt, m.cfg.vocab_size, 7);
+    ::pldr::Tensor<float> logits;
+    // last_logits waits for the device: each repetition is the whole pass, upload of the ids
+    // and download of the logits included.
+    return perf::timed_reps(reps, warmup, min_seconds, hook, [&] {
+        const double t0 = perf::now_s();
+        dm.last_logits(ids.data(), 1, prompt, logits);
+        return double(prompt) / (perf::now_s() - t0);
+    });
+}
+
+double limit(const std::string& which, const DeviceSpec& d) {
+    require_cuda(d);
+    if (which == "read") return cuda::read_bandwidth_gbs(d.index);
+    if (which == "sgemm") return cuda::gemm_gflops(d.index, "f32");
+    if (which == "tf32") return cuda::gemm_gflops(d.index, "tf32");
+    if (which == "bf16") return cuda::gemm_gflops(d.index, "bf16");
+    fail("unknown limit '", which, "' (read, sgemm, tf32 or bf16)");
+}
+
+std::string limit_source(const DeviceSpec& d) {
+    require_cuda(d);
+    return "cuBLASLt on " + d.name() + " (" + cuda::device_info(d.index).name + ")";
+}
+
+#else  // without the backend: parse_device refuses CUDA first; these say the same
+
+struct Copy {};
+std::shared_ptr<const Copy> upload(const ::pldr::Model<float>&, const DeviceSpec& d) {
+    require_cuda(d);
+    return nullptr;
+}
+std::shared_ptr<const Copy> upload(const ::pldr::Model<double>&, const DeviceSpec& d) {
+    require_cuda(d);
+    return nullptr;
+}
+int64_t param_bytes(const Copy&) {
+    return 0;
+}
+void forward(const Copy&, const int64_t*, int64_t, int64_t, ::pldr::Activations<float>&) {
+    fail("CUDA support was not built (PLDR_CUDA=OFF)");
+}
+void forward(const Copy&, const int64_t*, int64_t, int64_t, ::pldr::Activations<double>&) {
+    fail("CUDA support was not built (PLDR_CUDA=OFF)");
+}
+std::vector<double> run_prefill(const ::pldr::Model<float>&, const DeviceSpec& d, int64_t, int, int,
+                                const perf::RepHook&, double, int64_t*) {
+    require_cuda(d);
+    return {};
+}
+double limit(const std::string&, const DeviceSpec& d) {
+    require_cuda(d);
+    return 0;
+}
+std::string limit_source(const DeviceSpec& d) {
+    require_cuda(d);
+    return {};
+}
+
+#endif
+
+}  // namespace pldr::api::gpu

@@ -1,0 +1,50 @@
+// The API's side of the CUDA backend (src/api/api_cuda.cpp): a loaded model's copy on a CUDA
+// device, the jobs that run there, and the device's limits for pldr bench. Every function exists
+// in every build; without the backend (PLDR_CUDA=OFF) each throws the one line of
+// parse_device ("CUDA support was not built"), which Model::load and bench() reach first.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/device.h"
+#include "model/activations.h"
+#include "model/model.h"
+#include "perf/workloads.h"
+
+namespace pldr::api::gpu {
+
+// The one line for a job that does not run on CUDA device d yet (Model::Impl::require_host,
+// check_model_device): which jobs do, and what to do instead.
+std::string not_yet(const DeviceSpec& d);
+
+// A model's parameters uploaded to one CUDA device (cuda::DeviceModel of its precision). The
+// host model must outlive it.
+struct Copy;
+std::shared_ptr<const Copy> upload(const ::pldr::Model<float>& m, const DeviceSpec& d);
+std::shared_ptr<const Copy> upload(const ::pldr::Model<double>& m, const DeviceSpec& d);
+// Bytes of device memory the copy's parameters take.
+int64_t param_bytes(const Copy& c);
+
+// The forward pass on the device, keeping every named tensor (KeepActs::ALL), as
+// ::pldr::forward(m, ids, B, S, acts) does on the CPU. The copy's precision must be T's.
+void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
+             ::pldr::Activations<float>& acts);
+void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
+             ::pldr::Activations<double>& acts);
+
+// pldr bench's prefill on the device: `prompt` random ids (perf::random_ids, as the CPU's), the
+// forward with the head over the last position; one tokens/s figure per timed repetition
+// (perf::run_prefill's repetition rules: reps, warmup, the hook, the time floor).
+std::vector<double> run_prefill(const ::pldr::Model<float>& m, const DeviceSpec& d, int64_t prompt,
+                                int reps, int warmup, const perf::RepHook& hook, double min_seconds,
+                                int64_t* param_bytes_out);
+
+// The device's limits (cuda/limits.h): "read" (GB/s), "sgemm" (float32, TF32 off), "tf32" and
+// "bf16" (GFLOP/s), and the line that names what was measured ("cuBLASLt on cuda:0 (NVIDIA
+// H200)").
+double limit(const std::string& which, const DeviceSpec& d);
+std::string limit_source(const DeviceSpec& d);
+
+}  // namespace pldr::api::gpu
