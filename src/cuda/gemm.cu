@@ -6,10 +6,12 @@
 #include <cublasLt.h>
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "cuda/common.cuh"
 #include "cuda/gemm.h"
@@ -40,7 +42,8 @@ struct LtApi {
     X(MatmulPreferenceDestroy) \
     X(MatmulPreferenceSetAttribute) \
     X(MatrixLayoutCreate) \
-    X(MatrixLayoutDestroy)
+    X(MatrixLayoutDestroy) \
+    X(MatrixLayoutSetAttribute)
 // clang-format on
 #define PLDR_LT_MEMBER(name) decltype(&cublasLt##name) name = nullptr;
     PLDR_LT_FUNCTIONS(PLDR_LT_MEMBER)
@@ -86,10 +89,11 @@ enum class Kind : int { F32, BF16, F64 };
 
 // The largest power of two (at most 256) dividing the address: cuBLASLt's kernels need their
 // operands aligned, and its heuristic picks by the alignment it is told.
-uint32_t alignment_of(const void* p) {
+// In a strided batch every product's operand must be: the stride's bytes count too.
+uint32_t alignment_of(const void* p, int64_t stride_bytes = 0) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     uint32_t al = 256;
-    while (al > 1 && (a % al) != 0) al /= 2;
+    while (al > 1 && ((a % al) != 0 || uint64_t(stride_bytes) % al != 0)) al /= 2;
     return al;
 }
 
@@ -113,9 +117,10 @@ struct Key {
     bool ta, tb, bias, tf32;
     int64_t M, N, K, lda, ldb, ldc;
     uint32_t align_a, align_b, align_c, align_bias;
+    int64_t count, stride_a, stride_b, stride_c;
     auto tie() const {
         return std::tie(kind, ta, tb, bias, tf32, M, N, K, lda, ldb, ldc, align_a, align_b, align_c,
-                        align_bias);
+                        align_bias, count, stride_a, stride_b, stride_c);
     }
     bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -188,6 +193,17 @@ struct Gemm::Impl {
         PLDR_LT_CALL(lt_api().MatrixLayoutCreate(&p->b, ab, uint64_t(k.ta ? k.M : k.K),
                                                  uint64_t(k.ta ? k.K : k.M), k.lda));
         PLDR_LT_CALL(lt_api().MatrixLayoutCreate(&p->c, cd, uint64_t(k.N), uint64_t(k.M), k.ldc));
+        if (k.count > 1) {  // a strided batch: each layout's count and stride
+            const int32_t count = int32_t(k.count);
+            const std::pair<cublasLtMatrixLayout_t, int64_t> strided[3] = {
+                {p->a, k.stride_b}, {p->b, k.stride_a}, {p->c, k.stride_c}};
+            for (const auto& [layout, stride] : strided) {
+                PLDR_LT_CALL(lt_api().MatrixLayoutSetAttribute(
+                    layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+                PLDR_LT_CALL(lt_api().MatrixLayoutSetAttribute(
+                    layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+            }
+        }
         cublasLtMatmulPreference_t pref = nullptr;
         PLDR_LT_CALL(lt_api().MatmulPreferenceCreate(&pref));
         cublasLtMatmulHeuristicResult_t result{};
@@ -220,19 +236,30 @@ struct Gemm::Impl {
 
     template <class T, class S>
     void run(Kind kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, S alpha, const void* A,
-             int64_t lda, const void* B, int64_t ldb, S beta, T* C, int64_t ldc, const T* bias) {
+             int64_t lda, const void* B, int64_t ldb, S beta, T* C, int64_t ldc, const T* bias,
+             const GemmBatch& batch) {
         PLDR_REQUIRE(M >= 0 && N >= 0 && K >= 0, "gemm: negative dimension (", M, ", ", N, ", ", K,
                      ")");
+        PLDR_REQUIRE(batch.count >= 0 && batch.count <= INT32_MAX, "gemm: batch count ",
+                     batch.count, " is outside [0, 2^31)");
+        PLDR_REQUIRE(batch.stride_a >= 0 && batch.stride_b >= 0 && batch.stride_c >= 0,
+                     "gemm: negative batch stride");
+        PLDR_REQUIRE(batch.count <= 1 || !bias, "gemm: a strided batch takes no bias");
+        if (batch.count == 0) return;
         PLDR_REQUIRE(lda >= (ta ? M : K) && lda >= 1, "gemm: lda ", lda, " is too small");
         PLDR_REQUIRE(ldb >= (tb ? K : N) && ldb >= 1, "gemm: ldb ", ldb, " is too small");
         PLDR_REQUIRE(ldc >= N && ldc >= 1, "gemm: ldc ", ldc, " is too small");
         if (M == 0 || N == 0) return;
-        if (K == 0) {  // no products: C = beta·C + bias
-            bias_rows_kernel<T>
-                <<<grid_for(M * N), kThreads, 0, stream>>>(C, ldc, bias, M, N, T(beta));
-            PLDR_CUDA_LAUNCHED("gemm (K = 0)");
+        if (K == 0) {  // no products: C = beta·C + bias, for each product of a batch
+            for (int64_t i = 0; i < batch.count; ++i) {
+                bias_rows_kernel<T><<<grid_for(M * N), kThreads, 0, stream>>>(
+                    C + i * batch.stride_c, ldc, bias, M, N, T(beta));
+                PLDR_CUDA_LAUNCHED("gemm (K = 0)");
+            }
             return;
         }
+        const bool strided = batch.count > 1;
+        const int64_t ab_size = kind == Kind::F64 ? 8 : kind == Kind::BF16 ? 2 : 4;
         Key k{kind,
               ta,
               tb,
@@ -244,10 +271,14 @@ struct Gemm::Impl {
               lda,
               ldb,
               ldc,
-              alignment_of(A),
-              alignment_of(B),
-              alignment_of(C),
-              bias ? alignment_of(bias) : 0u};
+              alignment_of(A, strided ? batch.stride_a * ab_size : 0),
+              alignment_of(B, strided ? batch.stride_b * ab_size : 0),
+              alignment_of(C, strided ? batch.stride_c * int64_t(sizeof(T)) : 0),
+              bias ? alignment_of(bias) : 0u,
+              strided ? batch.count : 1,
+              strided ? batch.stride_a : 0,
+              strided ? batch.stride_b : 0,
+              strided ? batch.stride_c : 0};
         Plan* p = nullptr;
         bool epilogue =
             false;  // the bias in cuBLASLt's epilogue (float32 and bf16, where it has one)
@@ -307,22 +338,23 @@ size_t Gemm::plans() const {
 
 void Gemm::f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-               const float* bias) {
-    impl_->run<float, float>(Kind::F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+               const float* bias, const GemmBatch& batch) {
+    impl_->run<float, float>(Kind::F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
+                             batch);
 }
 
 void Gemm::bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const cuda::bf16* A,
                 int64_t lda, const cuda::bf16* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                const float* bias) {
-    impl_->run<float, float>(Kind::BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                             bias);
+                const float* bias, const GemmBatch& batch) {
+    impl_->run<float, float>(Kind::BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
+                             batch);
 }
 
 void Gemm::f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
                int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc,
-               const double* bias) {
+               const double* bias, const GemmBatch& batch) {
     impl_->run<double, double>(Kind::F64, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                               bias);
+                               bias, batch);
 }
 
 }  // namespace pldr::cuda

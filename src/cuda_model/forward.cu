@@ -132,13 +132,35 @@ void cast(To* dst, const From* src, int64_t n, Stream s) {
 // The products in T: row-major C = op(A)·op(B) (+ bias), through cuBLASLt.
 inline void mm(Gemm& g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A,
                int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-               const float* bias = nullptr) {
-    g.f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias);
+               const float* bias = nullptr, const GemmBatch& batch = {}) {
+    g.f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias, batch);
 }
 inline void mm(Gemm& g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A,
                int64_t lda, const double* B, int64_t ldb, double* C, int64_t ldc,
-               const double* bias = nullptr) {
-    g.f64(ta, tb, M, N, K, 1.0, A, lda, B, ldb, 0.0, C, ldc, bias);
+               const double* bias = nullptr, const GemmBatch& batch = {}) {
+    g.f64(ta, tb, M, N, K, 1.0, A, lda, B, ldb, 0.0, C, ldc, bias, batch);
+}
+
+// An operand's offsets, in elements, from one sequence to the next and from one head to the next.
+struct Strides {
+    int64_t b, h;
+};
+// The same product for every (sequence b, head h) pair: one strided batch over the larger of B
+// and H per value of the smaller (a stride of 0 repeats an operand: a head's parameter for
+// every sequence).
+template <class T>
+void mm_heads(Gemm& g, int64_t B, int64_t H, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+              const T* A, int64_t lda, Strides sa, const T* Bm, int64_t ldb, Strides sb, T* C,
+              int64_t ldc, Strides sc) {
+    if (B >= H) {
+        for (int64_t h = 0; h < H; ++h)
+            mm(g, ta, tb, M, N, K, A + h * sa.h, lda, Bm + h * sb.h, ldb, C + h * sc.h, ldc,
+               nullptr, GemmBatch{B, sa.b, sb.b, sc.b});
+    } else {
+        for (int64_t b = 0; b < B; ++b)
+            mm(g, ta, tb, M, N, K, A + b * sa.b, lda, Bm + b * sb.b, ldb, C + b * sc.b, ldc,
+               nullptr, GemmBatch{H, sa.h, sb.h, sc.h});
+    }
 }
 // y[N,O] = x[N,I]·Wᵀ + b (W [O,I] row-major: the linear layers' convention)
 template <class T>
@@ -245,11 +267,8 @@ void DeviceModel<T>::Impl::learned_g(int64_t l, const T* q_ptr, int64_t B, int64
     // A0 = Qᵀ·Q per (b,h)
     Scratch<T> A0(B * HDD, s), cur(B * HDD, s), t0(B * HDD, s), t1(B * HDD, s), sum(B * HDD, s),
         rm(rows, s), rr(rows, s), g1(rows * Fa, s), g2(rows * Fa, s), gg(rows * Fa, s);
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const T* qh = q_ptr + b * S * d + h * D;
-            mm(gemm, true, false, D, D, S, qh, d, qh, d, A0.get() + (b * H + h) * DD, D);
-        }
+    mm_heads(gemm, B, H, true, false, D, D, S, q_ptr, d, {S * d, D}, q_ptr, d, {S * d, D}, A0.get(),
+             D, {HDD, DD});
     keep_t(la.A0, A0.get(), {B, H, D, D});
     // The learner: LN_A, then each residual unit: its GLUs, + its input, LayerNorm.
     layernorm_forward<T>(cur.get(), rm.get(), rr.get(), A0.get(), dev(w.lnA_g), dev(w.lnA_b), rows,
@@ -296,21 +315,15 @@ void DeviceModel<T>::Impl::learned_g(int64_t l, const T* q_ptr, int64_t B, int64
         G_d = G_out;
     else
         G_d = G64.get();
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const int64_t o = (b * H + h) * DD;
-            mm(gemm, false, false, D, D, D, W + h * DD, D, A_d + o, D, Z.get() + o, D);
-        }
+    mm_heads(gemm, B, H, false, false, D, D, D, W, D, {0, DD}, A_d, D, {HDD, DD}, Z.get(), D,
+             {HDD, DD});
     add_periodic(Z.get(), bb, n, HDD, s);
     positive_map_forward<double>(c.plga_positive_map, Z.get(), ALM.get(), n, s);
     for (int64_t b = 0; b < B; ++b)
         coupling_forward<double>(c.plga_coupling, ALM.get() + b * HDD, P, AP.get() + b * HDD, HDD,
                                  s);
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const int64_t o = (b * H + h) * DD;
-            mm(gemm, false, false, D, D, D, a + h * DD, D, AP.get() + o, D, G_d + o, D);
-        }
+    mm_heads(gemm, B, H, false, false, D, D, D, a, D, {0, DD}, AP.get(), D, {HDD, DD}, G_d, D,
+             {HDD, DD});
     add_periodic(G_d, ba, n, HDD, s);
     if constexpr (!std::is_same_v<T, double>) cast(G_out, G_d, n, s);
     if (all) {
@@ -333,24 +346,17 @@ void DeviceModel<T>::Impl::attention(const T* q, const T* k, const T* v, const T
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, DD = D * D;
     Stream s = stream;
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const int64_t bh = b * H + h;
-            const T* qh = q + b * S * d + h * D;
-            const T* kh = k + b * S * d + h * D;
-            mm(gemm, false, false, S, D, D, qh, d, G + bh * DD, D, QG + bh * S * D, D);
-            mm(gemm, false, true, S, S, D, QG + bh * S * D, D, kh, d, E + bh * S * S, S);
-        }
+    const int64_t SD = S * D, SS = S * S;
+    mm_heads(gemm, B, H, false, false, S, D, D, q, d, {S * d, D}, G, D, {H * DD, DD}, QG, D,
+             {H * SD, SD});
+    mm_heads(gemm, B, H, false, true, S, S, D, QG, D, {H * SD, SD}, k, d, {S * d, D}, E, S,
+             {H * SS, SS});
     // the raw scores are in E; the kernel writes Ep (kept) and E from them, row by row
     masked_softmax_kernel<T><<<dim3(unsigned(S), unsigned(B * H)), kThreads, 0, s>>>(
         E, Ep, E, ids, S, H, m.score_scale(), c.pad_token_id);
     PLDR_CUDA_LAUNCHED("masked_softmax");
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-            const int64_t bh = b * H + h;
-            mm(gemm, false, false, S, D, S, E + bh * S * S, S, v + b * S * d + h * D, d,
-               O + b * S * d + h * D, d);
-        }
+    mm_heads(gemm, B, H, false, false, S, D, S, E, S, {H * SS, SS}, v, d, {S * d, D}, O, d,
+             {S * d, D});
 }
 
 template <class T>

@@ -131,6 +131,75 @@ TEST(CudaGemm, EveryTranspositionBiasBetaAndPadding) {
     EXPECT_EQ(g.plans(), plans);
 }
 
+// Strided batches as the model's heads use them (GemmBatch): operands D columns apart inside
+// rows of H·D (stride D, ld H·D), a repeated operand (stride 0: one head's parameter for every
+// sequence), contiguous blocks, every transposition; each product against its own reference,
+// and nothing outside the products written.
+TEST(CudaGemm, StridedBatchesAsTheHeadsUseThem) {
+    PLDR_REQUIRE_GPU();
+    pldr::cuda::Gemm g;
+    const int64_t H = 3;
+    const Dims d{5, 7, 6};
+    uint64_t seed = 500;
+    for (const bool ta : {false, true})
+        for (const bool tb : {false, true})
+            for (const bool repeat_b : {false, true})
+                for (const bool interleave_c : {false, true}) {
+                    SCOPED_TRACE(::testing::Message()
+                                 << "ta " << ta << " tb " << tb << " repeat_b " << repeat_b
+                                 << " interleave_c " << interleave_c);
+                    // A interleaved: head h's op(A) columns at h·(width) in rows of H·width.
+                    const int64_t a_rows = ta ? d.K : d.M, a_cols = ta ? d.M : d.K;
+                    const int64_t lda = H * a_cols, stride_a = a_cols;
+                    const int64_t b_rows = tb ? d.N : d.K, ldb = tb ? d.K : d.N;
+                    const int64_t stride_b = repeat_b ? 0 : b_rows * ldb;
+                    const int64_t ldc = interleave_c ? H * d.N : d.N;
+                    const int64_t stride_c = interleave_c ? d.N : d.M * ldc;
+                    const auto A = rand_bf16_values(size_t(a_rows * lda), seed++);
+                    const auto B =
+                        rand_bf16_values(size_t((repeat_b ? 1 : H) * b_rows * ldb), seed++);
+                    const int64_t c_size = interleave_c ? d.M * ldc : H * d.M * ldc;
+                    const auto C0 = rand_bf16_values(size_t(c_size), seed++);
+                    const pldr::cuda::GemmBatch batch{H, stride_a, stride_b, stride_c};
+                    auto check = [&](const auto& got, double unit, const char* what) {
+                        std::vector<bool> written(size_t(c_size), false);
+                        for (int64_t h = 0; h < H; ++h) {
+                            const std::vector<double> Ah(A.begin() + h * stride_a, A.end());
+                            const std::vector<double> Bh(B.begin() + h * stride_b, B.end());
+                            const std::vector<double> C0h(C0.begin() + h * stride_c, C0.end());
+                            std::vector<double> ref, mag;
+                            reference(ta, tb, d, 1.0, Ah, lda, Bh, ldb, 0.0, C0h, ldc, nullptr, ref,
+                                      mag);
+                            for (int64_t i = 0; i < d.M; ++i)
+                                for (int64_t j = 0; j < d.N; ++j) {
+                                    const size_t o = size_t(i * ldc + j);
+                                    written[size_t(h * stride_c) + o] = true;
+                                    const double v = double(got[size_t(h * stride_c) + o]);
+                                    EXPECT_LE(std::fabs(v - ref[o]), unit * mag[o] + 1e-300)
+                                        << what << " head " << h << " C[" << i << "," << j << "]";
+                                }
+                        }
+                        for (size_t o = 0; o < written.size(); ++o)
+                            if (!written[o]) {
+                                EXPECT_EQ(double(got[o]), C0[o]) << what << " at " << o;
+                            }
+                    };
+                    {
+                        Buf<double> a(A), b(B), c(C0);
+                        g.f64(ta, tb, d.M, d.N, d.K, 1.0, a.get(), lda, b.get(), ldb, 0.0, c.get(),
+                              ldc, nullptr, batch);
+                        check(c.download(), 1e-12, "float64");
+                    }
+                    {
+                        Buf<float> a(gpu::cast<float>(A)), b(gpu::cast<float>(B)),
+                            c(gpu::cast<float>(C0));
+                        g.f32(ta, tb, d.M, d.N, d.K, 1.0f, a.get(), lda, b.get(), ldb, 0.0f,
+                              c.get(), ldc, nullptr, batch);
+                        check(c.download(), double(d.K + 4) * std::ldexp(1.0, -24), "float32");
+                    }
+                }
+}
+
 TEST(CudaGemm, TheNumericCasesProductsAndALargeOne) {
     PLDR_REQUIRE_GPU();
     pldr::cuda::Gemm g;
