@@ -30,8 +30,9 @@ declare -A ALLOW=(
   # (train/adamw_element.h, train/clip_order.h), shared with the CPU so that they are written
   # once; nothing of the model above them.
   [cuda]="core ops train"
-  # The model on the GPU (docs/gpu.md): the model's passes composed from the kernels.
-  [cuda_model]="core ops model cuda"
+  # The model on the GPU (docs/gpu.md): the model's passes composed from the kernels; train for
+  # the training objective it runs on the device (train/loss.h: LossResult, DagCoeffs).
+  [cuda_model]="core ops model train cuda"
   # The sampler's settings are the sampling table of the declared options (pldr/options.hpp:
   # the one declaration every surface derives from; it includes only pldr/error.hpp).
   [infer]="core ops model io pldr/options.hpp"

@@ -29,20 +29,24 @@ bool gpu_visible() {
 TEST(Device, CudaWithoutABackendExitsOneWithOneLine) {
     const std::string out = cli_test::tmp_dir("device");
     const bool gpu = gpu_visible();
-    const std::string dump = "dump " + kModel + " --tokens 5,6,7 --out " + out + "/d.safetensors";
-    if (gpu) {  // the forward runs there; the other commands below refuse
-        const auto r = cli_test::run(dump + " --device cuda");
-        EXPECT_EQ(r.code, 0) << r.err;
+    // What runs on the device: the forward (dump) and the gradient (grad).
+    const std::vector<std::string> runs = {
+        "dump " + kModel + " --tokens 5,6,7 --out " + out + "/d.safetensors",
+        "grad " + kModel + " --tokens 5,6,7,8 --out " + out + "/g.safetensors"};
+    if (gpu) {  // they run there; the other commands below refuse
+        for (const auto& c : runs) {
+            const auto r = cli_test::run(c + " --device cuda");
+            EXPECT_EQ(r.code, 0) << c << ": " << r.err;
+        }
     }
     std::vector<std::string> commands = {
         "generate " + kModel + " --ids 5,6 -n 2",
-        "grad " + kModel + " --tokens 5,6,7,8 --out " + out + "/g.safetensors",
         "audit " + kModel + " --out " + out + "/audit",
         "serve " + kModel + " --port 0",
         "bench --config S --only decode",
         "train --preset tiny --data " + out + " --out " + out + "/ckpt --steps 1",
     };
-    if (!gpu) commands.push_back(dump);
+    if (!gpu) commands.insert(commands.end(), runs.begin(), runs.end());
     for (const auto& c : commands) {
         SCOPED_TRACE(c);
         const auto r = cli_test::run(c + " --device cuda");
@@ -116,6 +120,20 @@ TEST(Device, AModelOnTheGpuRunsItsForwardThereAndRefusesTheRest) {
         ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
         if (b.tensors[i].second.dtype != pldr::api::DType::F64) continue;
         EXPECT_LE(rel_diff(a.tensors[i].second, b.tensors[i].second), 1e-12);
+    }
+    // the gradient: every parameter's within 1e-12 of the CPU's, the loss's figures too
+    const std::vector<int64_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+    const pldr::api::DagCoefficients dag{0.01, 0.01, 0.01};
+    const pldr::api::Gradients ga = gpu.loss_and_grads(tokens, 2, dag);
+    const pldr::api::Gradients gb = cpu.loss_and_grads(tokens, 2, dag);
+    EXPECT_NEAR(ga.loss.value, gb.loss.value, 1e-12 * std::fabs(gb.loss.value));
+    EXPECT_NEAR(ga.loss.dagA, gb.loss.dagA, 1e-12 * std::fabs(gb.loss.dagA) + 1e-300);
+    EXPECT_EQ(ga.loss.scored, gb.loss.scored);
+    ASSERT_EQ(ga.grads.size(), gb.grads.size());
+    for (size_t i = 0; i < gb.grads.size(); ++i) {
+        SCOPED_TRACE(gb.grads[i].first);
+        ASSERT_EQ(ga.grads[i].first, gb.grads[i].first);
+        EXPECT_LE(rel_diff(ga.grads[i].second, gb.grads[i].second), 1e-12);
     }
     // every other job: one line that says which jobs run there
     for (const auto& job : std::vector<std::function<void()>>{

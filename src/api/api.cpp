@@ -391,12 +391,18 @@ Gradients Model::loss_and_grads(const std::vector<int64_t>& tokens, int64_t batc
     const int64_t S1 = int64_t(tokens.size()) / batch;
     PLDR_REQUIRE(dag.A >= 0 && dag.Ap >= 0 && dag.G >= 0 && std::isfinite(dag.A + dag.Ap + dag.G),
                  "DAG coefficients must be finite and >= 0");
-    return impl_of(*this).visit([&](const auto& m) {
+    const Impl& im = impl_of(*this);
+    return im.visit_host([&](const auto& m) {
         using T = scalar_t<decltype(m)>;
         auto grads = std::make_shared<std::vector<T>>(size_t(m.layout.total), T(0));
-        ::pldr::Activations<T> acts;
-        const ::pldr::LossResult r = ::pldr::loss_and_grads(
-            m, tokens.data(), batch, S1, {dag.A, dag.Ap, dag.G}, acts, grads->data());
+        const ::pldr::DagCoeffs coeffs{dag.A, dag.Ap, dag.G};
+        ::pldr::LossResult r;
+        if (im.dev) {
+            r = gpu::loss_and_grads(*im.dev, tokens.data(), batch, S1, coeffs, grads->data());
+        } else {
+            ::pldr::Activations<T> acts;
+            r = ::pldr::loss_and_grads(m, tokens.data(), batch, S1, coeffs, acts, grads->data());
+        }
         if (!std::isfinite(r.value)) {
             // Name the first activation that went bad, in forward order.
             const std::string bad = ::pldr::non_finite_origin(m, tokens.data(), batch, S1);

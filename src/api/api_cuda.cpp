@@ -3,6 +3,7 @@
 // the backend or refuses in one line.
 #include "api/api_cuda.h"
 
+#include <mutex>
 #include <variant>
 
 #include "core/error.h"
@@ -30,8 +31,8 @@ const DeviceSpec& require_cuda(const DeviceSpec& d) {
 std::string not_yet(const DeviceSpec& d) {
     return "--device " + d.name() +
            ": the CUDA backend runs the forward pass (Model::forward, pldr dump, Python's "
-           "forward) and pldr bench's prefill, but not yet this job; use --device cpu for it "
-           "(docs/gpu.md)";
+           "forward), the gradient (Model::loss_and_grads, pldr grad) and pldr bench's prefill, "
+           "but not yet this job; use --device cpu for it (docs/gpu.md)";
 }
 
 #if PLDR_WITH_CUDA
@@ -40,7 +41,20 @@ struct Copy {
     std::variant<std::unique_ptr<cuda::DeviceModel<float>>,
                  std::unique_ptr<cuda::DeviceModel<double>>>
         model;
+    // One call at a time: a DeviceModel's plans and buffers are not shared between threads, and
+    // the API's Model may be.
+    mutable std::mutex mu;
 };
+
+// The copy's model of precision T, with the copy locked for the call.
+template <class T, class F>
+static auto with_model(const Copy& c, F&& f) {
+    using Ptr = std::unique_ptr<cuda::DeviceModel<T>>;
+    const Ptr* p = std::get_if<Ptr>(&c.model);
+    PLDR_REQUIRE(p, "internal: the device copy is not of the asked precision");
+    std::lock_guard<std::mutex> lock(c.mu);
+    return f(**p);
+}
 
 template <class T>
 static std::shared_ptr<const Copy> upload_t(const ::pldr::Model<T>& m, const DeviceSpec& d) {
@@ -63,10 +77,10 @@ int64_t param_bytes(const Copy& c) {
 template <class T>
 static void forward_t(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
                       ::pldr::Activations<T>& acts) {
-    using Ptr = std::unique_ptr<cuda::DeviceModel<T>>;
-    const Ptr* p = std::get_if<Ptr>(&c.model);
-    PLDR_REQUIRE(p, "internal: the device copy is not of the asked precision");
-    (*p)->forward(ids, B, S, acts, ::pldr::KeepActs::ALL);
+    with_model<T>(c, [&](cuda::DeviceModel<T>& dm) {
+        dm.forward(ids, B, S, acts, ::pldr::KeepActs::ALL);
+        return 0;
+    });
 }
 void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
              ::pldr::Activations<float>& acts) {
@@ -75,6 +89,19 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
 void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
              ::pldr::Activations<double>& acts) {
     forward_t(c, ids, B, S, acts);
+}
+
+::pldr::LossResult loss_and_grads(const Copy& c, const int64_t* tokens, int64_t B, int64_t S1,
+                                  const ::pldr::DagCoeffs& dag, float* grads) {
+    return with_model<float>(c, [&](cuda::DeviceModel<float>& dm) {
+        return dm.loss_and_grads(tokens, B, S1, dag, grads);
+    });
+}
+::pldr::LossResult loss_and_grads(const Copy& c, const int64_t* tokens, int64_t B, int64_t S1,
+                                  const ::pldr::DagCoeffs& dag, double* grads) {
+    return with_model<double>(c, [&](cuda::DeviceModel<double>& dm) {
+        return dm.loss_and_grads(tokens, B, S1, dag, grads);
+    });
 }
 
 std::vector<double> run_prefill(const ::pldr::Model<float>& m, const DeviceSpec& d, int64_t prompt,
@@ -128,6 +155,14 @@ void forward(const Copy&, const int64_t*, int64_t, int64_t, ::pldr::Activations<
     fail("CUDA support was not built (PLDR_CUDA=OFF)");
 }
 void forward(const Copy&, const int64_t*, int64_t, int64_t, ::pldr::Activations<double>&) {
+    fail("CUDA support was not built (PLDR_CUDA=OFF)");
+}
+::pldr::LossResult loss_and_grads(const Copy&, const int64_t*, int64_t, int64_t,
+                                  const ::pldr::DagCoeffs&, float*) {
+    fail("CUDA support was not built (PLDR_CUDA=OFF)");
+}
+::pldr::LossResult loss_and_grads(const Copy&, const int64_t*, int64_t, int64_t,
+                                  const ::pldr::DagCoeffs&, double*) {
     fail("CUDA support was not built (PLDR_CUDA=OFF)");
 }
 std::vector<double> run_prefill(const ::pldr::Model<float>&, const DeviceSpec& d, int64_t, int, int,

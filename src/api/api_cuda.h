@@ -12,6 +12,7 @@
 #include "model/activations.h"
 #include "model/model.h"
 #include "perf/workloads.h"
+#include "train/loss.h"
 
 namespace pldr::api::gpu {
 
@@ -33,6 +34,14 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
              ::pldr::Activations<float>& acts);
 void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
              ::pldr::Activations<double>& acts);
+
+// The training objective and its gradient on the device (cuda::DeviceModel::loss_and_grads, as
+// ::pldr::loss_and_grads on the CPU): tokens [B, S1], ACCUMULATES the gradient into grads (the
+// model's layout), returns the CPU's LossResult. The copy's precision must be T's.
+::pldr::LossResult loss_and_grads(const Copy& c, const int64_t* tokens, int64_t B, int64_t S1,
+                                  const ::pldr::DagCoeffs& dag, float* grads);
+::pldr::LossResult loss_and_grads(const Copy& c, const int64_t* tokens, int64_t B, int64_t S1,
+                                  const ::pldr::DagCoeffs& dag, double* grads);
 
 // pldr bench's prefill on the device: `prompt` random ids (perf::random_ids, as the CPU's), the
 // forward with the head over the last position; one tokens/s figure per timed repetition

@@ -104,6 +104,14 @@ void copy_to_device(U* dev, const U* host, int64_t n, Stream s) {
             cudaMemcpyAsync(dev, host, size_t(n) * sizeof(U), cudaMemcpyHostToDevice, s));
 }
 
+// Copies n values from one device buffer to another (stream-ordered).
+template <class U>
+void copy_on_device(U* dst, const U* src, int64_t n, Stream s) {
+    if (n > 0)
+        PLDR_CUDA_CALL(
+            cudaMemcpyAsync(dst, src, size_t(n) * sizeof(U), cudaMemcpyDeviceToDevice, s));
+}
+
 // Copies n values back and waits for the stream.
 template <class U>
 void copy_to_host(U* host, const U* dev, int64_t n, Stream s) {

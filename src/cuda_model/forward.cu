@@ -1,24 +1,24 @@
 // The PLDR-LLM forward pass on the GPU (see forward.h): the CPU's steps (model/forward.cpp,
 // model/plga_layer.cpp, model/plga_attention.cpp, model/metric_learner.cpp) in the same order,
 // from the backend's kernels and cuBLASLt products, with the few element-wise kernels of its own
-// below (the embedding gather, residual sums, per-head broadcasts, the masked softmax, casts).
+// below (the embedding gather, per-head broadcasts, the masked softmax; impl.cuh: the residual
+// sums, casts and products both passes share). The training objective and the backward, on top
+// of the same pass (DevActs::train), are backward.cu's.
 #include <cmath>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "cuda/common.cuh"
-#include "cuda/gemm.h"
-#include "cuda_model/forward.h"
-#include "model/forward.h"
+#include "cuda_model/impl.cuh"
 
 namespace pldr::cuda {
 
+using namespace model_detail;
+
 namespace {
 
-// ---- the pass's own element-wise kernels
-// ---------------------------------------------------------
+// ---- the pass's own element-wise kernels --------------------------------------------------------
 
 // x0[n, :] = emb[ids[n], :]·scale
 template <class T>
@@ -27,14 +27,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < N * d;
          i += int64_t(gridDim.x) * blockDim.x)
         x0[i] = emb[ids[i / d] * d + i % d] * scale;
-}
-
-// out = a + b (the residual sums; out may be a or b)
-template <class T>
-__global__ void __launch_bounds__(kThreads) add_kernel(T* out, const T* a, const T* b, int64_t n) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-         i += int64_t(gridDim.x) * blockDim.x)
-        out[i] = a[i] + b[i];
 }
 
 // x[i] += p[i mod period]: a per-head D×D parameter added to each sequence's [H,D,D] block
@@ -53,13 +45,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x)
         dst[i] = src[i % period];
-}
-
-template <class To, class From>
-__global__ void __launch_bounds__(kThreads) cast_kernel(To* dst, const From* src, int64_t n) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-         i += int64_t(gridDim.x) * blockDim.x)
-        dst[i] = To(src[i]);
 }
 
 // The scores of one (b,h) block [S,S] in place: Ep = s / scale (kept when ep is not null),
@@ -111,221 +96,152 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T>
-void add(T* out, const T* a, const T* b, int64_t n, Stream s) {
-    if (n == 0) return;
-    add_kernel<T><<<grid_for(n), kThreads, 0, s>>>(out, a, b, n);
-    PLDR_CUDA_LAUNCHED("add");
-}
-template <class T>
 void add_periodic(T* x, const T* p, int64_t n, int64_t period, Stream s) {
     if (n == 0) return;
     add_periodic_kernel<T><<<grid_for(n), kThreads, 0, s>>>(x, p, n, period);
     PLDR_CUDA_LAUNCHED("add_periodic");
 }
-template <class To, class From>
-void cast(To* dst, const From* src, int64_t n, Stream s) {
-    if (n == 0) return;
-    cast_kernel<To, From><<<grid_for(n), kThreads, 0, s>>>(dst, src, n);
-    PLDR_CUDA_LAUNCHED("cast");
-}
-
-// The products in T: row-major C = op(A)·op(B) (+ bias), through cuBLASLt.
-inline void mm(Gemm& g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A,
-               int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-               const float* bias = nullptr, const GemmBatch& batch = {}) {
-    g.f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias, batch);
-}
-inline void mm(Gemm& g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A,
-               int64_t lda, const double* B, int64_t ldb, double* C, int64_t ldc,
-               const double* bias = nullptr, const GemmBatch& batch = {}) {
-    g.f64(ta, tb, M, N, K, 1.0, A, lda, B, ldb, 0.0, C, ldc, bias, batch);
-}
-
-// An operand's offsets, in elements, from one sequence to the next and from one head to the next.
-struct Strides {
-    int64_t b, h;
-};
-// The same product for every (sequence b, head h) pair: one strided batch over the larger of B
-// and H per value of the smaller (a stride of 0 repeats an operand: a head's parameter for
-// every sequence).
-template <class T>
-void mm_heads(Gemm& g, int64_t B, int64_t H, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-              const T* A, int64_t lda, Strides sa, const T* Bm, int64_t ldb, Strides sb, T* C,
-              int64_t ldc, Strides sc) {
-    if (B >= H) {
-        for (int64_t h = 0; h < H; ++h)
-            mm(g, ta, tb, M, N, K, A + h * sa.h, lda, Bm + h * sb.h, ldb, C + h * sc.h, ldc,
-               nullptr, GemmBatch{B, sa.b, sb.b, sc.b});
-    } else {
-        for (int64_t b = 0; b < B; ++b)
-            mm(g, ta, tb, M, N, K, A + b * sa.b, lda, Bm + b * sb.b, ldb, C + b * sc.b, ldc,
-               nullptr, GemmBatch{H, sa.h, sb.h, sc.h});
-    }
-}
-// y[N,O] = x[N,I]·Wᵀ + b (W [O,I] row-major: the linear layers' convention)
-template <class T>
-void linear(Gemm& g, T* y, const T* x, const T* W, const T* b, int64_t N, int64_t I, int64_t O) {
-    mm(g, false, true, N, O, I, x, I, W, I, y, O, b);
-}
-
 }  // namespace
 
 // ---- the model on the device -------------------------------------------------------------------
 
-namespace {
-
-// Makes `device` the calling thread's current device (before anything of the model's is made).
-struct Selected {
-    int device;
-    explicit Selected(int d) : device(d) { select(); }
-    void select() const {
-        PLDR_REQUIRE(device >= 0, "CUDA device index ", device, " is negative");
-        PLDR_CUDA_CALL(cudaSetDevice(device));
+template <class T>
+DeviceModel<T>::Impl::Impl(const Model<T>& model, int device)
+    : m(model), on(device), gemm(nullptr), rope(model.rope) {
+    const Config& c = m.cfg;
+    if (c.learned_g()) {
+        PLDR_REQUIRE(cuda_has_positive_map(c.plga_positive_map),
+                     "the CUDA backend has no kernel for the positive map '", c.plga_positive_map,
+                     "'");
+        PLDR_REQUIRE(cuda_has_coupling(c.plga_coupling),
+                     "the CUDA backend has no kernel for the coupling '", c.plga_coupling, "'");
     }
-};
-
-}  // namespace
+    params = Scratch<T>(m.num_params(), stream);
+    copy_to_device(params.get(), m.params.data(), m.num_params(), stream);
+    if (!m.G_fixed.empty()) {
+        G_fixed = Scratch<T>(int64_t(m.G_fixed.size()), stream);
+        copy_to_device(G_fixed.get(), m.G_fixed.data(), int64_t(m.G_fixed.size()), stream);
+    }
+    if (std::is_same_v<T, float> && c.learned_g()) {
+        const int64_t HDD = c.num_heads * c.head_dim * c.head_dim, L = c.num_layers;
+        std::vector<double> host;
+        host.reserve(size_t(5 * HDD * L));
+        for (const LayerView<T>& w : m.w.layers) {
+            const T* const parts[5] = {w.W, w.b, w.P, w.a, w.ba};
+            for (const T* src : parts) host.insert(host.end(), src, src + HDD);
+        }
+        op64 = Scratch<double>(5 * HDD * L, stream);
+        copy_to_device(op64.get(), host.data(), 5 * HDD * L, stream);
+        PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // before host goes
+    }
+    PLDR_CUDA_CALL(cudaStreamSynchronize(stream));
+}
 
 template <class T>
-struct DeviceModel<T>::Impl {
-    const Model<T>& m;
-    Selected on;  // first: the members below are made on that device
-    Stream stream = nullptr;
-    Gemm gemm;
-    Scratch<T> params, G_fixed;
-    // The operator's parameters in float64, [L][5][H,D,D] (W, b, P, a, b_a): a float32
-    // model's operator runs in float64 as the CPU's; a float64 model's reads params directly.
-    Scratch<double> op64;
-    DeviceRopeTable rope;
-
-    Impl(const Model<T>& model, int device)
-        : m(model), on(device), gemm(nullptr), rope(model.rope) {
-        const Config& c = m.cfg;
-        if (c.learned_g()) {
-            PLDR_REQUIRE(cuda_has_positive_map(c.plga_positive_map),
-                         "the CUDA backend has no kernel for the positive map '",
-                         c.plga_positive_map, "'");
-            PLDR_REQUIRE(cuda_has_coupling(c.plga_coupling),
-                         "the CUDA backend has no kernel for the coupling '", c.plga_coupling, "'");
+void DeviceModel<T>::Impl::learner_units(const LayerView<T>& w, int64_t rows, const T* in,
+                                         DevLayer<T>& L, bool train) {
+    const Config& c = m.cfg;
+    const int64_t D = c.head_dim, n = rows * D, Fa = c.A_dff, R = c.num_reslayerA,
+                  Nd = c.num_denseA;
+    Stream s = stream;
+    // train: every unit and GLU its own buffers; else two of each, alternating (a unit's input,
+    // GLU inputs and outputs never share a buffer)
+    auto slot = [train](int64_t i) { return size_t(train ? i : i % 2); };
+    L.ml.res.resize(size_t(train ? R : std::min<int64_t>(R, 2)));
+    for (DevUnit<T>& u : L.ml.res) u.glu.resize(size_t(train ? Nd : std::min<int64_t>(Nd, 2)));
+    T* A = sized(L.A, n, s);
+    for (int64_t r = 0; r < R; ++r) {
+        const ResUnitView<T>& rw = w.res[size_t(r)];
+        DevUnit<T>& u = L.ml.res[slot(r)];
+        T* y = sized(u.y, n, s);
+        if (Nd == 0) zero(y, n, s);
+        const T* x = in;  // the unit's GLUs: each GLU's output is the next one's input
+        for (int64_t k = 0; k < Nd; ++k) {
+            const GluView<T>& gw = rw.glu[size_t(k)];
+            DevGlu<T>& g = u.glu[slot(k)];
+            T* h1 = sized(g.h1, rows * Fa, s);
+            T* h2 = sized(g.h2, rows * Fa, s);
+            T* gated = sized(g.gated, rows * Fa, s);
+            T* out = k + 1 < Nd ? sized(u.glu[slot(k + 1)].x, n, s) : y;
+            linear(gemm, h1, x, dev(gw.w1), dev(gw.b1), rows, D, Fa);
+            linear(gemm, h2, x, dev(gw.w2), dev(gw.b2), rows, D, Fa);
+            glu_gate<T>(gated, h1, h2, rows * Fa, s);
+            linear(gemm, out, gated, dev(gw.w3), dev(gw.b3), rows, Fa, D);
+            x = out;
         }
-        params = Scratch<T>(m.num_params(), stream);
-        copy_to_device(params.get(), m.params.data(), m.num_params(), stream);
-        if (!m.G_fixed.empty()) {
-            G_fixed = Scratch<T>(int64_t(m.G_fixed.size()), stream);
-            copy_to_device(G_fixed.get(), m.G_fixed.data(), int64_t(m.G_fixed.size()), stream);
-        }
-        if (std::is_same_v<T, float> && c.learned_g()) {
-            const int64_t HDD = c.num_heads * c.head_dim * c.head_dim, L = c.num_layers;
-            std::vector<double> host;
-            host.reserve(size_t(5 * HDD * L));
-            for (const LayerView<T>& w : m.w.layers) {
-                const T* const parts[5] = {w.W, w.b, w.P, w.a, w.ba};
-                for (const T* src : parts) host.insert(host.end(), src, src + HDD);
-            }
-            op64 = Scratch<double>(5 * HDD * L, stream);
-            copy_to_device(op64.get(), host.data(), 5 * HDD * L, stream);
-            PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // before host goes
-        }
-        PLDR_CUDA_CALL(cudaStreamSynchronize(stream));
+        T* sum = sized(u.sum, n, s);
+        add(sum, y, in, n, s);
+        T* out = r + 1 == R ? A : sized(L.ml.res[slot(r + 1)].in, n, s);
+        layernorm_forward<T>(out, sized(u.mean, rows, s), sized(u.rstd, rows, s), sum, dev(rw.ln_g),
+                             dev(rw.ln_b), rows, D, c.layer_norm_eps, s);
+        in = out;
     }
-
-    // The device copy of a parameter the host view points at (null stays null).
-    const T* dev(const T* host) const {
-        return host ? params.get() + (host - m.params.data()) : nullptr;
-    }
-
-    // Downloads a device tensor into a host one of the given shape (a forward that keeps ALL).
-    void download(bool all, Tensor<T>& dst, const T* src, Shape shape) const {
-        if (!all) return;
-        dst.resize_for_overwrite(std::move(shape));
-        copy_to_host(dst.ptr(), src, dst.numel(), stream);
-    }
-
-    // The pass; last_only: the head over each sequence's last row only, into out.logits [B,V].
-    void forward(const int64_t* ids, int64_t B, int64_t S, Activations<T>& out, KeepActs keep,
-                 bool last_only = false);
-    // Layer l's G_LM [B,H,D,D] from its rotated queries: A0 = Qᵀ·Q, the metric learner, the
-    // operator (in float64).
-    void learned_g(int64_t l, const T* q, int64_t B, int64_t S, T* G, LayerActs<T>& la, bool all);
-    // Ep = (Q·G)·Kᵀ / √dk (kept when Ep is not null), E = softmax(Ep + mask·(−1e9)), O = E·V.
-    void attention(const T* q, const T* k, const T* v, const T* G, const int64_t* ids, int64_t B,
-                   int64_t S, T* QG, T* Ep, T* E, T* O);
-};
+}
 
 template <class T>
-void DeviceModel<T>::Impl::learned_g(int64_t l, const T* q_ptr, int64_t B, int64_t S, T* G_out,
+void DeviceModel<T>::Impl::learned_g(int64_t l, int64_t B, int64_t S, DevLayer<T>& L, bool train,
                                      LayerActs<T>& la, bool all) {
     const Config& c = m.cfg;
     const LayerView<T>& w = m.w.layers[size_t(l)];
     const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, DD = D * D, HDD = H * DD;
-    const double eps = c.layer_norm_eps;
     Stream s = stream;
     auto keep_t = [&](Tensor<T>& dst, const T* src, Shape shape) {
         download(all, dst, src, std::move(shape));
     };
-    const int64_t rows = B * H * D, Fa = c.A_dff;
+    const int64_t rows = B * H * D, n = B * HDD;
+    (void)train;  // (float64: no rounded copies to keep)
     // A0 = Qᵀ·Q per (b,h)
-    Scratch<T> A0(B * HDD, s), cur(B * HDD, s), t0(B * HDD, s), t1(B * HDD, s), sum(B * HDD, s),
-        rm(rows, s), rr(rows, s), g1(rows * Fa, s), g2(rows * Fa, s), gg(rows * Fa, s);
-    mm_heads(gemm, B, H, true, false, D, D, S, q_ptr, d, {S * d, D}, q_ptr, d, {S * d, D}, A0.get(),
-             D, {HDD, DD});
-    keep_t(la.A0, A0.get(), {B, H, D, D});
-    // The learner: LN_A, then each residual unit: its GLUs, + its input, LayerNorm.
-    layernorm_forward<T>(cur.get(), rm.get(), rr.get(), A0.get(), dev(w.lnA_g), dev(w.lnA_b), rows,
-                         D, eps, s);
-    keep_t(la.A_ln, cur.get(), {B, H, D, D});
-    for (int64_t r = 0; r < c.num_reslayerA; ++r) {
-        const ResUnitView<T>& rw = w.res[size_t(r)];
-        const T* xin = cur.get();
-        T* yout = t0.get();
-        if (c.num_denseA == 0)
-            PLDR_CUDA_CALL(cudaMemsetAsync(yout, 0, size_t(B * HDD) * sizeof(T), s));
-        for (int64_t n = 0; n < c.num_denseA; ++n) {
-            const GluView<T>& gw = rw.glu[size_t(n)];
-            yout = n % 2 ? t1.get() : t0.get();
-            linear(gemm, g1.get(), xin, dev(gw.w1), dev(gw.b1), rows, D, Fa);
-            linear(gemm, g2.get(), xin, dev(gw.w2), dev(gw.b2), rows, D, Fa);
-            glu_gate<T>(gg.get(), g1.get(), g2.get(), rows * Fa, s);
-            linear(gemm, yout, gg.get(), dev(gw.w3), dev(gw.b3), rows, Fa, D);
-            xin = yout;
-        }
-        add(sum.get(), yout, cur.get(), B * HDD, s);
-        layernorm_forward<T>(cur.get(), rm.get(), rr.get(), sum.get(), dev(rw.ln_g), dev(rw.ln_b),
-                             rows, D, eps, s);
-    }
-    keep_t(la.A, cur.get(), {B, H, D, D});
+    const T* q = L.q.get();
+    T* A0 = sized(L.ml.A0, n, s);
+    mm_heads(gemm, B, H, true, false, D, D, S, q, d, {S * d, D}, q, d, {S * d, D}, A0, D,
+             {HDD, DD});
+    keep_t(la.A0, A0, {B, H, D, D});
+    // The learner: LN_A, then each residual unit: its GLUs, + its input, LayerNorm (with no
+    // unit, LN_A's output is A).
+    T* A = sized(L.A, n, s);
+    T* ln_out = c.num_reslayerA == 0 ? A : sized(L.ml.A_ln, n, s);
+    layernorm_forward<T>(ln_out, sized(L.ml.mean, rows, s), sized(L.ml.rstd, rows, s), A0,
+                         dev(w.lnA_g), dev(w.lnA_b), rows, D, c.layer_norm_eps, s);
+    keep_t(la.A_ln, ln_out, {B, H, D, D});
+    learner_units(w, rows, ln_out, L, train);
+    keep_t(la.A, A, {B, H, D, D});
 
-    // The operator in float64: Z = W·A + b; A_LM = f(Z); A_P = c(A_LM, P); G = a·A_P + b_a.
-    const int64_t n = B * HDD;
-    Scratch<double> A64, Z(n, s), ALM(n, s), AP(n, s), G64;
+    // The operator in float64: Z = W·A + b; A_LM = f(Z); A_P = c(A_LM, P); G = a·A_P + b_a. A
+    // float32 model's Z, A_LM and A_P are kept rounded to float32 (training: its backward runs in
+    // float32 on them, as the CPU's).
+    Scratch<double> A64, Z64, ALM64, AP64, G64;
     const double *A_d, *W, *bb, *P, *a, *ba;
+    double *Z, *ALM, *AP, *G_d;
     if constexpr (std::is_same_v<T, double>) {
-        A_d = cur.get();
+        A_d = A;
         W = dev(w.W), bb = dev(w.b), P = dev(w.P), a = dev(w.a), ba = dev(w.ba);
+        Z = sized(L.Z, n, s), ALM = sized(L.A_LM, n, s), AP = sized(L.A_P, n, s);
+        G_d = L.G.get();
     } else {
         A64 = Scratch<double>(n, s);
-        cast(A64.get(), cur.get(), n, s);
+        cast(A64.get(), A, n, s);
         A_d = A64.get();
         const double* p = op64.get() + l * 5 * HDD;
         W = p, bb = p + HDD, P = p + 2 * HDD, a = p + 3 * HDD, ba = p + 4 * HDD;
+        Z64 = Scratch<double>(n, s), ALM64 = Scratch<double>(n, s), AP64 = Scratch<double>(n, s);
         G64 = Scratch<double>(n, s);
+        Z = Z64.get(), ALM = ALM64.get(), AP = AP64.get(), G_d = G64.get();
     }
-    double* G_d;
-    if constexpr (std::is_same_v<T, double>)
-        G_d = G_out;
-    else
-        G_d = G64.get();
-    mm_heads(gemm, B, H, false, false, D, D, D, W, D, {0, DD}, A_d, D, {HDD, DD}, Z.get(), D,
-             {HDD, DD});
-    add_periodic(Z.get(), bb, n, HDD, s);
-    positive_map_forward<double>(c.plga_positive_map, Z.get(), ALM.get(), n, s);
+    mm_heads(gemm, B, H, false, false, D, D, D, W, D, {0, DD}, A_d, D, {HDD, DD}, Z, D, {HDD, DD});
+    add_periodic(Z, bb, n, HDD, s);
+    positive_map_forward<double>(c.plga_positive_map, Z, ALM, n, s);
     for (int64_t b = 0; b < B; ++b)
-        coupling_forward<double>(c.plga_coupling, ALM.get() + b * HDD, P, AP.get() + b * HDD, HDD,
-                                 s);
-    mm_heads(gemm, B, H, false, false, D, D, D, a, D, {0, DD}, AP.get(), D, {HDD, DD}, G_d, D,
-             {HDD, DD});
+        coupling_forward<double>(c.plga_coupling, ALM + b * HDD, P, AP + b * HDD, HDD, s);
+    mm_heads(gemm, B, H, false, false, D, D, D, a, D, {0, DD}, AP, D, {HDD, DD}, G_d, D, {HDD, DD});
     add_periodic(G_d, ba, n, HDD, s);
-    if constexpr (!std::is_same_v<T, double>) cast(G_out, G_d, n, s);
+    if constexpr (!std::is_same_v<T, double>) {
+        cast(L.G.get(), G_d, n, s);
+        if (train) {
+            cast(sized(L.Z, n, s), Z, n, s);
+            cast(sized(L.A_LM, n, s), ALM, n, s);
+            cast(sized(L.A_P, n, s), AP, n, s);
+        }
+    }
     if (all) {
         auto keep64 = [&](Tensor<T>& dst, const double* src) {
             std::vector<double> h(static_cast<size_t>(n));
@@ -333,9 +249,9 @@ void DeviceModel<T>::Impl::learned_g(int64_t l, const T* q_ptr, int64_t B, int64
             dst = Tensor<T>({B, H, D, D});
             for (int64_t i = 0; i < n; ++i) dst[i] = T(h[size_t(i)]);
         };
-        keep64(la.Z, Z.get());
-        keep64(la.A_LM, ALM.get());
-        keep64(la.A_P, AP.get());
+        keep64(la.Z, Z);
+        keep64(la.A_LM, ALM);
+        keep64(la.A_P, AP);
     }
 }
 
@@ -360,15 +276,88 @@ void DeviceModel<T>::Impl::attention(const T* q, const T* k, const T* v, const T
 }
 
 template <class T>
-void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S,
-                                   Activations<T>& out, KeepActs keep, bool last_only) {
+void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da, LayerActs<T>& la,
+                                 bool all) {
+    const Config& c = m.cfg;
+    const LayerView<T>& w = m.w.layers[size_t(l)];
+    const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, F = c.intermediate_size;
+    const int64_t N = B * S, HDD = H * D * D, Hs = B * H * S;
+    const double eps = c.layer_norm_eps;
+    Stream s = stream;
+    auto keep_t = [&](Tensor<T>& dst, const T* src, Shape shape) {
+        download(all, dst, src, std::move(shape));
+    };
+    const T* x = da.input_of(l);  // (inference: the buffer LN2 overwrites below, after its reads)
+    DevLayer<T>& L = da.layer(l);
+    keep_t(la.x_in, x, {B, S, d});
+
+    // 1-3. Projections and RoPE on q, k.
+    T *q = sized(L.q, N * d, s), *k = sized(L.k, N * d, s), *v = sized(L.v, N * d, s);
+    linear(gemm, q, x, dev(w.wq), dev(w.bq), N, d, d);
+    linear(gemm, k, x, dev(w.wk), dev(w.bk), N, d, d);
+    linear(gemm, v, x, dev(w.wv), dev(w.bv), N, d, d);
+    rope_forward<T>(q, da.pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(), nullptr, s);
+    rope_forward<T>(k, da.pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(), nullptr, s);
+    keep_t(la.q, q, {B, S, d});
+    keep_t(la.k, k, {B, S, d});
+    keep_t(la.v, v, {B, S, d});
+
+    // 4-6. G_LM: the model's fixed G, or the metric learner and the operator.
+    T* G = sized(L.G, B * HDD, s);
+    if (!c.learned_g()) {
+        const T* Gf = G_fixed.get() + l * HDD;
+        tile_kernel<T><<<grid_for(B * HDD), kThreads, 0, s>>>(G, Gf, B * HDD, HDD);
+        PLDR_CUDA_LAUNCHED("tile");
+    } else {
+        learned_g(l, B, S, L, da.train, la, all);
+    }
+    keep_t(la.G, G, {B, H, D, D});
+
+    // 7. Ep = (Q·G)·Kᵀ / √dk; E = softmax(Ep + mask·(−1e9)); O = E·V.
+    T *QG = sized(L.QG, Hs * D, s), *E = sized(L.E, Hs * S, s), *O = sized(L.O, N * d, s);
+    T* Ep = all ? sized(L.Ep, Hs * S, s) : nullptr;
+    attention(q, k, v, G, da.ids.get(), B, S, QG, Ep, E, O);
+    keep_t(la.QG, QG, {B, H, S, D});
+    keep_t(la.Ep, Ep, {B, H, S, S});
+    keep_t(la.E, E, {B, H, S, S});
+    keep_t(la.O, O, {B, S, d});
+
+    // The output projection, + x, LN1; the FFN, + out1, LN2.
+    T *attn = sized(L.attn, N * d, s), *r1 = sized(L.r1, N * d, s);
+    T *out1 = sized(L.out1, N * d, s), *mean1 = sized(L.mean1, N, s), *rstd1 = sized(L.rstd1, N, s);
+    linear(gemm, attn, O, dev(w.wo), dev(w.bo), N, d, d);
+    keep_t(la.attn_out, attn, {B, S, d});
+    add(r1, attn, x, N * d, s);
+    layernorm_forward<T>(out1, mean1, rstd1, r1, dev(w.ln1_g), dev(w.ln1_b), N, d, eps, s);
+    keep_t(la.out1, out1, {B, S, d});
+    keep_t(la.ln1_mean, mean1, {N});
+    keep_t(la.ln1_rstd, rstd1, {N});
+    T *h1 = sized(L.h1, N * F, s), *h2 = sized(L.h2, N * F, s), *gated = sized(L.gated, N * F, s);
+    T *ffn = sized(L.ffn, N * d, s), *r2 = sized(L.r2, N * d, s);
+    linear(gemm, h1, out1, dev(w.ffn.w1), dev(w.ffn.b1), N, d, F);
+    linear(gemm, h2, out1, dev(w.ffn.w2), dev(w.ffn.b2), N, d, F);
+    glu_gate<T>(gated, h1, h2, N * F, s);
+    linear(gemm, ffn, gated, dev(w.ffn.w3), dev(w.ffn.b3), N, F, d);
+    keep_t(la.ffn.h1, h1, {N, F});
+    keep_t(la.ffn.h2, h2, {N, F});
+    keep_t(la.ffn.gated, gated, {N, F});
+    keep_t(la.ffn_out, ffn, {B, S, d});
+    add(r2, ffn, out1, N * d, s);
+    T *hidden = sized(L.hidden, N * d, s), *mean2 = sized(L.mean2, N, s),
+      *rstd2 = sized(L.rstd2, N, s);
+    layernorm_forward<T>(hidden, mean2, rstd2, r2, dev(w.ln2_g), dev(w.ln2_b), N, d, eps, s);
+    keep_t(la.hidden, hidden, {B, S, d});
+    keep_t(la.ln2_mean, mean2, {N});
+    keep_t(la.ln2_rstd, rstd2, {N});
+}
+
+template <class T>
+void DeviceModel<T>::Impl::layers(const int64_t* ids_host, int64_t B, int64_t S, DevActs<T>& da,
+                                  Activations<T>& out, bool all) {
     check_inputs(m, ids_host, B, S);
     on.select();
     const Config& c = m.cfg;
-    const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, F = c.intermediate_size;
-    const int64_t V = c.vocab_size, N = B * S, DD = D * D, HDD = H * DD;
-    const double eps = c.layer_norm_eps;
-    const bool all = keep == KeepActs::ALL;
+    const int64_t d = c.hidden_size, N = B * S;
     Stream s = stream;
 
     out = Activations<T>();
@@ -387,93 +376,42 @@ void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S
     auto keep_t = [&](Tensor<T>& dst, const T* src, Shape shape) {
         download(all, dst, src, std::move(shape));
     };
-
-    Scratch<int64_t> ids(N, s), pos(N, s);
-    copy_to_device(ids.get(), out.ids.data(), N, s);
-    copy_to_device(pos.get(), out.pos.data(), N, s);
+    copy_to_device(sized(da.ids, N, s), out.ids.data(), N, s);
+    copy_to_device(sized(da.pos, N, s), out.pos.data(), N, s);
 
     // Embedding·√d, then the input LayerNorm.
-    Scratch<T> x0(N * d, s), x(N * d, s), mean(N, s), rstd(N, s);
-    embed_kernel<T><<<grid_for(N * d), kThreads, 0, s>>>(x0.get(), dev(m.w.emb), ids.get(), N, d,
+    T* x0 = sized(da.x0, N * d, s);
+    embed_kernel<T><<<grid_for(N * d), kThreads, 0, s>>>(x0, dev(m.w.emb), da.ids.get(), N, d,
                                                          m.embed_scale());
     PLDR_CUDA_LAUNCHED("embed");
-    layernorm_forward<T>(x.get(), mean.get(), rstd.get(), x0.get(), dev(m.w.ln_in_g),
-                         dev(m.w.ln_in_b), N, d, eps, s);
-    keep_t(out.x0, x0.get(), {B, S, d});
-    keep_t(out.embed_ln, x.get(), {B, S, d});
-    keep_t(out.ln_mean, mean.get(), {N});
-    keep_t(out.ln_rstd, rstd.get(), {N});
-    x0.reset();
+    layernorm_forward<T>(sized(da.embed_ln, N * d, s), sized(da.mean, N, s), sized(da.rstd, N, s),
+                         x0, dev(m.w.ln_in_g), dev(m.w.ln_in_b), N, d, c.layer_norm_eps, s);
+    keep_t(out.x0, x0, {B, S, d});
+    keep_t(out.embed_ln, da.embed_ln.get(), {B, S, d});
+    keep_t(out.ln_mean, da.mean.get(), {N});
+    keep_t(out.ln_rstd, da.rstd.get(), {N});
+    if (!da.train) da.x0.reset();  // the backward's LN_in input; a forward's no longer
 
-    Scratch<T> q(N * d, s), k(N * d, s), v(N * d, s), G(B * HDD, s), QG(B * H * S * D, s),
-        Ep(all ? B * H * S * S : 1, s), E(B * H * S * S, s), O(N * d, s), y(N * d, s),
-        out1(N * d, s), h1(N * F, s), h2(N * F, s), gated(N * F, s);
+    da.layers.resize(size_t(da.train ? c.num_layers : 1));
     out.layers.resize(size_t(c.num_layers));
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        const LayerView<T>& w = m.w.layers[size_t(l)];
-        LayerActs<T>& la = out.layers[size_t(l)];
-        keep_t(la.x_in, x.get(), {B, S, d});
+    for (int64_t l = 0; l < c.num_layers; ++l) layer(l, B, S, da, out.layers[size_t(l)], all);
+}
 
-        // 1-3. Projections and RoPE on q, k.
-        linear(gemm, q.get(), x.get(), dev(w.wq), dev(w.bq), N, d, d);
-        linear(gemm, k.get(), x.get(), dev(w.wk), dev(w.bk), N, d, d);
-        linear(gemm, v.get(), x.get(), dev(w.wv), dev(w.bv), N, d, d);
-        rope_forward<T>(q.get(), pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(), nullptr,
-                        s);
-        rope_forward<T>(k.get(), pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(), nullptr,
-                        s);
-        keep_t(la.q, q.get(), {B, S, d});
-        keep_t(la.k, k.get(), {B, S, d});
-        keep_t(la.v, v.get(), {B, S, d});
-
-        // 4-6. G_LM: the model's fixed G, or the metric learner and the operator.
-        if (!c.learned_g()) {
-            const T* Gf = G_fixed.get() + l * HDD;
-            tile_kernel<T><<<grid_for(B * HDD), kThreads, 0, s>>>(G.get(), Gf, B * HDD, HDD);
-            PLDR_CUDA_LAUNCHED("tile");
-        } else {
-            learned_g(l, q.get(), B, S, G.get(), la, all);
-        }
-        keep_t(la.G, G.get(), {B, H, D, D});
-
-        // 7. Ep = (Q·G)·Kᵀ / √dk; E = softmax(Ep + mask·(−1e9)); O = E·V.
-        attention(q.get(), k.get(), v.get(), G.get(), ids.get(), B, S, QG.get(),
-                  all ? Ep.get() : nullptr, E.get(), O.get());
-        keep_t(la.QG, QG.get(), {B, H, S, D});
-        keep_t(la.Ep, Ep.get(), {B, H, S, S});
-        keep_t(la.E, E.get(), {B, H, S, S});
-        keep_t(la.O, O.get(), {B, S, d});
-
-        // The output projection, + x, LN1; the FFN, + out1, LN2.
-        linear(gemm, y.get(), O.get(), dev(w.wo), dev(w.bo), N, d, d);
-        keep_t(la.attn_out, y.get(), {B, S, d});
-        add(y.get(), y.get(), x.get(), N * d, s);
-        layernorm_forward<T>(out1.get(), mean.get(), rstd.get(), y.get(), dev(w.ln1_g),
-                             dev(w.ln1_b), N, d, eps, s);
-        keep_t(la.out1, out1.get(), {B, S, d});
-        keep_t(la.ln1_mean, mean.get(), {N});
-        keep_t(la.ln1_rstd, rstd.get(), {N});
-        linear(gemm, h1.get(), out1.get(), dev(w.ffn.w1), dev(w.ffn.b1), N, d, F);
-        linear(gemm, h2.get(), out1.get(), dev(w.ffn.w2), dev(w.ffn.b2), N, d, F);
-        glu_gate<T>(gated.get(), h1.get(), h2.get(), N * F, s);
-        linear(gemm, y.get(), gated.get(), dev(w.ffn.w3), dev(w.ffn.b3), N, F, d);
-        keep_t(la.ffn.h1, h1.get(), {N, F});
-        keep_t(la.ffn.h2, h2.get(), {N, F});
-        keep_t(la.ffn.gated, gated.get(), {N, F});
-        keep_t(la.ffn_out, y.get(), {B, S, d});
-        add(y.get(), y.get(), out1.get(), N * d, s);
-        layernorm_forward<T>(x.get(), mean.get(), rstd.get(), y.get(), dev(w.ln2_g), dev(w.ln2_b),
-                             N, d, eps, s);
-        keep_t(la.hidden, x.get(), {B, S, d});
-        keep_t(la.ln2_mean, mean.get(), {N});
-        keep_t(la.ln2_rstd, rstd.get(), {N});
-    }
+template <class T>
+void DeviceModel<T>::Impl::forward(const int64_t* ids_host, int64_t B, int64_t S,
+                                   Activations<T>& out, KeepActs keep, bool last_only) {
+    const Config& c = m.cfg;
+    const int64_t d = c.hidden_size, V = c.vocab_size, N = B * S;
+    Stream s = stream;
+    DevActs<T> da;
+    layers(ids_host, B, S, da, out, keep == KeepActs::ALL);
+    const T* x = da.input_of(c.num_layers);
 
     // The head: over every row, or over each sequence's last (rows S·d apart).
     const int64_t rows = last_only ? B : N;
     Scratch<T> logits(rows * V, s);
-    mm(gemm, false, true, rows, V, d, x.get() + (last_only ? (S - 1) * d : 0),
-       last_only ? S * d : d, dev(m.w.head_w), d, logits.get(), V, dev(m.w.head_b));
+    mm(gemm, false, true, rows, V, d, x + (last_only ? (S - 1) * d : 0), last_only ? S * d : d,
+       dev(m.w.head_w), d, logits.get(), V, dev(m.w.head_b));
     if (last_only)
         out.logits.resize_for_overwrite({B, V});
     else
@@ -515,5 +453,6 @@ void DeviceModel<T>::last_logits(const int64_t* ids, int64_t B, int64_t S, Tenso
 
 template class DeviceModel<float>;
 template class DeviceModel<double>;
+// (with their Impl: the pass's pieces that backward.cu calls; its own are instantiated there)
 
 }  // namespace pldr::cuda

@@ -10,14 +10,16 @@
 // as the CPU's (ops/plga.cpp); the rest is float32 throughout (TF32 off).
 //
 // This is the first piece of the device seam (docs/gpu.md): the full forward without caches,
-// as `forward(m, ids, B, S, acts)` with KeepActs::ALL or only the logits. Training, the cached
-// sessions and the fused kernels come on top of it.
+// as `forward(m, ids, B, S, acts)` with KeepActs::ALL or only the logits, and the training
+// objective with its gradient (`loss_and_grads`, train/loss.h's on the device: backward.cu). The
+// optimizer's step, the cached sessions and the fused kernels come on top of it.
 #pragma once
 #include <cstdint>
 #include <memory>
 
 #include "model/activations.h"
 #include "model/model.h"
+#include "train/loss.h"
 
 namespace pldr::cuda {
 
@@ -50,6 +52,17 @@ class DeviceModel {
     // sequence's last position only; out [B,V] gets those logits, nothing else is downloaded.
     // Waits for the device.
     void last_logits(const int64_t* ids, int64_t B, int64_t S, Tensor<T>& out);
+
+    // The training objective of train/loss.h on the device (backward.cu): the forward over
+    // tokens[:, :-1] [B, S1], masked cross-entropy against tokens[:, 1:] (the pad id never
+    // scored), the DAG metrics and terms as the CPU's loss_and_grads computes them (whenever the
+    // model has a learned G, even with zero coefficients; they enter the loss for positive
+    // ones), and the backward. ACCUMULATES d value / d params · grad_scale into grads_host
+    // (m.num_params() values, the CPU's layout) and returns the CPU's LossResult. The gradient is
+    // computed in a device buffer (cleared per call, downloaded and added at the end). Inputs
+    // are refused with the CPU's one-line errors. Waits for the device.
+    LossResult loss_and_grads(const int64_t* tokens, int64_t B, int64_t S1, const DagCoeffs& dag,
+                              T* grads_host, double grad_scale = 1.0);
 
     struct Impl;
 

@@ -13,6 +13,18 @@
 namespace pldr {
 
 template <typename T>
+void require_float_weights(const Model<T>& m) {
+    // Training and gradients need the float weights (the products would otherwise differentiate
+    // the packed copies while the optimizer updated the parameters).
+    PLDR_REQUIRE(!m.packed,
+                 "gradients and training need float weights, but this model holds its "
+                 "linear weights packed as ",
+                 weight_format_name(m.packed->format()),
+                 " for inference; load it dequantized (LoadOptions::dequantize, pldr "
+                 "--dequantize) or convert it with pldr convert --dtype f32");
+}
+
+template <typename T>
 void backward(const Model<T>& m, const Activations<T>& a, const Tensor<T>& dlogits,
               const std::vector<DeductiveGrads<T>>* extra, T* grads) {
     const Config& c = m.cfg;
@@ -29,14 +41,7 @@ void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& 
                          const std::vector<DeductiveGrads<T>>* extra, T* grads,
                          Activations<T>* consume) {
     const Config& c = m.cfg;
-    // Training and gradients need the float weights (the products would otherwise differentiate
-    // the packed copies while the optimizer updated the parameters).
-    PLDR_REQUIRE(!m.packed,
-                 "gradients and training need float weights, but this model holds its "
-                 "linear weights packed as ",
-                 weight_format_name(m.packed->format()),
-                 " for inference; load it dequantized (LoadOptions::dequantize, pldr "
-                 "--dequantize) or convert it with pldr convert --dtype f32");
+    require_float_weights(m);
     const int64_t d = c.hidden_size, N = a.B * a.S;
     ModelView<T> g = bind_view(m.layout, c, grads);
     Tensor<T> dx = std::move(dhidden);
@@ -82,6 +87,8 @@ void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& 
     }
 }
 
+template void require_float_weights<float>(const Model<float>&);
+template void require_float_weights<double>(const Model<double>&);
 template void backward<float>(const Model<float>&, const Activations<float>&, const Tensor<float>&,
                               const std::vector<DeductiveGrads<float>>*, float*);
 template void backward<double>(const Model<double>&, const Activations<double>&,

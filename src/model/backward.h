@@ -11,6 +11,11 @@ namespace pldr {
 // optional per-layer extra gradients (DeductiveGrads, model/activations.h: null or one entry
 // per layer). The fixed G of fixed-G
 // models is a constant and receives no gradient.
+// Refuses (one line) a model whose linear weights are packed for inference (bf16, q8_0):
+// gradients and training need the float weights.
+template <typename T>
+void require_float_weights(const Model<T>& m);
+
 template <typename T>
 void backward(const Model<T>& m, const Activations<T>& a, const Tensor<T>& dlogits,
               const std::vector<DeductiveGrads<T>>* extra, T* grads);

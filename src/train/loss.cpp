@@ -13,6 +13,27 @@
 
 namespace pldr {
 
+template <typename T>
+double dag_loss_term(const std::vector<T>& X, int64_t count, int64_t D, bool reference,
+                     double coeff, double grad_scale, T* dX, double* loss_part) {
+    DagMode md = reference ? DagMode::REFERENCE_F32 : DagMode::EXACT;
+    double v = dag_mean(X.data(), count, D, md, dX, coeff * grad_scale);
+    if (!std::isfinite(v) && md == DagMode::REFERENCE_F32) {  // reference overflow
+        md = DagMode::EXACT;
+        if (dX) std::fill(dX, dX + X.size(), T(0));
+        v = dag_mean(X.data(), count, D, md, dX, coeff * grad_scale);
+    }
+    if (coeff > 0) {
+        // The reference adds float32(coeff · dag) (a float32 tensor times a Python float).
+        *loss_part += md == DagMode::REFERENCE_F32 ? double(float(coeff) * float(v)) : coeff * v;
+    }
+    return v;
+}
+template double dag_loss_term<float>(const std::vector<float>&, int64_t, int64_t, bool, double,
+                                     double, float*, double*);
+template double dag_loss_term<double>(const std::vector<double>&, int64_t, int64_t, bool, double,
+                                      double, double*, double*);
+
 namespace {
 
 // The DAG regularizer over all layers (spec §3.2): for X ∈ {A_LM, A_P, G_LM}, the mean over
@@ -28,7 +49,6 @@ std::vector<DeductiveGrads<T>> dag_terms(const Model<T>& m, const Activations<T>
     const int64_t count = L * a.B * c.num_heads;
     const bool want_grad = grad_scale != 0.0 && dag.any();
     std::vector<DeductiveGrads<T>> extra(want_grad ? size_t(L) : 0);
-    const DagMode mode = m.reference_numerics() ? DagMode::REFERENCE_F32 : DagMode::EXACT;
     auto term = [&](Tensor<T> LayerActs<T>::*field, Tensor<T> DeductiveGrads<T>::*gfield,
                     double coeff, double* metric) {
         std::vector<T> X(static_cast<size_t>(L * per));
@@ -38,19 +58,8 @@ std::vector<DeductiveGrads<T>> dag_terms(const Model<T>& m, const Activations<T>
         }
         const bool g = want_grad && coeff > 0;
         std::vector<T> dX(g ? X.size() : 0, T(0));
-        DagMode md = mode;
-        double v = dag_mean(X.data(), count, D, md, g ? dX.data() : nullptr, coeff * grad_scale);
-        if (!std::isfinite(v) && md == DagMode::REFERENCE_F32) {  // reference overflow
-            md = DagMode::EXACT;
-            std::fill(dX.begin(), dX.end(), T(0));
-            v = dag_mean(X.data(), count, D, md, g ? dX.data() : nullptr, coeff * grad_scale);
-        }
-        *metric = v;
-        if (coeff > 0) {
-            // The reference adds float32(coeff · dag) (a float32 tensor times a Python float).
-            r.dag_loss +=
-                md == DagMode::REFERENCE_F32 ? double(float(coeff) * float(v)) : coeff * v;
-        }
+        *metric = dag_loss_term(X, count, D, m.reference_numerics(), coeff, grad_scale,
+                                g ? dX.data() : nullptr, &r.dag_loss);
         if (g)
             for (int64_t l = 0; l < L; ++l) {
                 Tensor<T>& dst = extra[size_t(l)].*gfield;
@@ -71,12 +80,25 @@ int64_t& loss_head_chunk_rows() {
     return rows;
 }
 
-namespace {
+int64_t loss_head_rows(int64_t N, int64_t d, int64_t V) {
+    // Rows per chunk: about 8M logits (32 MB of float32), large products for the GEMM library;
+    // 1M (4 MB, which stays in cache) for a head of d ≤ 64. Such a head does only d
+    // multiply-adds per logit, and the library copies (packs) the chunk for each product, so
+    // copies of a chunk out of cache cost as much as the products (S config, 2048 rows through
+    // the head forward and backward, standalone: 25.8 / 28.7 ms in one chunk, 21.3 / 26.1 ms in
+    // chunks of 256 rows; M's d = 256 ran 3–5 % slower in chunks of 512 rows than of 1024).
+    // The rows are a multiple of 64: at 110M, 8M logits are 262 rows, and training steps ran
+    // 2.5–7 % faster in chunks of 256 (the head's three products over 262 rows, 131 per thread,
+    // leave the GEMM libraries' row blocks a ragged tail).
+    const int64_t chunk_logits = d <= 64 ? int64_t(1) << 20 : int64_t(1) << 23;
+    const int64_t want = loss_head_chunk_rows() > 0
+                             ? loss_head_chunk_rows()
+                             : std::max<int64_t>(64, chunk_logits / V / 64 * 64);
+    return std::max<int64_t>(1, std::min(N, want));
+}
 
-// A batch of B rows of S1 tokens as the model's inputs (all but the last token of each row) and
-// their targets (all but the first).
-void split_inputs(const int64_t* tokens, int64_t B, int64_t S1, std::vector<int64_t>& in,
-                  std::vector<int64_t>& tgt) {
+void split_training_batch(const int64_t* tokens, int64_t B, int64_t S1, std::vector<int64_t>& in,
+                          std::vector<int64_t>& tgt) {
     const int64_t S = S1 - 1;
     in.resize(static_cast<size_t>(B * S));
     tgt.resize(static_cast<size_t>(B * S));
@@ -87,13 +109,11 @@ void split_inputs(const int64_t* tokens, int64_t B, int64_t S1, std::vector<int6
         }
 }
 
-}  // namespace
-
 template <typename T>
 std::string non_finite_origin(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1) {
     if (S1 < 2) return "";
     std::vector<int64_t> in, tgt;
-    split_inputs(tokens, B, S1, in, tgt);
+    split_training_batch(tokens, B, S1, in, tgt);
     Activations<T> a;
     forward_layers(m, in.data(), B, S1 - 1, a, KeepActs::ALL);
     return first_non_finite(forward_tensors(m, a));
@@ -108,7 +128,7 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
                  dag.A, ",", dag.Ap, ",", dag.G, ")");
     const int64_t S = S1 - 1, N = B * S, V = m.cfg.vocab_size;
     std::vector<int64_t> in, tgt;
-    split_inputs(tokens, B, S1, in, tgt);
+    split_training_batch(tokens, B, S1, in, tgt);
     check_inputs(m, tgt.data(), B, S);
     PLDR_REQUIRE(keep != KeepActs::INFERENCE,
                  "loss_and_grads: KeepActs::INFERENCE keeps too little for a backward");
@@ -123,20 +143,7 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     // one chunk at a time, d(final hidden) and the head's gradient accumulate chunk by chunk.
     // Per-row CE and hits land in row order, and are summed as the one-pass version did.
     const int64_t d = m.cfg.hidden_size;
-    // Rows per chunk: about 8M logits (32 MB of float32), large products for the GEMM library;
-    // 1M (4 MB, which stays in cache) for a head of d ≤ 64. Such a head does only d
-    // multiply-adds per logit, and the library copies (packs) the chunk for each product, so
-    // copies of a chunk out of cache cost as much as the products (S config, 2048 rows through
-    // the head forward and backward, standalone: 25.8 / 28.7 ms in one chunk, 21.3 / 26.1 ms in
-    // chunks of 256 rows; M's d = 256 ran 3–5 % slower in chunks of 512 rows than of 1024).
-    // The rows are a multiple of 64: at 110M, 8M logits are 262 rows, and training steps ran
-    // 2.5–7 % faster in chunks of 256 (the head's three products over 262 rows, 131 per thread,
-    // leave the GEMM libraries' row blocks a ragged tail).
-    const int64_t chunk_logits = d <= 64 ? int64_t(1) << 20 : int64_t(1) << 23;
-    const int64_t want = loss_head_chunk_rows() > 0
-                             ? loss_head_chunk_rows()
-                             : std::max<int64_t>(64, chunk_logits / V / 64 * 64);
-    const int64_t rows = std::max<int64_t>(1, std::min(N, want));
+    const int64_t rows = loss_head_rows(N, d, V);
     const Tensor<T>& h = acts.final_hidden();
     std::vector<T> ce(static_cast<size_t>(N));
     std::vector<char> hit(static_cast<size_t>(N));

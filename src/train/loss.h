@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/backward.h"
 
@@ -38,6 +39,24 @@ struct LossResult {
 // depend on it beyond the rounding of the head's gradient sum). 0 = automatic (about 8 M logits
 // per chunk); tests set a small count to run several chunks.
 int64_t& loss_head_chunk_rows();
+// The rows of each chunk of the head for N rows of width d and V logits (loss_head_chunk_rows, or
+// the automatic choice); every backend's loss uses it, so that the head's gradient sums alike.
+int64_t loss_head_rows(int64_t N, int64_t d, int64_t V);
+
+// One DAG term (spec §3.2) over X: `count` D×D instances back to back (the layers' A_LM, A_P or
+// G_LM). Returns its metric, the mean of dag over them; for coeff > 0 adds what enters the loss
+// to *loss_part (float32(coeff · dag) with reference numerics, as the reference adds it); when dX
+// is not null, ACCUMULATES coeff · grad_scale · d(mean)/dX. Reference numerics run the
+// reference's float32 algorithm, and the exact one where it overflows (ops/dag.h); every
+// backend's loss calls this.
+template <typename T>
+double dag_loss_term(const std::vector<T>& X, int64_t count, int64_t D, bool reference,
+                     double coeff, double grad_scale, T* dX, double* loss_part);
+
+// A batch of B rows of S1 tokens as the model's inputs (all but the last token of each row) and
+// their targets (all but the first).
+void split_training_batch(const int64_t* tokens, int64_t B, int64_t S1, std::vector<int64_t>& in,
+                          std::vector<int64_t>& tgt);
 
 template <typename T>
 LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, int64_t S1,

@@ -1,0 +1,250 @@
+// The model on the device, shared by its passes (device code; included by src/cuda_model/*.cu
+// only): DeviceModel<T>::Impl, what a pass keeps on the device (DevActs), and the helpers of both
+// passes (element-wise kernels, the products in T, strided batches over (sequence, head)).
+// forward.cu runs the forward, backward.cu the training objective and the backward.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/gemm.h"
+#include "cuda_model/forward.h"
+#include "model/forward.h"
+
+namespace pldr::cuda::model_detail {
+
+// ---- element-wise kernels of both passes -------------------------------------------------------
+
+// out = a + b (the residual sums; out may be a or b)
+template <class T>
+__global__ void __launch_bounds__(kThreads) add_kernel(T* out, const T* a, const T* b, int64_t n) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+template <class To, class From>
+__global__ void __launch_bounds__(kThreads) cast_kernel(To* dst, const From* src, int64_t n) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
+        dst[i] = To(src[i]);
+}
+
+template <class T>
+void add(T* out, const T* a, const T* b, int64_t n, Stream s) {
+    if (n == 0) return;
+    add_kernel<T><<<grid_for(n), kThreads, 0, s>>>(out, a, b, n);
+    PLDR_CUDA_LAUNCHED("add");
+}
+template <class To, class From>
+void cast(To* dst, const From* src, int64_t n, Stream s) {
+    if (n == 0) return;
+    cast_kernel<To, From><<<grid_for(n), kThreads, 0, s>>>(dst, src, n);
+    PLDR_CUDA_LAUNCHED("cast");
+}
+template <class U>
+void zero(U* p, int64_t n, Stream s) {
+    if (n > 0) PLDR_CUDA_CALL(cudaMemsetAsync(p, 0, size_t(n) * sizeof(U), s));
+}
+
+// A kept buffer of n values: allocated on first use (or when its size changes), else reused.
+template <class U>
+U* sized(Scratch<U>& b, int64_t n, Stream s) {
+    if (!b.get() || b.size() != n) b = Scratch<U>(n, s);
+    return b.get();
+}
+
+// ---- the products in T: row-major C = op(A)·op(B) (+ bias) + beta·C, through cuBLASLt ----------
+inline void mm(Gemm& g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+               const float* bias = nullptr, const GemmBatch& batch = {}, float beta = 0.0f) {
+    g.f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, bias, batch);
+}
+inline void mm(Gemm& g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A,
+               int64_t lda, const double* B, int64_t ldb, double* C, int64_t ldc,
+               const double* bias = nullptr, const GemmBatch& batch = {}, double beta = 0.0) {
+    g.f64(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc, bias, batch);
+}
+
+// An operand's offsets, in elements, from one sequence to the next and from one head to the next.
+struct Strides {
+    int64_t b, h;
+};
+// The same product for every (sequence b, head h) pair: one strided batch over the larger of B
+// and H per value of the smaller (a stride of 0 repeats an operand: a head's parameter for
+// every sequence). beta = 1 accumulates into C (no two pairs share a C).
+template <class T>
+void mm_heads(Gemm& g, int64_t B, int64_t H, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+              const T* A, int64_t lda, Strides sa, const T* Bm, int64_t ldb, Strides sb, T* C,
+              int64_t ldc, Strides sc, T beta = T(0)) {
+    if (B >= H) {
+        for (int64_t h = 0; h < H; ++h)
+            mm(g, ta, tb, M, N, K, A + h * sa.h, lda, Bm + h * sb.h, ldb, C + h * sc.h, ldc,
+               nullptr, GemmBatch{B, sa.b, sb.b, sc.b}, beta);
+    } else {
+        for (int64_t b = 0; b < B; ++b)
+            mm(g, ta, tb, M, N, K, A + b * sa.b, lda, Bm + b * sb.b, ldb, C + b * sc.b, ldc,
+               nullptr, GemmBatch{H, sa.h, sb.h, sc.h}, beta);
+    }
+}
+// y[N,O] = x[N,I]·Wᵀ + b (W [O,I] row-major: the linear layers' convention)
+template <class T>
+void linear(Gemm& g, T* y, const T* x, const T* W, const T* b, int64_t N, int64_t I, int64_t O) {
+    mm(g, false, true, N, O, I, x, I, W, I, y, O, b);
+}
+
+// Makes `device` the calling thread's current device (before anything of the model's is made).
+struct Selected {
+    int device;
+    explicit Selected(int d) : device(d) { select(); }
+    void select() const {
+        PLDR_REQUIRE(device >= 0, "CUDA device index ", device, " is negative");
+        PLDR_CUDA_CALL(cudaSetDevice(device));
+    }
+};
+
+// ---- what a pass keeps on the device -----------------------------------------------------------
+// A forward for inference (or one that downloads every tensor) reuses one layer's buffers for all
+// layers, and two of the metric learner's residual units and GLUs; a training forward keeps every
+// buffer of every layer (DevActs::train) for its backward: everything, nothing recomputed (the
+// CPU's KeepActs::ALL; correct first — a memory plan like the CPU's KeepActs::TRAINING, which
+// recomputes E, Q·G, O and the learner's GLUs, is future work).
+
+// One GLU of a residual unit of the metric learner ([B·H·D, A_dff] each; x [B,H,D,D]: its input,
+// the previous GLU's output; the unit's first GLU reads the unit's input instead).
+template <class T>
+struct DevGlu {
+    Scratch<T> x, h1, h2, gated;
+};
+// A residual unit: its input (unit 0 reads LN_A's output instead), its GLUs' output y, the sum
+// y + input and its LayerNorm's statistics.
+template <class T>
+struct DevUnit {
+    Scratch<T> in, y, sum, mean, rstd;
+    std::vector<DevGlu<T>> glu;
+};
+template <class T>
+struct DevLearner {
+    Scratch<T> A0, A_ln, mean, rstd;  // A0 = Qᵀ·Q, LN_A's output and statistics
+    std::vector<DevUnit<T>> res;
+};
+template <class T>
+struct DevLayer {
+    Scratch<T> q, k, v;                       // [N,d], q and k after RoPE
+    DevLearner<T> ml;                         // learned G
+    Scratch<T> A, Z, A_LM, A_P;               // learned G, [B,H,D,D] in T (float32: rounded)
+    Scratch<T> G, QG, Ep, E, O;               // G [B,H,D,D]; QG [B,H,S,D]; Ep, E [B,H,S,S]
+    Scratch<T> attn, r1, out1, mean1, rstd1;  // attn_out; r1 = attn_out + x_in; LN1
+    Scratch<T> h1, h2, gated, ffn;            // the FFN [N,F] and its output [N,d]
+    Scratch<T> r2, hidden, mean2, rstd2;      // r2 = ffn_out + out1; LN2
+};
+template <class T>
+struct DevActs {
+    bool train = false;  // keep every layer's buffers (else one set, reused)
+    Scratch<int64_t> ids, pos;
+    Scratch<T> x0, embed_ln, mean, rstd;  // x0 = embedding·√d; LN_in
+    std::vector<DevLayer<T>> layers;      // train: one per layer; else one
+    DevLayer<T>& layer(int64_t l) { return layers[train ? size_t(l) : 0]; }
+    // Layer l's input: the previous layer's output, or LN_in's.
+    const T* input_of(int64_t l) { return l == 0 ? embed_ln.get() : layer(l - 1).hidden.get(); }
+};
+
+}  // namespace pldr::cuda::model_detail
+
+namespace pldr::cuda {
+
+template <class T>
+struct DeviceModel<T>::Impl {
+    const Model<T>& m;
+    model_detail::Selected on;  // first: the members below are made on that device
+    Stream stream = nullptr;
+    Gemm gemm;
+    Scratch<T> params, G_fixed;
+    // The operator's parameters in float64, [L][5][H,D,D] (W, b, P, a, b_a): a float32
+    // model's operator runs in float64 as the CPU's; a float64 model's reads params directly.
+    Scratch<double> op64;
+    DeviceRopeTable rope;
+    // The gradient (the layout of params), cleared by each loss_and_grads; kept for the
+    // optimizer's step on the device.
+    Scratch<T> grads;
+
+    Impl(const Model<T>& model, int device);
+
+    // The device copy of a parameter the host view points at (null stays null).
+    const T* dev(const T* host) const {
+        return host ? params.get() + (host - m.params.data()) : nullptr;
+    }
+
+    // Downloads a device tensor into a host one of the given shape (a forward that keeps ALL).
+    void download(bool all, Tensor<T>& dst, const T* src, Shape shape) const {
+        if (!all) return;
+        dst.resize_for_overwrite(std::move(shape));
+        copy_to_host(dst.ptr(), src, dst.numel(), stream);
+    }
+
+    // ---- forward.cu
+    // The pass; last_only: the head over each sequence's last row only, into out.logits [B,V].
+    void forward(const int64_t* ids, int64_t B, int64_t S, Activations<T>& out, KeepActs keep,
+                 bool last_only = false);
+    // The decoder below the head: the inputs checked as the CPU checks them, out's ids and
+    // positions set, every layer run; what it keeps on the device is da's (DevActs::train), what
+    // it downloads out's (all: every tensor of KeepActs::ALL). The final hidden state is
+    // da.input_of(num_layers).
+    void layers(const int64_t* ids, int64_t B, int64_t S, model_detail::DevActs<T>& da,
+                Activations<T>& out, bool all);
+    // One decoder layer, from da.input_of(l).
+    void layer(int64_t l, int64_t B, int64_t S, model_detail::DevActs<T>& da, LayerActs<T>& la,
+               bool all);
+    // Layer l's G_LM [B,H,D,D] into L.G from its rotated queries: A0 = Qᵀ·Q, the metric learner,
+    // the operator (in float64).
+    void learned_g(int64_t l, int64_t B, int64_t S, model_detail::DevLayer<T>& L, bool train,
+                   LayerActs<T>& la, bool all);
+    // The learner's residual units, from LN_A's output to A.
+    void learner_units(const LayerView<T>& w, int64_t rows, const T* in,
+                       model_detail::DevLayer<T>& L, bool train);
+    // Ep = (Q·G)·Kᵀ / √dk (kept when Ep is not null), E = softmax(Ep + mask·(−1e9)), O = E·V.
+    void attention(const T* q, const T* k, const T* v, const T* G, const int64_t* ids, int64_t B,
+                   int64_t S, T* QG, T* Ep, T* E, T* O);
+
+    // ---- backward.cu
+    // The DAG terms' device gradients (DeductiveGrads of the CPU), [L,B,H,D,D] each, or empty.
+    struct DagGrads {
+        Scratch<T> dA_LM, dA_P, dG;
+    };
+    LossResult loss_and_grads(const int64_t* tokens, int64_t B, int64_t S1, const DagCoeffs& dag,
+                              T* grads_host, double grad_scale);
+    // The head over chunks of rows and the masked cross-entropy: dhidden [N,d] written, the
+    // head's gradient accumulated; ce and accuracy into r.
+    void head_loss(const T* hidden, const std::vector<int64_t>& tgt, int64_t N, double scale,
+                   const ModelView<T>& g, T* dhidden, LossResult& r);
+    void dag_terms(model_detail::DevActs<T>& da, int64_t B, const DagCoeffs& dag, double grad_scale,
+                   LossResult& r, DagGrads& out);
+    // Layer l's backward: dx holds d(layer output) and leaves with d(layer input).
+    void layer_backward(int64_t l, int64_t B, int64_t S, model_detail::DevActs<T>& da,
+                        const DagGrads& dg, const ModelView<T>& g, Scratch<T>& dx);
+    // PLGA attention's backward from dO: dq, dk, dv written (the learner's term added to dq).
+    void attention_backward(int64_t l, int64_t B, int64_t S, model_detail::DevLayer<T>& L,
+                            const DagGrads& dg, const ModelView<T>& g, const T* dO, T* dq, T* dk,
+                            T* dv);
+    // The operator's backward: dA [B,H,D,D] written from dG (+ the DAG's dA_LM, dA_P).
+    void operator_backward(int64_t l, int64_t B, model_detail::DevLayer<T>& L, const T* dG,
+                           const T* xA_LM, const T* xA_P, const LayerView<T>& gw, T* dA);
+    // The metric learner's backward from dA (consumed): dq += its term.
+    void learner_backward(int64_t l, int64_t B, int64_t S, model_detail::DevLayer<T>& L, T* dA,
+                          const LayerView<T>& gw, T* dq);
+    // The GLU block's backward (ops/glu.h glu_backward): dx (accumulated when dx_acc, else
+    // written) and the parameter gradients g; sc: 2·N·F.
+    void glu_backward(T* dx, bool dx_acc, const GluView<T>& g, const T* dout, const T* x,
+                      const T* h1, const T* h2, const T* gated, const GluView<T>& p, int64_t N,
+                      int64_t I, int64_t F, int64_t O, T* sc);
+    // ops/linear.h linear_backward: din [N,I] (accumulated when din_acc, else written; may be
+    // null), dW += doutᵀ·in, db += Σ_n dout (in row order; dW, db may be null).
+    void linear_backward(T* din, bool din_acc, T* dW, T* db, const T* dout, const T* in, const T* W,
+                         int64_t N, int64_t I, int64_t O);
+    // The input LayerNorm and the embedding's gradient (the scatter-add in the CPU's order).
+    void embed_backward(model_detail::DevActs<T>& da, const std::vector<int64_t>& ids,
+                        const ModelView<T>& g, const T* dx);
+};
+
+}  // namespace pldr::cuda
