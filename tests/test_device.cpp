@@ -44,9 +44,12 @@ TEST(Device, CudaWithoutABackendExitsOneWithOneLine) {
         "audit " + kModel + " --out " + out + "/audit",
         "serve " + kModel + " --port 0",
         "bench --config S --only decode",
-        "train --preset tiny --data " + out + " --out " + out + "/ckpt --steps 1",
     };
-    if (!gpu) commands.insert(commands.end(), runs.begin(), runs.end());
+    if (!gpu) {  // (with a GPU, train runs there: AModelOnTheGpu... and TrainingOnTheGpu...)
+        commands.push_back("train --preset tiny --data " + out + " --out " + out +
+                           "/ckpt --steps 1");
+        commands.insert(commands.end(), runs.begin(), runs.end());
+    }
     for (const auto& c : commands) {
         SCOPED_TRACE(c);
         const auto r = cli_test::run(c + " --device cuda");
@@ -168,6 +171,40 @@ TEST(Device, AModelOnTheGpuRunsItsForwardThereAndRefusesTheRest) {
     EXPECT_GT(lim.read_gbs, 50);        // any HBM or GDDR GPU of today
     EXPECT_GT(lim.sgemm_gflops, 1000);  // and its float32 products
     EXPECT_GT(lim.bf16_gflops, lim.sgemm_gflops);
+}
+
+// pldr train --device cuda: the steps' forward and backward on the GPU (the Trainer's
+// StepBackend), the rest as on the CPU. Three float64 steps of the tiny preset from the same
+// init give the CPU's checkpoint: the trained models' logits within 1e-9 of each other.
+TEST(Device, TrainingOnTheGpuTakesTheCpusSteps) {
+    if (!gpu_visible()) GTEST_SKIP() << "skipped: no CUDA device";
+    const std::string root = cli_test::tmp_dir("device_train");
+    const std::string tok =
+        std::string(PLDR_SOURCE_DIR) +
+        "/data/tokenizer/refinedweb-tokenizer-model-pldrllm-kvg-cache-paper.model";
+    const std::string text =
+        std::string(PLDR_SOURCE_DIR) + "/data/corpus/tinyshakespeare/valid.txt";
+    auto r =
+        cli_test::run("prepare --tokenizer " + tok + " --out " + root + "/data --ctx 16 " + text);
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::vector<pldr::api::ForwardResult> outs;
+    for (const std::string dev : {"cpu", "cuda"}) {
+        const std::string out = root + "/" + dev;
+        r = cli_test::run(
+            "train --preset tiny --dtype f64 --data " + root + "/data --out " + out +
+            " --batch 2 --steps 3 --warmup 1 --save-every 0 --eval-every 0 --device " + dev);
+        ASSERT_EQ(r.code, 0) << dev << ": " << r.err;
+        pldr::api::LoadOptions lo;
+        lo.dtype = pldr::api::DType::F64;
+        outs.push_back(pldr::api::Model::load(out, lo).forward({5, 6, 7, 8}, 1));
+    }
+    const auto logits = [](const pldr::api::ForwardResult& f) {
+        for (const auto& [name, t] : f.tensors)
+            if (name == "fwd.logits") return t;
+        ADD_FAILURE() << "no logits";
+        return pldr::api::Tensor();
+    };
+    EXPECT_LE(rel_diff(logits(outs[1]), logits(outs[0])), 1e-9);
 }
 
 }  // namespace

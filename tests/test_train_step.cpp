@@ -3,9 +3,11 @@
 // accumulation (two micro-batches = one batch of both, for equal token counts).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "core/alloc.h"
 #include "core/rng.h"
@@ -197,6 +199,85 @@ TEST(TrainStep, RecomputationTakesTheSameStepsBitForBit) {
     EXPECT_EQ(pldr::parse_recompute("full"), pldr::Recompute::FULL);
     EXPECT_EQ(pldr::parse_recompute("selective"), pldr::Recompute::SELECTIVE);
     EXPECT_THROW(pldr::parse_recompute("some"), pldr::Error);
+}
+
+}  // namespace
+
+namespace {
+
+// A StepBackend with its own copy of the model, as a device holds one: the CPU's loss on the
+// copy, which only parameters_changed brings up to date.
+class CopyBackend final : public pldr::StepBackend<double> {
+  public:
+    explicit CopyBackend(const pldr::Model<double>& m) : host_(m), copy_(m) {}
+    pldr::LossResult loss_and_grads(const pldr::TokenBatch& b, const pldr::DagCoeffs& dag,
+                                    double* grads, double grad_scale,
+                                    double ce_denominator) override {
+        ++(grads ? with_grads : loss_only);
+        pldr::Activations<double> acts;
+        return pldr::loss_and_grads(copy_, b.tokens, b.B, b.S1, dag, acts, grads, grad_scale,
+                                    ce_denominator);
+    }
+    void parameters_changed() override {
+        ++refreshed;
+        std::copy(host_.params.begin(), host_.params.end(), copy_.params.begin());
+    }
+    std::string name() const override { return "copy"; }
+    int with_grads = 0, loss_only = 0, refreshed = 0;
+
+  private:
+    const pldr::Model<double>& host_;
+    pldr::Model<double> copy_;
+};
+
+// The Trainer over a backend (train/step.h StepBackend, the seam of --device cuda) takes the
+// CPU's steps bit for bit: each micro-batch's loss and gradient from the backend, the clipping,
+// AdamW and the step count the Trainer's, the backend told after every update; validation
+// through the backend without a gradient; bf16 refused in one line.
+TEST(TrainStep, AStepBackendTakesTheSameStepsAndSeesEveryUpdate) {
+    pldr::Model<double> a(tiny(true));
+    pldr::init_weights(a, 11);
+    pldr::Model<double> b = a;
+    pldr::TrainConfig tc = train_cfg();
+    tc.dag = {0.01, 0.02, 0.03};
+    tc.clip_value = 0.05;  // some elements clipped
+    auto backend = std::make_shared<CopyBackend>(b);
+    pldr::Trainer<double> ta(a, tc), tb(b, tc, {}, backend);
+    for (int s = 0; s < 3; ++s) {
+        auto t1 = tokens(2, 9, 30 + uint64_t(s)), t2 = tokens(1, 9, 40 + uint64_t(s));
+        t1[3] = a.cfg.pad_token_id;
+        const std::vector<pldr::TokenBatch> micro = {{t1.data(), 2, 9}, {t2.data(), 1, 9}};
+        const pldr::StepResult ra = ta.step(micro), rb = tb.step(micro);
+        EXPECT_EQ(ra.loss.value, rb.loss.value) << s;
+        EXPECT_EQ(ra.grad_norm, rb.grad_norm) << s;
+        EXPECT_EQ(ra.clipped, rb.clipped) << s;
+    }
+    EXPECT_EQ(a.params, b.params);
+    EXPECT_EQ(backend->with_grads, 6);
+    EXPECT_EQ(backend->refreshed, 3);
+    const std::vector<int64_t> ev = tokens(2, 9, 77);
+    EXPECT_EQ(ta.evaluate({ev.data(), 2, 9}).value, tb.evaluate({ev.data(), 2, 9}).value);
+    EXPECT_EQ(backend->loss_only, 1);
+
+    pldr::Model<float> f(tiny(true));
+    pldr::init_weights(f, 11);
+    struct NoBackend final : pldr::StepBackend<float> {
+        pldr::LossResult loss_and_grads(const pldr::TokenBatch&, const pldr::DagCoeffs&, float*,
+                                        double, double) override {
+            return {};
+        }
+        void parameters_changed() override {}
+        std::string name() const override { return "cuda:0"; }
+    };
+    tc.precision = pldr::Precision::BF16;
+    try {
+        pldr::Trainer<float> tf(f, tc, {}, std::make_shared<NoBackend>());
+        ADD_FAILURE() << "bf16 on a backend was not refused";
+    } catch (const pldr::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--device cuda:0: --precision bf16 does not run"),
+                  std::string::npos)
+            << e.what();
+    }
 }
 
 }  // namespace

@@ -31,8 +31,8 @@ const DeviceSpec& require_cuda(const DeviceSpec& d) {
 std::string not_yet(const DeviceSpec& d) {
     return "--device " + d.name() +
            ": the CUDA backend runs the forward pass (Model::forward, pldr dump, Python's "
-           "forward), the gradient (Model::loss_and_grads, pldr grad) and pldr bench's prefill, "
-           "but not yet this job; use --device cpu for it (docs/gpu.md)";
+           "forward), the gradient (Model::loss_and_grads, pldr grad), pldr train's steps and "
+           "pldr bench's prefill, but not yet this job; use --device cpu for it (docs/gpu.md)";
 }
 
 #if PLDR_WITH_CUDA
@@ -104,6 +104,15 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
     });
 }
 
+std::shared_ptr<::pldr::StepBackend<float>> step_backend(const ::pldr::Model<float>& m,
+                                                         const DeviceSpec& d) {
+    return cuda::make_step_backend(m, require_cuda(d).index);
+}
+std::shared_ptr<::pldr::StepBackend<double>> step_backend(const ::pldr::Model<double>& m,
+                                                          const DeviceSpec& d) {
+    return cuda::make_step_backend(m, require_cuda(d).index);
+}
+
 std::vector<double> run_prefill(const ::pldr::Model<float>& m, const DeviceSpec& d, int64_t prompt,
                                 int reps, int warmup, const perf::RepHook& hook, double min_seconds,
                                 int64_t* param_bytes_out) {
@@ -164,6 +173,16 @@ void forward(const Copy&, const int64_t*, int64_t, int64_t, ::pldr::Activations<
 ::pldr::LossResult loss_and_grads(const Copy&, const int64_t*, int64_t, int64_t,
                                   const ::pldr::DagCoeffs&, double*) {
     fail("CUDA support was not built (PLDR_CUDA=OFF)");
+}
+std::shared_ptr<::pldr::StepBackend<float>> step_backend(const ::pldr::Model<float>&,
+                                                         const DeviceSpec& d) {
+    require_cuda(d);
+    return nullptr;
+}
+std::shared_ptr<::pldr::StepBackend<double>> step_backend(const ::pldr::Model<double>&,
+                                                          const DeviceSpec& d) {
+    require_cuda(d);
+    return nullptr;
 }
 std::vector<double> run_prefill(const ::pldr::Model<float>&, const DeviceSpec& d, int64_t, int, int,
                                 const perf::RepHook&, double, int64_t*) {

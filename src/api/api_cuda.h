@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "perf/workloads.h"
 #include "train/loss.h"
+#include "train/step.h"
 
 namespace pldr::api::gpu {
 
@@ -42,6 +43,13 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
                                   const ::pldr::DagCoeffs& dag, float* grads);
 ::pldr::LossResult loss_and_grads(const Copy& c, const int64_t* tokens, int64_t B, int64_t S1,
                                   const ::pldr::DagCoeffs& dag, double* grads);
+
+// A Trainer's forward and backward on the device (cuda::make_step_backend): pldr train
+// --device cuda. The model must outlive it.
+std::shared_ptr<::pldr::StepBackend<float>> step_backend(const ::pldr::Model<float>& m,
+                                                         const DeviceSpec& d);
+std::shared_ptr<::pldr::StepBackend<double>> step_backend(const ::pldr::Model<double>& m,
+                                                          const DeviceSpec& d);
 
 // pldr bench's prefill on the device: `prompt` random ids (perf::random_ids, as the CPU's), the
 // forward with the head over the last position; one tokens/s figure per timed repetition

@@ -300,7 +300,7 @@ TrainSummary train(const TrainOptions& o, const std::function<bool(const TrainSt
 
 TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
     check_options(o);
-    check_model_device(o.device);
+    const DeviceSpec dev = ::pldr::parse_device(o.device);  // cuda: the steps run there
     ::pldr::TrainOptions t;
     t.preset = o.preset;
     t.config_path = o.config_path;
@@ -391,6 +391,14 @@ TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
         };
         hooks.audit_f64 = [&](const ::pldr::Model<double>& m, const std::string& tp) {
             return auditor(m, tp);
+        };
+    }
+    if (dev.kind == DeviceKind::CUDA) {
+        hooks.backend_f32 = [dev](const ::pldr::Model<float>& m) {
+            return gpu::step_backend(m, dev);
+        };
+        hooks.backend_f64 = [dev](const ::pldr::Model<double>& m) {
+            return gpu::step_backend(m, dev);
         };
     }
     const ::pldr::TrainOutcome out = run_training(t, hooks);

@@ -14,7 +14,9 @@
 // products' sums are cuBLASLt's.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -149,8 +151,9 @@ void DeviceModel<T>::Impl::head_loss(const T* h, const std::vector<int64_t>& tgt
         // the logits' gradient overwrites the logits (one buffer per chunk)
         cross_entropy_fused_rows<T>(chunk.get(), ce.get() + n0, hit.get() + n0, chunk.get(),
                                     t.get() + n0, nr, V, c.pad_token_id, T(scale), s);
-        linear_backward(dhidden + n0 * d, false, g.head_w, g.head_b, chunk.get(), h + n0 * d,
-                        dev(m.w.head_w), nr, d, V);
+        if (dhidden)  // (validation: the loss alone)
+            linear_backward(dhidden + n0 * d, false, g.head_w, g.head_b, chunk.get(), h + n0 * d,
+                            dev(m.w.head_w), nr, d, V);
     }
     std::vector<T> ce_h(static_cast<size_t>(N));
     std::vector<char> hit_h(static_cast<size_t>(N));
@@ -406,12 +409,12 @@ void DeviceModel<T>::Impl::embed_backward(DevActs<T>& da, const std::vector<int6
 template <class T>
 LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B, int64_t S1,
                                                 const DagCoeffs& dag, T* grads_host,
-                                                double grad_scale) {
+                                                double grad_scale, double ce_denominator) {
     PLDR_REQUIRE(S1 >= 2, "a training sequence needs at least 2 tokens (got ", S1, ")");
     PLDR_REQUIRE(dag.A >= 0 && dag.Ap >= 0 && dag.G >= 0, "DAG coefficients must be >= 0 (got ",
                  dag.A, ",", dag.Ap, ",", dag.G, ")");
-    PLDR_REQUIRE(grads_host, "loss_and_grads on the GPU: no gradient buffer (null)");
-    require_float_weights(m);
+    const bool want = grads_host != nullptr;  // else the loss alone (validation)
+    if (want) require_float_weights(m);
     const Config& c = m.cfg;
     const int64_t S = S1 - 1, N = B * S, d = c.hidden_size, P = m.num_params();
     std::vector<int64_t> in, tgt;
@@ -420,7 +423,9 @@ LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B
     check_inputs(m, in.data(), B, S);  // the forward's check, before the count (the CPU's order)
     LossResult r;
     for (int64_t n = 0; n < N; ++n) r.scored += tgt[size_t(n)] != c.pad_token_id;
-    PLDR_REQUIRE(r.scored > 0, "no scored target tokens in the batch (all are pad)");
+    PLDR_REQUIRE(r.scored > 0 || (want && ce_denominator > 0),
+                 "no scored target tokens in the batch (all are pad)");
+    const double denominator = ce_denominator > 0 ? ce_denominator : double(r.scored);
 
     // The forward, keeping every activation on the device; nothing downloaded.
     DevActs<T> da;
@@ -428,19 +433,25 @@ LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B
     Activations<T> ids_only;
     layers(in.data(), B, S, da, ids_only, false);
     Stream s = stream;
-    T* gd = sized(grads, P, s);
-    zero(gd, P, s);
-    const ModelView<T> g = bind_view(m.layout, c, gd);  // device pointers
+    T* gd = nullptr;
+    ModelView<T> g;
+    Scratch<T> dx;
+    if (want) {
+        gd = sized(grads, P, s);
+        zero(gd, P, s);
+        g = bind_view(m.layout, c, gd);  // device pointers
+        dx = Scratch<T>(N * d, s);
+    }
     // The head over chunks of rows with the cross-entropy: d(final hidden) and the head's
     // gradient; then the DAG terms (learned G: as metrics always, in the loss for positive
     // coefficients); then the layers in reverse, LN_in and the embedding.
-    Scratch<T> dx(N * d, s);
-    head_loss(da.input_of(c.num_layers), tgt, N, grad_scale / double(r.scored), g, dx.get(), r);
+    head_loss(da.input_of(c.num_layers), tgt, N, grad_scale / denominator, g, dx.get(), r);
     DagGrads dg;
     if (c.learned_g()) {
-        dag_terms(da, B, dag, grad_scale, r, dg);
+        dag_terms(da, B, dag, want ? grad_scale : 0.0, r, dg);
         r.value += r.dag_loss;
     }
+    if (!want) return r;
     for (int64_t l = c.num_layers - 1; l >= 0; --l) layer_backward(l, B, S, da, dg, g, dx);
     embed_backward(da, in, g, dx.get());
     std::vector<T> host(static_cast<size_t>(P));
@@ -451,13 +462,44 @@ LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B
 
 template <class T>
 LossResult DeviceModel<T>::loss_and_grads(const int64_t* tokens, int64_t B, int64_t S1,
-                                          const DagCoeffs& dag, T* grads_host, double grad_scale) {
-    return impl_->loss_and_grads(tokens, B, S1, dag, grads_host, grad_scale);
+                                          const DagCoeffs& dag, T* grads_host, double grad_scale,
+                                          double ce_denominator) {
+    return impl_->loss_and_grads(tokens, B, S1, dag, grads_host, grad_scale, ce_denominator);
 }
 
 template LossResult DeviceModel<float>::loss_and_grads(const int64_t*, int64_t, int64_t,
-                                                       const DagCoeffs&, float*, double);
+                                                       const DagCoeffs&, float*, double, double);
 template LossResult DeviceModel<double>::loss_and_grads(const int64_t*, int64_t, int64_t,
-                                                        const DagCoeffs&, double*, double);
+                                                        const DagCoeffs&, double*, double, double);
+
+// ---- a Trainer's steps on the device (train/step.h StepBackend) --------------------------------
+
+namespace {
+
+template <class T>
+class DeviceStep final : public StepBackend<T> {
+  public:
+    DeviceStep(const Model<T>& m, int device)
+        : dm_(m, device), name_("cuda:" + std::to_string(device)) {}
+    LossResult loss_and_grads(const TokenBatch& b, const DagCoeffs& dag, T* grads,
+                              double grad_scale, double ce_denominator) override {
+        return dm_.loss_and_grads(b.tokens, b.B, b.S1, dag, grads, grad_scale, ce_denominator);
+    }
+    void parameters_changed() override { dm_.refresh_params(); }
+    std::string name() const override { return name_; }
+
+  private:
+    DeviceModel<T> dm_;
+    std::string name_;
+};
+
+}  // namespace
+
+template <class T>
+std::shared_ptr<StepBackend<T>> make_step_backend(const Model<T>& m, int device) {
+    return std::make_shared<DeviceStep<T>>(m, device);
+}
+template std::shared_ptr<StepBackend<float>> make_step_backend(const Model<float>&, int);
+template std::shared_ptr<StepBackend<double>> make_step_backend(const Model<double>&, int);
 
 }  // namespace pldr::cuda

@@ -117,11 +117,20 @@ DeviceModel<T>::Impl::Impl(const Model<T>& model, int device)
                      "the CUDA backend has no kernel for the coupling '", c.plga_coupling, "'");
     }
     params = Scratch<T>(m.num_params(), stream);
-    copy_to_device(params.get(), m.params.data(), m.num_params(), stream);
     if (!m.G_fixed.empty()) {
         G_fixed = Scratch<T>(int64_t(m.G_fixed.size()), stream);
         copy_to_device(G_fixed.get(), m.G_fixed.data(), int64_t(m.G_fixed.size()), stream);
     }
+    upload_params();
+}
+
+template <class T>
+void DeviceModel<T>::Impl::upload_params() {
+    const Config& c = m.cfg;
+    on.select();
+    PLDR_REQUIRE(m.num_params() == params.size(), "the model's parameter count changed (",
+                 params.size(), " on the device, ", m.num_params(), " on the host)");
+    copy_to_device(params.get(), m.params.data(), m.num_params(), stream);
     if (std::is_same_v<T, float> && c.learned_g()) {
         const int64_t HDD = c.num_heads * c.head_dim * c.head_dim, L = c.num_layers;
         std::vector<double> host;
@@ -130,7 +139,7 @@ DeviceModel<T>::Impl::Impl(const Model<T>& model, int device)
             const T* const parts[5] = {w.W, w.b, w.P, w.a, w.ba};
             for (const T* src : parts) host.insert(host.end(), src, src + HDD);
         }
-        op64 = Scratch<double>(5 * HDD * L, stream);
+        if (!op64.get()) op64 = Scratch<double>(5 * HDD * L, stream);
         copy_to_device(op64.get(), host.data(), 5 * HDD * L, stream);
         PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // before host goes
     }
@@ -427,6 +436,10 @@ DeviceModel<T>::~DeviceModel() = default;
 template <class T>
 const Model<T>& DeviceModel<T>::model() const {
     return impl_->m;
+}
+template <class T>
+void DeviceModel<T>::refresh_params() {
+    impl_->upload_params();
 }
 template <class T>
 int DeviceModel<T>::device() const {

@@ -20,6 +20,7 @@
 #include "model/activations.h"
 #include "model/model.h"
 #include "train/loss.h"
+#include "train/step.h"
 
 namespace pldr::cuda {
 
@@ -61,13 +62,25 @@ class DeviceModel {
     // (m.num_params() values, the CPU's layout) and returns the CPU's LossResult. The gradient is
     // computed in a device buffer (cleared per call, downloaded and added at the end). Inputs
     // are refused with the CPU's one-line errors. Waits for the device.
+    // grads_host null: the loss alone (validation), as the CPU's. ce_denominator > 0 replaces
+    // the batch's count of scored targets as the divisor of the CE gradient (train/loss.h).
     LossResult loss_and_grads(const int64_t* tokens, int64_t B, int64_t S1, const DagCoeffs& dag,
-                              T* grads_host, double grad_scale = 1.0);
+                              T* grads_host, double grad_scale = 1.0, double ce_denominator = 0);
+    // Uploads the host model's parameters again (after an optimizer step changed them). Waits
+    // for the device.
+    void refresh_params();
 
     struct Impl;
 
   private:
     std::unique_ptr<Impl> impl_;
 };
+
+// A Trainer's forward and backward on CUDA device `device` (train/step.h StepBackend): m
+// uploaded once, each micro-batch's loss_and_grads on the device with the gradient added into the
+// Trainer's host buffer, and the parameters uploaded again after each optimizer step. m must
+// outlive it.
+template <class T>
+std::shared_ptr<StepBackend<T>> make_step_backend(const Model<T>& m, int device);
 
 }  // namespace pldr::cuda

@@ -170,6 +170,9 @@ struct DeviceModel<T>::Impl {
     Scratch<T> grads;
 
     Impl(const Model<T>& model, int device);
+    // Uploads the host model's parameters (and a float32 model's operator parameters in
+    // float64) again; waits for the device.
+    void upload_params();
 
     // The device copy of a parameter the host view points at (null stays null).
     const T* dev(const T* host) const {
@@ -213,7 +216,7 @@ struct DeviceModel<T>::Impl {
         Scratch<T> dA_LM, dA_P, dG;
     };
     LossResult loss_and_grads(const int64_t* tokens, int64_t B, int64_t S1, const DagCoeffs& dag,
-                              T* grads_host, double grad_scale);
+                              T* grads_host, double grad_scale, double ce_denominator);
     // The head over chunks of rows and the masked cross-entropy: dhidden [N,d] written, the
     // head's gradient accumulated; ce and accuracy into r.
     void head_loss(const T* hidden, const std::vector<int64_t>& tgt, int64_t N, double scale,

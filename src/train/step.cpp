@@ -43,11 +43,19 @@ void TrainConfig::validate() const {
 }
 
 template <typename T>
-Trainer<T>::Trainer(Model<T>& model, const TrainConfig& cfg, const DistOptions& dist)
-    : model_(model), cfg_(cfg) {
+Trainer<T>::Trainer(Model<T>& model, const TrainConfig& cfg, const DistOptions& dist,
+                    std::shared_ptr<StepBackend<T>> backend)
+    : model_(model), cfg_(cfg), backend_(std::move(backend)) {
     cfg_.validate();
     PLDR_REQUIRE(cfg_.precision == Precision::FP32 || (std::is_same_v<T, float>),
                  "--precision bf16 trains a float32 model (mixed precision); this one is float64");
+    PLDR_REQUIRE(!backend_ || cfg_.precision == Precision::FP32, "--device ",
+                 backend_ ? backend_->name() : "",
+                 ": --precision bf16 does not run there yet; use --precision fp32 (docs/gpu.md)");
+    PLDR_REQUIRE(!backend_ || dist::world().size == 1, "--device ",
+                 backend_ ? backend_->name() : "",
+                 ": data parallel training runs on the CPU only so far (one process per GPU "
+                 "waits for a machine with several; docs/gpu.md)");
     const int64_t n = model.layout.total;
     grads_ = ZeroPages<T>(static_cast<size_t>(n));
     const dist::World& w = dist::world();
@@ -222,9 +230,13 @@ std::vector<LossResult> Trainer<T>::forward_backward(const std::vector<TokenBatc
     const Bf16Autocast cast(cfg_.precision);  // bf16 products where chosen and available
     for (size_t j = 0; j < micro.size(); ++j) {
         const TokenBatch& b = micro[j];
-        losses.push_back(loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, grads_.data(),
-                                        w / P, counts.empty() ? 0 : counts[j] / P,
-                                        keep_of(cfg_.recompute), /*consume=*/true));
+        const double ce_den = counts.empty() ? 0 : counts[j] / P;
+        if (backend_)
+            losses.push_back(backend_->loss_and_grads(b, cfg_.dag, grads_.data(), w / P, ce_den));
+        else
+            losses.push_back(loss_and_grads(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_,
+                                            grads_.data(), w / P, ce_den, keep_of(cfg_.recompute),
+                                            /*consume=*/true));
     }
     return losses;
 }
@@ -332,6 +344,7 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
     // 5. The AdamW update at lr = schedule(steps done).
     r.lr = cfg_.schedule.lr(opt_.step);
     update(g, r.lr, r.comm_s);
+    if (backend_) backend_->parameters_changed();
     r.step = opt_.step;
     // 6. The gradient's pages go to the page cache now (PyTorch's zero_grad(set_to_none=True)):
     //    what runs before the next step (validation, the audit, a checkpoint) reuses them instead
@@ -343,8 +356,9 @@ StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
 template <typename T>
 LossResult Trainer<T>::evaluate(const TokenBatch& b) {
     const Bf16Autocast cast(cfg_.precision);
-    LossResult l = loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_, nullptr, 1.0, 0,
-                                     keep_of(cfg_.recompute));
+    LossResult l = backend_ ? backend_->loss_and_grads(b, cfg_.dag, nullptr, 1.0, 0)
+                            : loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_,
+                                                nullptr, 1.0, 0, keep_of(cfg_.recompute));
     if (!std::isfinite(l.value)) {
         const std::string bad = non_finite_origin(model_, b.tokens, b.B, b.S1);
         fail("non-finite validation loss (", l.value, ")",

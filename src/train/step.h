@@ -2,6 +2,7 @@
 // AdamW and the LR schedule (spec §5), with gradient accumulation over micro-batches.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,10 +72,31 @@ struct DistOptions {
     bool zero1 = false;
 };
 
+// Where a Trainer's forward and backward run when not on the CPU (the CUDA backend:
+// cuda_model/, cuda::make_step_backend). It holds its own copy of the model's parameters: the
+// Trainer calls parameters_changed() after each update of the host model's parameters (and the
+// backend reads them again). The clipping, the optimizer step and the checkpoints stay the
+// Trainer's, on the host, so every backend shares them.
+template <typename T>
+class StepBackend {
+  public:
+    virtual ~StepBackend() = default;
+    // loss_and_grads of train/loss.h for one micro-batch: ACCUMULATES d value / d params ·
+    // grad_scale into grads (the host buffer of the model's layout); grads null: the loss alone
+    // (validation). ce_denominator as loss_and_grads's.
+    virtual LossResult loss_and_grads(const TokenBatch& b, const DagCoeffs& dag, T* grads,
+                                      double grad_scale, double ce_denominator) = 0;
+    virtual void parameters_changed() = 0;
+    // Where it runs ("cuda:0"), for messages.
+    virtual std::string name() const = 0;
+};
+
 template <typename T>
 class Trainer {
   public:
-    Trainer(Model<T>& model, const TrainConfig& cfg, const DistOptions& dist = {});
+    // backend: where the forward and backward run (null: here, on the CPU).
+    Trainer(Model<T>& model, const TrainConfig& cfg, const DistOptions& dist = {},
+            std::shared_ptr<StepBackend<T>> backend = nullptr);
 
     // One optimizer step over `micro` micro-batches (gradient accumulation: the loss is the
     // mean of the micro-batch losses). Step k (1-based) uses lr = schedule.lr(k − 1), so the
@@ -130,6 +152,7 @@ class Trainer {
     int64_t lo_ = 0, shard_n_ = 0;  // this rank's shard of the flat parameter buffer (one
                                     // process: all of it)
     std::vector<T> gshard_;         // the reduced gradient of the shard
+    std::shared_ptr<StepBackend<T>> backend_;
 };
 
 }  // namespace pldr

@@ -220,7 +220,13 @@ Run<T>::Run(TrainOptions o, const TrainHooks& hooks)
     const TrainConfig tc = o_.train_config();
     tc.validate();
 
-    trainer_ = std::make_unique<Trainer<T>>(model_, tc, DistOptions{o_.zero1});
+    std::shared_ptr<StepBackend<T>> backend;  // --device: where the steps run
+    if constexpr (std::is_same_v<T, float>) {
+        if (hooks_.backend_f32) backend = hooks_.backend_f32(model_);
+    } else {
+        if (hooks_.backend_f64) backend = hooks_.backend_f64(model_);
+    }
+    trainer_ = std::make_unique<Trainer<T>>(model_, tc, DistOptions{o_.zero1}, std::move(backend));
     trainer_->set_optimizer(std::move(opt));
     // The global data stream, the same on every rank: each step consumes P·batch chunks per
     // micro-batch, of which rank r takes the r-th run of `batch`. The position is global, so a

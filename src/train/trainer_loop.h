@@ -120,6 +120,11 @@ struct TrainHooks {
     // include audit/); the second argument is the run's tokenizer.model ("" = none).
     std::function<std::string(const Model<float>&, const std::string&)> audit_f32;
     std::function<std::string(const Model<double>&, const std::string&)> audit_f64;
+    // Where the steps' forward and backward run (StepBackend, train/step.h), made once for the
+    // run's model; unset: the CPU. The API supplies it for --device cuda (train does not include
+    // the backend).
+    std::function<std::shared_ptr<StepBackend<float>>(const Model<float>&)> backend_f32;
+    std::function<std::shared_ptr<StepBackend<double>>(const Model<double>&)> backend_f64;
 };
 
 struct CheckpointInfo;
