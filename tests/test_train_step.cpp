@@ -205,6 +205,23 @@ TEST(TrainStep, RecomputationTakesTheSameStepsBitForBit) {
 
 namespace {
 
+// Three steps of two micro-batches (a pad token inside the first or the second) on both
+// trainers: the same results, bit for bit.
+void expect_same_steps(pldr::Trainer<double>& ta, pldr::Trainer<double>& tb, uint64_t seed,
+                       bool pad_first) {
+    for (int s = 0; s < 3; ++s) {
+        auto t1 = tokens(2, 9, seed + uint64_t(s)), t2 = tokens(1, 9, seed + 10 + uint64_t(s));
+        (pad_first ? t1[3] : t2[5]) = ta.model().cfg.pad_token_id;
+        const std::vector<pldr::TokenBatch> micro = {{t1.data(), 2, 9}, {t2.data(), 1, 9}};
+        const pldr::StepResult ra = ta.step(micro), rb = tb.step(micro);
+        EXPECT_EQ(ra.loss.value, rb.loss.value) << s;
+        EXPECT_EQ(ra.grad_norm, rb.grad_norm) << s;
+        EXPECT_EQ(ra.clipped, rb.clipped) << s;
+        EXPECT_EQ(ra.lr, rb.lr) << s;
+        EXPECT_EQ(ra.step, rb.step) << s;
+    }
+}
+
 // A StepBackend with its own copy of the model, as a device holds one: the CPU's loss on the
 // copy, which only parameters_changed brings up to date.
 class CopyBackend final : public pldr::StepBackend<double> {
@@ -243,15 +260,7 @@ TEST(TrainStep, AStepBackendTakesTheSameStepsAndSeesEveryUpdate) {
     tc.clip_value = 0.05;  // some elements clipped
     auto backend = std::make_shared<CopyBackend>(b);
     pldr::Trainer<double> ta(a, tc), tb(b, tc, {}, backend);
-    for (int s = 0; s < 3; ++s) {
-        auto t1 = tokens(2, 9, 30 + uint64_t(s)), t2 = tokens(1, 9, 40 + uint64_t(s));
-        t1[3] = a.cfg.pad_token_id;
-        const std::vector<pldr::TokenBatch> micro = {{t1.data(), 2, 9}, {t2.data(), 1, 9}};
-        const pldr::StepResult ra = ta.step(micro), rb = tb.step(micro);
-        EXPECT_EQ(ra.loss.value, rb.loss.value) << s;
-        EXPECT_EQ(ra.grad_norm, rb.grad_norm) << s;
-        EXPECT_EQ(ra.clipped, rb.clipped) << s;
-    }
+    expect_same_steps(ta, tb, 30, true);
     EXPECT_EQ(a.params, b.params);
     EXPECT_EQ(backend->with_grads, 6);
     EXPECT_EQ(backend->refreshed, 3);
@@ -278,6 +287,121 @@ TEST(TrainStep, AStepBackendTakesTheSameStepsAndSeesEveryUpdate) {
                   std::string::npos)
             << e.what();
     }
+}
+
+}  // namespace
+
+namespace {
+
+// A resident StepBackend (train/step.h) on the CPU: its own copy of the parameters, the
+// gradient and the AdamW moments, the CPU's kernels on them, the parameters written back into
+// the host model after each update, as the CUDA backend does on the device.
+class ResidentBackend final : public pldr::StepBackend<double> {
+  public:
+    explicit ResidentBackend(pldr::Model<double>& m)
+        : host_(m), copy_(m), g_(m.params.size(), 0.0), mom_(m.num_params()) {}
+    pldr::LossResult loss_and_grads(const pldr::TokenBatch& b, const pldr::DagCoeffs& dag,
+                                    double* grads, double scale, double den) override {
+        pldr::Activations<double> acts;
+        return pldr::loss_and_grads(copy_, b.tokens, b.B, b.S1, dag, acts, grads, scale, den);
+    }
+    void parameters_changed() override { ADD_FAILURE() << "a resident backend updates itself"; }
+    std::string name() const override { return "resident"; }
+    bool resident() const override { return true; }
+    void zero_grads() override { std::fill(g_.begin(), g_.end(), 0.0); }
+    pldr::LossResult accumulate(const pldr::TokenBatch& b, const pldr::DagCoeffs& dag, double scale,
+                                double den) override {
+        ++accumulated;
+        return loss_and_grads(b, dag, g_.data(), scale, den);
+    }
+    pldr::GradPass grad_pass(double limit) override {
+        return pldr::grad_pass(g_.data(), n(), limit);
+    }
+    bool grads_finite() override { return pldr::all_finite(g_.data(), n()); }
+    void download_grads(double* h) override { std::copy(g_.begin(), g_.end(), h); }
+    void clip_by_value(double limit) override { pldr::clip_by_value(g_.data(), n(), limit); }
+    void scale_to_norm(double max_norm, double norm) override {
+        pldr::scale_to_norm(g_.data(), n(), max_norm, norm);
+    }
+    void adamw(int64_t t, double lr, const pldr::AdamWConfig& cfg) override {
+        pldr::adamw_update(copy_.params.data(), g_.data(), mom_.m.data(), mom_.v.data(), n(), t, lr,
+                           cfg);
+        std::copy(copy_.params.begin(), copy_.params.end(), host_.params.begin());
+    }
+    void set_moments(const pldr::AdamWState<double>& s) override {
+        std::copy(s.m.begin(), s.m.end(), mom_.m.begin());
+        std::copy(s.v.begin(), s.v.end(), mom_.v.begin());
+    }
+    void get_moments(pldr::AdamWState<double>& s) override {
+        std::copy(mom_.m.begin(), mom_.m.end(), s.m.begin());
+        std::copy(mom_.v.begin(), mom_.v.end(), s.v.begin());
+    }
+    int accumulated = 0;
+
+  private:
+    int64_t n() const { return int64_t(g_.size()); }
+    pldr::Model<double>& host_;
+    pldr::Model<double> copy_;
+    std::vector<double> g_;
+    pldr::AdamWState<double> mom_;
+};
+
+// A resident backend takes the CPU Trainer's steps bit for bit, clipping by value and by norm:
+// the same parameters, step results and moments (full_optimizer brings them back), and a
+// resumed state (set_optimizer) continues as the CPU's does; a non-finite gradient is refused
+// naming its parameter, nothing changed.
+TEST(TrainStep, AResidentStepBackendTakesTheSameSteps) {
+    for (const pldr::ClipMode clip : {pldr::ClipMode::VALUE, pldr::ClipMode::NORM}) {
+        SCOPED_TRACE(clip == pldr::ClipMode::VALUE ? "value" : "norm");
+        pldr::Model<double> a(tiny(true));
+        pldr::init_weights(a, 13);
+        pldr::Model<double> b = a;
+        pldr::TrainConfig tc = train_cfg();
+        tc.dag = {0.01, 0.0, 0.02};
+        tc.clip = clip;
+        tc.clip_value = 0.05;
+        tc.clip_norm = 0.5;
+        auto backend = std::make_shared<ResidentBackend>(b);
+        pldr::Trainer<double> ta(a, tc), tb(b, tc, {}, backend);
+        pldr::AdamWState<double> resume(a.num_params());  // a nonzero state to start from
+        for (int64_t i = 0; i < resume.size(); ++i) {
+            resume.m[size_t(i)] = 1e-4 * double(i % 7);
+            resume.v[size_t(i)] = 1e-6 * double(i % 5);
+        }
+        resume.step = 4;
+        pldr::AdamWState<double> copy(a.num_params());
+        std::copy(resume.m.begin(), resume.m.end(), copy.m.begin());
+        std::copy(resume.v.begin(), resume.v.end(), copy.v.begin());
+        copy.step = 4;
+        ta.set_optimizer(std::move(resume));
+        tb.set_optimizer(std::move(copy));
+        expect_same_steps(ta, tb, 50, false);
+        EXPECT_EQ(a.params, b.params);
+        EXPECT_EQ(backend->accumulated, 6);
+        pldr::AdamWState<double> sa, sb;
+        const pldr::AdamWState<double>& fa = ta.full_optimizer(sa);
+        const pldr::AdamWState<double>& fb = tb.full_optimizer(sb);
+        EXPECT_EQ(fa.step, fb.step);
+        EXPECT_TRUE(std::equal(fa.m.begin(), fa.m.end(), fb.m.begin()));
+        EXPECT_TRUE(std::equal(fa.v.begin(), fa.v.end(), fb.v.begin()));
+    }
+    // A NaN weight: the gradient is not finite, the step refused, the parameters unchanged.
+    pldr::Model<double> m(tiny(true));
+    pldr::init_weights(m, 5);
+    m.w.layers[1].wo[3] = std::nan("");
+    const std::vector<double> before(m.params.begin(), m.params.end());
+    pldr::TrainConfig tc = train_cfg();
+    pldr::Trainer<double> t(m, tc, {}, std::make_shared<ResidentBackend>(m));
+    const auto tok = tokens(1, 9, 3);
+    try {
+        t.step({tok.data(), 1, 9});
+        ADD_FAILURE() << "a NaN weight was not refused";
+    } catch (const pldr::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("step refused"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), m.params.begin(),
+                           [](double x, double y) { return x == y || (x != x && y != y); }));
+    EXPECT_EQ(t.steps_done(), 0);
 }
 
 }  // namespace

@@ -104,11 +104,11 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
     });
 }
 
-std::shared_ptr<::pldr::StepBackend<float>> step_backend(const ::pldr::Model<float>& m,
+std::shared_ptr<::pldr::StepBackend<float>> step_backend(::pldr::Model<float>& m,
                                                          const DeviceSpec& d) {
     return cuda::make_step_backend(m, require_cuda(d).index);
 }
-std::shared_ptr<::pldr::StepBackend<double>> step_backend(const ::pldr::Model<double>& m,
+std::shared_ptr<::pldr::StepBackend<double>> step_backend(::pldr::Model<double>& m,
                                                           const DeviceSpec& d) {
     return cuda::make_step_backend(m, require_cuda(d).index);
 }
@@ -174,12 +174,12 @@ void forward(const Copy&, const int64_t*, int64_t, int64_t, ::pldr::Activations<
                                   const ::pldr::DagCoeffs&, double*) {
     fail("CUDA support was not built (PLDR_CUDA=OFF)");
 }
-std::shared_ptr<::pldr::StepBackend<float>> step_backend(const ::pldr::Model<float>&,
+std::shared_ptr<::pldr::StepBackend<float>> step_backend(::pldr::Model<float>&,
                                                          const DeviceSpec& d) {
     require_cuda(d);
     return nullptr;
 }
-std::shared_ptr<::pldr::StepBackend<double>> step_backend(const ::pldr::Model<double>&,
+std::shared_ptr<::pldr::StepBackend<double>> step_backend(::pldr::Model<double>&,
                                                           const DeviceSpec& d) {
     require_cuda(d);
     return nullptr;

@@ -46,9 +46,9 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
 
 // A Trainer's forward and backward on the device (cuda::make_step_backend): pldr train
 // --device cuda. The model must outlive it.
-std::shared_ptr<::pldr::StepBackend<float>> step_backend(const ::pldr::Model<float>& m,
+std::shared_ptr<::pldr::StepBackend<float>> step_backend(::pldr::Model<float>& m,
                                                          const DeviceSpec& d);
-std::shared_ptr<::pldr::StepBackend<double>> step_backend(const ::pldr::Model<double>& m,
+std::shared_ptr<::pldr::StepBackend<double>> step_backend(::pldr::Model<double>& m,
                                                           const DeviceSpec& d);
 
 // pldr bench's prefill on the device: `prompt` random ids (perf::random_ids, as the CPU's), the

@@ -394,12 +394,8 @@ TrainSummary train(const TrainOptions& o, const TrainCallbacks& cb) {
         };
     }
     if (dev.kind == DeviceKind::CUDA) {
-        hooks.backend_f32 = [dev](const ::pldr::Model<float>& m) {
-            return gpu::step_backend(m, dev);
-        };
-        hooks.backend_f64 = [dev](const ::pldr::Model<double>& m) {
-            return gpu::step_backend(m, dev);
-        };
+        hooks.backend_f32 = [dev](::pldr::Model<float>& m) { return gpu::step_backend(m, dev); };
+        hooks.backend_f64 = [dev](::pldr::Model<double>& m) { return gpu::step_backend(m, dev); };
     }
     const ::pldr::TrainOutcome out = run_training(t, hooks);
     TrainSummary s;

@@ -409,11 +409,12 @@ void DeviceModel<T>::Impl::embed_backward(DevActs<T>& da, const std::vector<int6
 template <class T>
 LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B, int64_t S1,
                                                 const DagCoeffs& dag, T* grads_host,
-                                                double grad_scale, double ce_denominator) {
+                                                double grad_scale, double ce_denominator,
+                                                bool resident) {
     PLDR_REQUIRE(S1 >= 2, "a training sequence needs at least 2 tokens (got ", S1, ")");
     PLDR_REQUIRE(dag.A >= 0 && dag.Ap >= 0 && dag.G >= 0, "DAG coefficients must be >= 0 (got ",
                  dag.A, ",", dag.Ap, ",", dag.G, ")");
-    const bool want = grads_host != nullptr;  // else the loss alone (validation)
+    const bool want = resident || grads_host;  // else the loss alone (validation)
     if (want) require_float_weights(m);
     const Config& c = m.cfg;
     const int64_t S = S1 - 1, N = B * S, d = c.hidden_size, P = m.num_params();
@@ -437,8 +438,12 @@ LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B
     ModelView<T> g;
     Scratch<T> dx;
     if (want) {
-        gd = sized(grads, P, s);
-        zero(gd, P, s);
+        if (resident) {
+            gd = grad_buffer();  // accumulated into, as the CPU's step accumulates
+        } else {
+            gd = sized(grads, P, s);
+            zero(gd, P, s);
+        }
         g = bind_view(m.layout, c, gd);  // device pointers
         dx = Scratch<T>(N * d, s);
     }
@@ -454,6 +459,7 @@ LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B
     if (!want) return r;
     for (int64_t l = c.num_layers - 1; l >= 0; --l) layer_backward(l, B, S, da, dg, g, dx);
     embed_backward(da, in, g, dx.get());
+    if (resident) return r;
     std::vector<T> host(static_cast<size_t>(P));
     copy_to_host(host.data(), gd, P, s);
     for (int64_t i = 0; i < P; ++i) grads_host[i] += host[size_t(i)];
@@ -471,35 +477,5 @@ template LossResult DeviceModel<float>::loss_and_grads(const int64_t*, int64_t, 
                                                        const DagCoeffs&, float*, double, double);
 template LossResult DeviceModel<double>::loss_and_grads(const int64_t*, int64_t, int64_t,
                                                         const DagCoeffs&, double*, double, double);
-
-// ---- a Trainer's steps on the device (train/step.h StepBackend) --------------------------------
-
-namespace {
-
-template <class T>
-class DeviceStep final : public StepBackend<T> {
-  public:
-    DeviceStep(const Model<T>& m, int device)
-        : dm_(m, device), name_("cuda:" + std::to_string(device)) {}
-    LossResult loss_and_grads(const TokenBatch& b, const DagCoeffs& dag, T* grads,
-                              double grad_scale, double ce_denominator) override {
-        return dm_.loss_and_grads(b.tokens, b.B, b.S1, dag, grads, grad_scale, ce_denominator);
-    }
-    void parameters_changed() override { dm_.refresh_params(); }
-    std::string name() const override { return name_; }
-
-  private:
-    DeviceModel<T> dm_;
-    std::string name_;
-};
-
-}  // namespace
-
-template <class T>
-std::shared_ptr<StepBackend<T>> make_step_backend(const Model<T>& m, int device) {
-    return std::make_shared<DeviceStep<T>>(m, device);
-}
-template std::shared_ptr<StepBackend<float>> make_step_backend(const Model<float>&, int);
-template std::shared_ptr<StepBackend<double>> make_step_backend(const Model<double>&, int);
 
 }  // namespace pldr::cuda

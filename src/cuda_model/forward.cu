@@ -126,11 +126,17 @@ DeviceModel<T>::Impl::Impl(const Model<T>& model, int device)
 
 template <class T>
 void DeviceModel<T>::Impl::upload_params() {
-    const Config& c = m.cfg;
     on.select();
     PLDR_REQUIRE(m.num_params() == params.size(), "the model's parameter count changed (",
                  params.size(), " on the device, ", m.num_params(), " on the host)");
     copy_to_device(params.get(), m.params.data(), m.num_params(), stream);
+    upload_op64();
+    PLDR_CUDA_CALL(cudaStreamSynchronize(stream));
+}
+
+template <class T>
+void DeviceModel<T>::Impl::upload_op64() {
+    const Config& c = m.cfg;
     if (std::is_same_v<T, float> && c.learned_g()) {
         const int64_t HDD = c.num_heads * c.head_dim * c.head_dim, L = c.num_layers;
         std::vector<double> host;
@@ -143,7 +149,6 @@ void DeviceModel<T>::Impl::upload_params() {
         copy_to_device(op64.get(), host.data(), 5 * HDD * L, stream);
         PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // before host goes
     }
-    PLDR_CUDA_CALL(cudaStreamSynchronize(stream));
 }
 
 template <class T>

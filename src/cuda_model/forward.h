@@ -70,17 +70,34 @@ class DeviceModel {
     // for the device.
     void refresh_params();
 
+    // ---- the optimizer's step on the device (a resident StepBackend, train/step.h): the
+    // gradient and the AdamW moments in device memory, the CPU's kernels' bits (cuda/kernels.h).
+    // accumulate: loss_and_grads into the device gradient, which zero_grads() clears.
+    void zero_grads();
+    LossResult accumulate(const int64_t* tokens, int64_t B, int64_t S1, const DagCoeffs& dag,
+                          double grad_scale, double ce_denominator = 0);
+    GradPass grad_pass(T limit);
+    bool grads_finite();
+    void download_grads(T* host);
+    void clip_grads_by_value(T limit);
+    void scale_grads_to_norm(double max_norm, double norm);
+    // AdamW step t on the device parameters with the device moments (zero until set_moments),
+    // then the parameters downloaded into `host` (the model's, m.num_params() values).
+    void adamw(int64_t t, double lr, const AdamWConfig& cfg, T* host);
+    void set_moments(const T* m, const T* v);
+    void get_moments(T* m, T* v);
+
     struct Impl;
 
   private:
     std::unique_ptr<Impl> impl_;
 };
 
-// A Trainer's forward and backward on CUDA device `device` (train/step.h StepBackend): m
-// uploaded once, each micro-batch's loss_and_grads on the device with the gradient added into the
-// Trainer's host buffer, and the parameters uploaded again after each optimizer step. m must
-// outlive it.
+// A Trainer's steps on CUDA device `device` (train/step.h StepBackend): m uploaded once, each
+// micro-batch's loss and gradient on the device (validation's loss too). m must outlive it.
+// Resident (train/step.h): the gradient, the clipping and AdamW on the device, the parameters
+// written back into m after each step.
 template <class T>
-std::shared_ptr<StepBackend<T>> make_step_backend(const Model<T>& m, int device);
+std::shared_ptr<StepBackend<T>> make_step_backend(Model<T>& m, int device);
 
 }  // namespace pldr::cuda

@@ -168,11 +168,15 @@ struct DeviceModel<T>::Impl {
     // The gradient (the layout of params), cleared by each loss_and_grads; kept for the
     // optimizer's step on the device.
     Scratch<T> grads;
+    // The AdamW moments of a resident step backend (allocated, zero, on first use).
+    Scratch<T> adam_m, adam_v;
 
     Impl(const Model<T>& model, int device);
     // Uploads the host model's parameters (and a float32 model's operator parameters in
     // float64) again; waits for the device.
     void upload_params();
+    // The float32 model's operator parameters in float64 (op64) from the host model's.
+    void upload_op64();
 
     // The device copy of a parameter the host view points at (null stays null).
     const T* dev(const T* host) const {
@@ -215,8 +219,13 @@ struct DeviceModel<T>::Impl {
     struct DagGrads {
         Scratch<T> dA_LM, dA_P, dG;
     };
+    // grads_host null and !resident: the loss alone; resident: accumulate into `grads` (not
+    // cleared, not downloaded).
     LossResult loss_and_grads(const int64_t* tokens, int64_t B, int64_t S1, const DagCoeffs& dag,
-                              T* grads_host, double grad_scale, double ce_denominator);
+                              T* grads_host, double grad_scale, double ce_denominator,
+                              bool resident = false);
+    // The device gradient, allocated (zero) on first use.
+    T* grad_buffer();
     // The head over chunks of rows and the masked cross-entropy: dhidden [N,d] written, the
     // head's gradient accumulated; ce and accuracy into r.
     void head_loss(const T* hidden, const std::vector<int64_t>& tgt, int64_t N, double scale,

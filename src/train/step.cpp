@@ -42,6 +42,10 @@ void TrainConfig::validate() const {
                  clip_norm, ")");
 }
 
+void step_backend_not_resident(const std::string& name) {
+    fail("internal: the step backend ", name, " holds no gradient (not resident)");
+}
+
 template <typename T>
 Trainer<T>::Trainer(Model<T>& model, const TrainConfig& cfg, const DistOptions& dist,
                     std::shared_ptr<StepBackend<T>> backend)
@@ -69,6 +73,7 @@ Trainer<T>::Trainer(Model<T>& model, const TrainConfig& cfg, const DistOptions& 
 
 template <typename T>
 const AdamWState<T>& Trainer<T>::full_optimizer(AdamWState<T>& scratch) {
+    if (backend_ && backend_->resident()) backend_->get_moments(opt_);  // the moments live there
     if (!sharded_) return opt_;
     const int64_t n = model_.layout.total;
     scratch = AdamWState<T>(dist::is_root() ? n : 0);
@@ -85,6 +90,7 @@ void Trainer<T>::set_optimizer(AdamWState<T>&& full) {
         PLDR_REQUIRE(full.size() == n, "optimizer state has ", full.size(), " elements, the model ",
                      n);
         opt_ = std::move(full);
+        if (backend_ && backend_->resident()) backend_->set_moments(opt_);
         return;
     }
     const bool root = dist::is_root();
@@ -304,10 +310,44 @@ void Trainer<T>::update(T* g, double lr, double& comm_s) {
 }
 
 template <typename T>
+StepResult Trainer<T>::step_resident(const std::vector<TokenBatch>& micro) {
+    StepResult r;
+    // The steps of step() below, each where the gradient is.
+    const double w = 1.0 / double(micro.size());
+    backend_->zero_grads();
+    std::vector<LossResult> losses;
+    for (const TokenBatch& b : micro) losses.push_back(backend_->accumulate(b, cfg_.dag, w, 0));
+    const bool by_value = cfg_.clip == ClipMode::VALUE;
+    const T limit = by_value ? T(cfg_.clip_value) : std::numeric_limits<T>::infinity();
+    const GradPass gp = backend_->grad_pass(limit);
+    const bool non_finite = !std::isfinite(gp.sum_sq) && !backend_->grads_finite();
+    const StepStats st = local_stats(losses, gp, non_finite);
+    if (non_finite) backend_->download_grads(grads_.data());  // to name where
+    refuse_non_finite(st.loss, st.non_finite_grad, micro, grads_.data());
+    r.loss = st.loss;
+    r.grad_norm = std::sqrt(st.sum_sq);
+    if (cfg_.clip == ClipMode::NORM) {
+        backend_->scale_to_norm(cfg_.clip_norm, r.grad_norm);
+    } else if (by_value) {
+        r.clipped = st.clipped;
+        if (gp.over > 0) backend_->clip_by_value(limit);
+    }
+    r.lr = cfg_.schedule.lr(opt_.step);
+    cfg_.adam.validate();
+    PLDR_REQUIRE(std::isfinite(r.lr) && r.lr >= 0, "adamw: lr must be finite and >= 0, got ", r.lr);
+    backend_->adamw(opt_.step + 1, r.lr, cfg_.adam);
+    ++opt_.step;
+    r.step = opt_.step;
+    grads_.zero();  // (held only the refusal's copy)
+    return r;
+}
+
+template <typename T>
 StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
     PLDR_REQUIRE(!micro.empty(), "a training step needs at least one batch");
     // The step changes the parameters: inference's transposed copies would go stale.
     drop_transposed_weights(model_);
+    if (backend_ && backend_->resident()) return step_resident(micro);
     StepResult r;
     // 1. Forward and backward over the micro-batches, the gradients summed into grads_ (data
     //    parallel: each micro-batch's loss over the global batch's count of scored targets).

@@ -9,6 +9,7 @@
 #include "core/alloc.h"
 #include "core/gemm_bf16.h"
 #include "train/adamw.h"
+#include "train/clip.h"
 #include "train/loss.h"
 #include "train/schedule.h"
 
@@ -73,10 +74,20 @@ struct DistOptions {
 };
 
 // Where a Trainer's forward and backward run when not on the CPU (the CUDA backend:
-// cuda_model/, cuda::make_step_backend). It holds its own copy of the model's parameters: the
-// Trainer calls parameters_changed() after each update of the host model's parameters (and the
-// backend reads them again). The clipping, the optimizer step and the checkpoints stay the
-// Trainer's, on the host, so every backend shares them.
+// cuda_model/, cuda::make_step_backend). It holds its own copy of the model's parameters.
+// Two ways to split a step:
+//   - not resident(): loss_and_grads adds each micro-batch's gradient into the Trainer's host
+//     buffer; clipping and AdamW run on the host; parameters_changed() follows every update;
+//   - resident(): the gradient and the AdamW moments stay on the backend. The Trainer calls
+//     zero_grads(), accumulate() per micro-batch, then grad_pass() (and grads_finite() where
+//     the sum of squares is not finite), clip_by_value() or scale_to_norm(), and adamw(), which
+//     updates the backend's parameters and moments and writes the parameters back into the host
+//     model; set_moments() and get_moments() carry the moments in and out (resume, checkpoints).
+// The Trainer keeps the step's logic (statistics, refusal, the schedule, the step count) either
+// way, so every backend takes the CPU's steps.
+// Throws the one line of a StepBackend asked for a resident step it does not hold.
+[[noreturn]] void step_backend_not_resident(const std::string& name);
+
 template <typename T>
 class StepBackend {
   public:
@@ -89,6 +100,23 @@ class StepBackend {
     virtual void parameters_changed() = 0;
     // Where it runs ("cuda:0"), for messages.
     virtual std::string name() const = 0;
+
+    // ---- a resident backend (see above); the defaults say it is not one
+    virtual bool resident() const { return false; }
+    virtual void zero_grads() { step_backend_not_resident(name()); }
+    // loss_and_grads into the backend's own gradient.
+    virtual LossResult accumulate(const TokenBatch&, const DagCoeffs&, double, double) {
+        step_backend_not_resident(name());
+    }
+    virtual GradPass grad_pass(T) { step_backend_not_resident(name()); }
+    virtual bool grads_finite() { step_backend_not_resident(name()); }
+    virtual void download_grads(T*) { step_backend_not_resident(name()); }
+    virtual void clip_by_value(T) { step_backend_not_resident(name()); }
+    virtual void scale_to_norm(double, double) { step_backend_not_resident(name()); }
+    // AdamW step t (1-based) at lr, then the parameters into the host model.
+    virtual void adamw(int64_t, double, const AdamWConfig&) { step_backend_not_resident(name()); }
+    virtual void set_moments(const AdamWState<T>&) { step_backend_not_resident(name()); }
+    virtual void get_moments(AdamWState<T>&) { step_backend_not_resident(name()); }
 };
 
 template <typename T>
@@ -111,7 +139,8 @@ class Trainer {
 
     Model<T>& model() { return model_; }
     // This rank's optimizer state: the whole buffer, or with zero1 the rank's shard
-    // [shard_begin(), shard_begin() + optimizer().size()).
+    // [shard_begin(), shard_begin() + optimizer().size()). With a resident backend the moments
+    // live there, and only full_optimizer() brings them back (step is always current).
     AdamWState<T>& optimizer() { return opt_; }
     const AdamWState<T>& optimizer() const { return opt_; }
     const TrainConfig& config() const { return cfg_; }
@@ -142,6 +171,8 @@ class Trainer {
     // AdamW on the parameters whose moments this rank holds (all, or with zero1 its shard),
     // then data parallel the all-gather that gives every rank the same parameters.
     void update(T* g, double lr, double& comm_s);
+    // step() on a resident backend: the gradient, the clipping and AdamW there.
+    StepResult step_resident(const std::vector<TokenBatch>& micro);
 
     Model<T>& model_;
     TrainConfig cfg_;

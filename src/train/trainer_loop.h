@@ -123,8 +123,8 @@ struct TrainHooks {
     // Where the steps' forward and backward run (StepBackend, train/step.h), made once for the
     // run's model; unset: the CPU. The API supplies it for --device cuda (train does not include
     // the backend).
-    std::function<std::shared_ptr<StepBackend<float>>(const Model<float>&)> backend_f32;
-    std::function<std::shared_ptr<StepBackend<double>>(const Model<double>&)> backend_f64;
+    std::function<std::shared_ptr<StepBackend<float>>(Model<float>&)> backend_f32;
+    std::function<std::shared_ptr<StepBackend<double>>(Model<double>&)> backend_f64;
 };
 
 struct CheckpointInfo;

@@ -1,9 +1,10 @@
-// Training steps with the forward and backward on the GPU (cuda::make_step_backend: the
-// Trainer's StepBackend, pldr train --device cuda) against the CPU's Trainer: for every case of
-// the numeric case list, 10 float64 steps (two micro-batches each, the DAG terms where the case
-// has them, clipping by value, warmup then cosine) give every parameter within 1e-12 of the CPU's
-// trajectory (relative to that parameter tensor's largest value), the same step results, and the
-// same validation loss; bf16 is refused in one line.
+// Training steps on the GPU (cuda::make_step_backend: the Trainer's resident StepBackend, pldr
+// train --device cuda: the loss, the gradient, the clipping and AdamW on the device) against the
+// CPU's Trainer: for every case of the numeric case list, 10 float64 steps (two micro-batches
+// each, the DAG terms where the case has them, clipping by value, warmup then cosine) give every
+// parameter within 1e-12 of the CPU's trajectory (relative to that parameter tensor's largest
+// value), the same step results, the same AdamW moments and the same validation loss; bf16 is
+// refused in one line.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -51,6 +52,15 @@ TEST_P(CudaTrain, TenFloat64StepsFollowTheCpusTrajectory) {
                                      dev.params.begin() + e.offset + e.numel);
         EXPECT_TRUE(gpu::f64_close(pb, pa)) << e.name;
     }
+    // The moments, kept on the device, come back for a checkpoint.
+    pldr::AdamWState<double> sa, sb;
+    const pldr::AdamWState<double>& fa = tcpu.full_optimizer(sa);
+    const pldr::AdamWState<double>& fb = tdev.full_optimizer(sb);
+    EXPECT_EQ(fa.step, fb.step);
+    EXPECT_TRUE(gpu::f64_close(std::vector<double>(fb.m.begin(), fb.m.end()),
+                               std::vector<double>(fa.m.begin(), fa.m.end())));
+    EXPECT_TRUE(gpu::f64_close(std::vector<double>(fb.v.begin(), fb.v.end()),
+                               std::vector<double>(fa.v.begin(), fa.v.end())));
     // Validation through the backend: the loss alone, as the CPU's.
     const auto ev = numeric::make_tokens(s, 999);
     EXPECT_TRUE(
