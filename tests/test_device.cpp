@@ -165,6 +165,17 @@ TEST(Device, AModelOnTheGpuRunsItsForwardThereAndRefusesTheRest) {
     EXPECT_EQ(r.tok_s_reps.size(), 3u);
     EXPECT_GT(r.tok_s.min, 0);
     EXPECT_GT(r.device_param_bytes, 0);
+    // training steps there too, with the device's peak
+    bo.workload = pldr::api::BenchWorkload::TRAIN;
+    bo.config = "S";
+    bo.train_batch = 2;
+    bo.train_seq = 32;
+    bo.reps = 2;
+    const pldr::api::BenchResult t = pldr::api::bench(bo);
+    EXPECT_EQ(t.tok_s_reps.size(), 2u);
+    EXPECT_GT(t.tok_s.min, 0);
+    EXPECT_GT(t.device_peak_bytes, 0);
+    EXPECT_TRUE(std::isfinite(t.loss));
     bo.workload = pldr::api::BenchWorkload::DECODE;
     EXPECT_THROW(pldr::api::bench(bo), pldr::Error);
     const pldr::api::BenchLimits lim = pldr::api::measure_bench_limits(1, "cuda");

@@ -117,9 +117,12 @@ struct BenchResult {
     double flops_per_token = 0;
     // Decode: bytes of weights one sequence's step reads (batch 1), packed ones in their size.
     double bytes_per_token = 0;
-    double peak_rss_bytes = 0;               // this process's peak resident set after the workload
-    std::string device = "cpu";              // where it ran
-    double device_param_bytes = 0;           // on a CUDA device: the parameters' device memory
+    double peak_rss_bytes = 0;      // this process's peak resident set after the workload
+    std::string device = "cpu";     // where it ran
+    double device_param_bytes = 0;  // on a CUDA device: the parameters' device memory
+    // On a CUDA device: the peak of pldr's device arrays during the workload (parameters,
+    // activations, gradients, moments; cuBLASLt's 32 MiB workspace aside).
+    double device_peak_bytes = 0;
     double load_before = 0, load_after = 0;  // 1-minute load average around the timed part
     double loss = 0;                         // train: the last step's loss
 };

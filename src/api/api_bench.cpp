@@ -125,7 +125,7 @@ void write_bench_shards(const std::string& dir, int64_t vocab, int64_t ctx, int6
 BenchResult bench(const BenchOptions& o) {
     const DeviceSpec dev = ::pldr::parse_device(o.device);
     const bool on_gpu = dev.kind == DeviceKind::CUDA;
-    PLDR_REQUIRE(!on_gpu || o.workload == BenchWorkload::PREFILL, gpu::not_yet(dev));
+    PLDR_REQUIRE(!on_gpu || o.workload != BenchWorkload::DECODE, gpu::not_yet(dev));
     PLDR_REQUIRE(o.threads >= 1 && o.threads <= 1024, "threads ", o.threads,
                  " is outside [1, 1024]");
     PLDR_REQUIRE(o.reps >= 0 && o.reps <= perf::kMaxReps, "reps ", o.reps, " is outside [0, ",
@@ -173,6 +173,7 @@ BenchResult bench(const BenchOptions& o) {
     const int small = m->cfg.hidden_size < 256 ? 1 : 0;  // S-sized models: more reps
     const double floor_s = o.min_time >= 0 ? o.min_time : o.reps == 0 ? 2.0 : 0.0;
     r.load_before = perf::load_avg1();
+    if (on_gpu) gpu::pool_peak_bytes(dev, true);  // the workload's own peak
     switch (o.workload) {
         case BenchWorkload::PREFILL: {
             const int64_t P = o.prompt ? o.prompt : 128;
@@ -217,8 +218,12 @@ BenchResult bench(const BenchOptions& o) {
             // S steps take tens of milliseconds, M's under a second, 110M's seconds.
             const int reps = o.reps ? o.reps : (small ? 20 : m->cfg.hidden_size < 512 ? 8 : 3);
             double loss = 0;
-            r.tok_s_reps = perf::run_train(*m, o.train_batch, std::min(o.train_seq, ctx), reps,
-                                           o.warmup, &loss, precision, recompute, o.between_reps);
+            // On a GPU the whole step runs there (train/step.h, a resident StepBackend).
+            std::shared_ptr<StepBackend<float>> backend;
+            if (on_gpu) backend = gpu::step_backend(*m, dev);
+            r.tok_s_reps =
+                perf::run_train(*m, o.train_batch, std::min(o.train_seq, ctx), reps, o.warmup,
+                                &loss, precision, recompute, o.between_reps, std::move(backend));
             r.flops_per_token =
                 perf::train_step_flops(m->cfg, o.train_batch, std::min(o.train_seq, ctx)) /
                 double(o.train_batch * std::min(o.train_seq, ctx));
@@ -228,6 +233,7 @@ BenchResult bench(const BenchOptions& o) {
     }
     r.tok_s = stats(r.tok_s_reps);
     r.load_after = perf::load_avg1();
+    if (on_gpu) r.device_peak_bytes = double(gpu::pool_peak_bytes(dev, false));
     r.peak_rss_bytes = perf::peak_rss_bytes();
     return r;
 }

@@ -32,7 +32,8 @@ std::string not_yet(const DeviceSpec& d) {
     return "--device " + d.name() +
            ": the CUDA backend runs the forward pass (Model::forward, pldr dump, Python's "
            "forward), the gradient (Model::loss_and_grads, pldr grad), pldr train's steps and "
-           "pldr bench's prefill, but not yet this job; use --device cpu for it (docs/gpu.md)";
+           "pldr bench's prefill and training, but not yet this job; use --device cpu for it "
+           "(docs/gpu.md)";
 }
 
 #if PLDR_WITH_CUDA
@@ -132,6 +133,10 @@ std::vector<double> run_prefill(const ::pldr::Model<float>& m, const DeviceSpec&
     });
 }
 
+int64_t pool_peak_bytes(const DeviceSpec& d, bool reset) {
+    return cuda::pool_peak_bytes(require_cuda(d).index, reset);
+}
+
 double limit(const std::string& which, const DeviceSpec& d) {
     require_cuda(d);
     if (which == "read") return cuda::read_bandwidth_gbs(d.index);
@@ -188,6 +193,10 @@ std::vector<double> run_prefill(const ::pldr::Model<float>&, const DeviceSpec& d
                                 const perf::RepHook&, double, int64_t*) {
     require_cuda(d);
     return {};
+}
+int64_t pool_peak_bytes(const DeviceSpec& d, bool) {
+    require_cuda(d);
+    return 0;
 }
 double limit(const std::string&, const DeviceSpec& d) {
     require_cuda(d);

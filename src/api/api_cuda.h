@@ -58,6 +58,10 @@ std::vector<double> run_prefill(const ::pldr::Model<float>& m, const DeviceSpec&
                                 int reps, int warmup, const perf::RepHook& hook, double min_seconds,
                                 int64_t* param_bytes_out);
 
+// The high-water mark of pldr's device arrays on the device (cuda::pool_peak_bytes); reset
+// starts a new one.
+int64_t pool_peak_bytes(const DeviceSpec& d, bool reset);
+
 // The device's limits (cuda/limits.h): "read" (GB/s), "sgemm" (float32, TF32 off), "tf32" and
 // "bf16" (GFLOP/s), and the line that names what was measured ("cuBLASLt on cuda:0 (NVIDIA
 // H200)").

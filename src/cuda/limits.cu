@@ -129,4 +129,17 @@ double gemm_gflops(int device, const std::string& type, int64_t n) {
     return 2.0 * double(n) * double(n) * double(n) / t / 1e9;
 }
 
+int64_t pool_peak_bytes(int device, bool reset) {
+    select(device);
+    cudaMemPool_t pool = nullptr;
+    PLDR_CUDA_CALL(cudaDeviceGetDefaultMemPool(&pool, device));
+    unsigned long long high = 0;
+    PLDR_CUDA_CALL(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    if (reset) {
+        unsigned long long zero = 0;  // the only value the attribute takes: the mark starts again
+        PLDR_CUDA_CALL(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    }
+    return int64_t(high);
+}
+
 }  // namespace pldr::cuda

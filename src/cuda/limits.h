@@ -20,4 +20,10 @@ double read_bandwidth_gbs(int device, int64_t bytes = int64_t(2) << 30);
 // output: the autocast products). Throws pldr::Error on another name.
 double gemm_gflops(int device, const std::string& type, int64_t n = 8192);
 
+// The high-water mark, in bytes, of what pldr's stream-ordered device arrays (Scratch: the
+// parameters, activations, gradients, moments) have held on `device` since the last reset: the
+// device's default memory pool's cudaMemPoolAttrUsedMemHigh. reset: starts a new mark (and
+// returns the old one). cuBLASLt's workspace (32 MiB per Gemm, cudaMalloc) is not in it.
+int64_t pool_peak_bytes(int device, bool reset = false);
+
 }  // namespace pldr::cuda

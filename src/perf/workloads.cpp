@@ -191,7 +191,7 @@ PairedDecode run_decode_paired(const Model<float>& m, CacheMode mode, int64_t ba
 
 std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, int warmup,
                               double* last_loss, Precision precision, Recompute recompute,
-                              const RepHook& hook) {
+                              const RepHook& hook, std::shared_ptr<StepBackend<float>> backend) {
     PLDR_REQUIRE(B >= 1 && S >= 2 && S <= m.cfg.max_position, "training batch ", B, " x ", S,
                  " does not fit the model (context ", m.cfg.max_position, ")");
     const int64_t S1 = S + 1;
@@ -199,7 +199,7 @@ std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, i
     TrainConfig tc;  // the reference defaults: clip by value 1.0, AdamW, warm-up schedule
     tc.precision = precision;
     tc.recompute = recompute;
-    Trainer<float> trainer(m, tc);
+    Trainer<float> trainer(m, tc, {}, std::move(backend));
     const TokenBatch batch{tokens.data(), B, S1};
     return timed_reps(reps, warmup, 0.0, hook, [&] {
         const double t0 = now_s();

@@ -10,6 +10,7 @@
 #pragma once
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -87,9 +88,11 @@ PairedDecode run_decode_paired(const Model<float>& m, CacheMode mode, int64_t ba
                                int64_t n_new, int64_t context, int reps, int warmup = 1,
                                const RepHook& hook = {}, double min_seconds = 0);
 // Trains `m` in place; *last_loss gets the last step's loss.
-// precision BF16: mixed precision (TrainConfig::precision); recompute: TrainConfig::recompute.
+// precision BF16: mixed precision (TrainConfig::precision); recompute: TrainConfig::recompute;
+// backend: where the steps run (train/step.h; null: the CPU).
 std::vector<double> run_train(Model<float>& m, int64_t B, int64_t S, int reps, int warmup,
                               double* last_loss, Precision precision = Precision::FP32,
-                              Recompute recompute = Recompute::SELECTIVE, const RepHook& hook = {});
+                              Recompute recompute = Recompute::SELECTIVE, const RepHook& hook = {},
+                              std::shared_ptr<StepBackend<float>> backend = nullptr);
 
 }  // namespace pldr::perf

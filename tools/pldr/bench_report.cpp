@@ -178,17 +178,22 @@ void print_report(const json& out, bool adjacent) {
         if (r.value("precision", "fp32") != "fp32")
             model += " (" + r["precision"].get<std::string>() + " mixed)";
         if (recompute_of(r) != "selective") model += " (recompute " + recompute_of(r) + ")";
-        std::printf("| %s | %s | %s (%s–%s) | %s | %s | %.0f MB |\n", model.c_str(), w.c_str(),
+        std::string peak = fmt("%.0f MB", r["peak_rss_bytes"].get<double>() / 1e6);
+        if (r.contains("device_peak_bytes"))  // on a GPU: its memory too
+            peak += fmt(" (device %.0f MB)", r["device_peak_bytes"].get<double>() / 1e6);
+        std::printf("| %s | %s | %s (%s–%s) | %s | %s | %s |\n", model.c_str(), w.c_str(),
                     fmt("%.1f", r["tok_s"]["median"].get<double>()).c_str(),
                     fmt("%.1f", r["tok_s"]["min"].get<double>()).c_str(),
                     fmt("%.1f", r["tok_s"]["max"].get<double>()).c_str(),
                     fmt("%.1f", r["limit_tok_s"].get<double>()).c_str(), frac.c_str(),
-                    r["peak_rss_bytes"].get<double>() / 1e6);
+                    peak.c_str());
     }
     if (device != "cpu")
         std::printf(
             "\nprefill on CUDA: the forward over the prompt with the head over its last "
-            "position (no cache kept yet). The anchor (issue 37): the PyTorch reference on one "
+            "position (no cache kept yet); train: the whole step on the device (float32, TF32 "
+            "off), the parameters back to the host after each. The anchor (issue 37): the PyTorch "
+            "reference on one "
             "H200 (torch 2.11, CUDA 13, 2026-12-04) prefills 128 tokens at 8,400 tok/s and "
             "1,024 at 61,000; decodes at 228 tok/s (kvg, batch 1); trains the 110M shape "
             "(32 × 1024) at 118,000 tok/s in bf16 and 60,000 in fp32\n");

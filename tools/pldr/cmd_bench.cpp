@@ -95,7 +95,10 @@ json to_json(const api::BenchResult& r, const api::BenchOptions& o) {
     j["bytes_per_token"] = r.bytes_per_token;
     j["peak_rss_bytes"] = r.peak_rss_bytes;
     j["device"] = r.device;
-    if (r.device != "cpu") j["device_param_bytes"] = r.device_param_bytes;
+    if (r.device != "cpu") {
+        j["device_param_bytes"] = r.device_param_bytes;
+        j["device_peak_bytes"] = r.device_peak_bytes;
+    }
     j["load"] = {r.load_before, r.load_after};
     return j;
 }
@@ -302,12 +305,12 @@ int run_bench(const BenchArgs& a) {
     const bool on_gpu = a.device != "cpu";
     if (a.only.empty() && a.one.empty()) {  // the default: every workload the device runs
         BenchArgs d = a;
-        d.only = on_gpu ? "prefill" : "prefill,decode,train";
+        d.only = on_gpu ? "prefill,train" : "prefill,decode,train";
         return run_bench(d);
     }
     if (on_gpu && a.one.empty())  // what the CUDA backend does not run yet: one line, first
         for (const auto& w : split(a.only))
-            if (w != "prefill") api::check_model_device(a.device);
+            if (w != "prefill" && w != "train") api::check_model_device(a.device);
     if (!a.json_path.empty())  // the output rule, before the runs (docs/errors.md "Outputs")
         api::Inputs().dir(a.dir).check_file(a.json_path, "--json", a.force);
     if (!a.save_model.empty()) {
