@@ -155,27 +155,27 @@ TEST(Device, AModelOnTheGpuRunsItsForwardThereAndRefusesTheRest) {
                 << e.what();
         }
     }
-    // pldr bench: the prefill runs there, against the GPU's limits; decode refuses
+    // pldr bench: the prefill and training steps run there, against the GPU's limits, each with
+    // its repetitions and the device's memory; decode refuses
     pldr::api::BenchOptions bo;
     bo.device = "cuda";
-    bo.workload = pldr::api::BenchWorkload::PREFILL;
-    bo.reps = 3;
-    bo.min_time = 0;
-    const pldr::api::BenchResult r = pldr::api::bench(bo);
-    EXPECT_EQ(r.tok_s_reps.size(), 3u);
-    EXPECT_GT(r.tok_s.min, 0);
-    EXPECT_GT(r.device_param_bytes, 0);
-    // training steps there too, with the device's peak
-    bo.workload = pldr::api::BenchWorkload::TRAIN;
     bo.config = "S";
+    bo.min_time = 0;
     bo.train_batch = 2;
     bo.train_seq = 32;
-    bo.reps = 2;
-    const pldr::api::BenchResult t = pldr::api::bench(bo);
-    EXPECT_EQ(t.tok_s_reps.size(), 2u);
-    EXPECT_GT(t.tok_s.min, 0);
-    EXPECT_GT(t.device_peak_bytes, 0);
-    EXPECT_TRUE(std::isfinite(t.loss));
+    for (const auto w : {pldr::api::BenchWorkload::PREFILL, pldr::api::BenchWorkload::TRAIN}) {
+        bo.workload = w;
+        bo.reps = 3;
+        const pldr::api::BenchResult r = pldr::api::bench(bo);
+        EXPECT_EQ(r.tok_s_reps.size(), 3u);
+        EXPECT_GT(r.tok_s.min, 0);
+        EXPECT_GT(r.device_peak_bytes, r.device_param_bytes);
+        if (w == pldr::api::BenchWorkload::PREFILL) {
+            EXPECT_GT(r.device_param_bytes, 0);
+        } else {
+            EXPECT_TRUE(std::isfinite(r.loss));
+        }
+    }
     bo.workload = pldr::api::BenchWorkload::DECODE;
     EXPECT_THROW(pldr::api::bench(bo), pldr::Error);
     const pldr::api::BenchLimits lim = pldr::api::measure_bench_limits(1, "cuda");
