@@ -164,7 +164,8 @@ BenchResult bench(const BenchOptions& o) {
     r.precision = precision_name(precision);
     const Recompute recompute = parse_recompute(o.recompute);
     r.recompute = recompute_name(recompute);
-    r.bf16_products = bf16::available() && (precision == Precision::BF16 || r.weights == "bf16");
+    r.bf16_products = (on_gpu || bf16::available()) &&  // (a GPU always has them)
+                      (precision == Precision::BF16 || r.weights == "bf16");
     const int64_t ctx = std::min(o.context, m->cfg.max_position);
     r.workload = o.workload;
     r.threads = o.threads;

@@ -110,6 +110,21 @@ void DeviceModel<T>::Impl::linear_backward(T* din, bool din_acc, T* dW, T* db, c
                                            const T* in, const T* W, int64_t N, int64_t I,
                                            int64_t O) {
     // din[N,I] (+)= dout[N,O]·W[O,I]; dW[O,I] += doutᵀ·in[N,I]; db[O] += Σ_n dout
+    if constexpr (std::is_same_v<T, float>) {
+        if (autocast) {  // mixed precision: bf16 operands, float32 accumulation (ops/dense.cpp)
+            Scratch<bf16> dout16(N * O, stream), in16(dW ? N * I : 0, stream);
+            to_bf16(dout16.get(), dout, N * O, stream);
+            if (din)
+                gemm.bf16(false, false, N, I, O, 1.0f, dout16.get(), O, weight16(W), I,
+                          din_acc ? 1.0f : 0.0f, din, I);
+            if (dW) {
+                to_bf16(in16.get(), in, N * I, stream);
+                gemm.bf16(true, false, O, I, N, 1.0f, dout16.get(), O, in16.get(), I, 1.0f, dW, I);
+            }
+            if (db) colsum(db, dout, N, O, stream);
+            return;
+        }
+    }
     if (din)
         mm(gemm, false, false, N, I, O, dout, O, W, I, din, I, nullptr, {}, T(din_acc ? 1 : 0));
     if (dW) mm(gemm, true, false, O, I, N, dout, O, in, I, dW, I, nullptr, {}, T(1));
@@ -146,8 +161,7 @@ void DeviceModel<T>::Impl::head_loss(const T* h, const std::vector<int64_t>& tgt
     Scratch<char> hit(N, s);
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
         const int64_t nr = std::min(rows, N - n0);
-        mm(gemm, false, true, nr, V, d, h + n0 * d, d, dev(m.w.head_w), d, chunk.get(), V,
-           dev(m.w.head_b));
+        proj(chunk.get(), h + n0 * d, m.w.head_w, m.w.head_b, nr, d, V);
         // the logits' gradient overwrites the logits (one buffer per chunk)
         cross_entropy_fused_rows<T>(chunk.get(), ce.get() + n0, hit.get() + n0, chunk.get(),
                                     t.get() + n0, nr, V, c.pad_token_id, T(scale), s);
@@ -339,6 +353,14 @@ void DeviceModel<T>::Impl::learner_backward(int64_t l, int64_t B, int64_t S, Dev
     const int64_t rows = B * H * D, n = B * HDD, Fa = c.A_dff;
     Stream s = stream;
     DevLearner<T>& ml = L.ml;
+    // The learner's chain runs in float32 under autocast too (the CPU's Bf16Autocast(FP32)).
+    const bool was = autocast;
+    autocast = false;
+    struct Restore {
+        bool& flag;
+        bool value;
+        ~Restore() { flag = value; }
+    } restore{autocast, was};
     // Residual units in reverse: each one's LayerNorm, its GLUs in reverse, + the residual.
     Scratch<T> dsum(n, s), by(n, s), bx(n, s), sc(2 * rows * Fa, s);
     for (int64_t r = c.num_reslayerA - 1; r >= 0; --r) {
@@ -428,6 +450,12 @@ LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B
                  "no scored target tokens in the batch (all are pad)");
     const double denominator = ce_denominator > 0 ? ce_denominator : double(r.scored);
 
+    // Mixed precision for this pass where asked (the linear layers' products in bf16).
+    autocast = std::is_same_v<T, float> && precision == Precision::BF16;
+    struct Off {
+        bool& flag;
+        ~Off() { flag = false; }
+    } off{autocast};
     // The forward, keeping every activation on the device; nothing downloaded.
     DevActs<T> da;
     da.train = true;

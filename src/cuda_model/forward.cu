@@ -130,6 +130,7 @@ void DeviceModel<T>::Impl::upload_params() {
     PLDR_REQUIRE(m.num_params() == params.size(), "the model's parameter count changed (",
                  params.size(), " on the device, ", m.num_params(), " on the host)");
     copy_to_device(params.get(), m.params.data(), m.num_params(), stream);
+    params16_fresh = false;
     upload_op64();
     PLDR_CUDA_CALL(cudaStreamSynchronize(stream));
 }
@@ -149,6 +150,32 @@ void DeviceModel<T>::Impl::upload_op64() {
         copy_to_device(op64.get(), host.data(), 5 * HDD * L, stream);
         PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // before host goes
     }
+}
+
+template <class T>
+const bf16* DeviceModel<T>::Impl::weight16(const T* dev_ptr) {
+    const int64_t P = m.num_params();
+    if (!params16_fresh) {
+        if constexpr (std::is_same_v<T, float>)
+            to_bf16(sized(params16, P, stream), params.get(), P, stream);
+        params16_fresh = true;
+    }
+    return params16.get() + (dev_ptr - params.get());
+}
+
+template <class T>
+void DeviceModel<T>::Impl::proj(T* y, const T* x, const T* W, const T* b, int64_t N, int64_t I,
+                                int64_t O) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (autocast) {  // x rounded per call, W once per parameter change
+            Scratch<bf16> x16(N * I, stream);
+            to_bf16(x16.get(), x, N * I, stream);
+            gemm.bf16(false, true, N, O, I, 1.0f, x16.get(), I, weight16(dev(W)), I, 0.0f, y, O,
+                      dev(b));
+            return;
+        }
+    }
+    linear(gemm, y, x, dev(W), dev(b), N, I, O);
 }
 
 template <class T>
@@ -307,9 +334,9 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
 
     // 1-3. Projections and RoPE on q, k.
     T *q = sized(L.q, N * d, s), *k = sized(L.k, N * d, s), *v = sized(L.v, N * d, s);
-    linear(gemm, q, x, dev(w.wq), dev(w.bq), N, d, d);
-    linear(gemm, k, x, dev(w.wk), dev(w.bk), N, d, d);
-    linear(gemm, v, x, dev(w.wv), dev(w.bv), N, d, d);
+    proj(q, x, w.wq, w.bq, N, d, d);
+    proj(k, x, w.wk, w.bk, N, d, d);
+    proj(v, x, w.wv, w.bv, N, d, d);
     rope_forward<T>(q, da.pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(), nullptr, s);
     rope_forward<T>(k, da.pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(), nullptr, s);
     keep_t(la.q, q, {B, S, d});
@@ -339,7 +366,7 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
     // The output projection, + x, LN1; the FFN, + out1, LN2.
     T *attn = sized(L.attn, N * d, s), *r1 = sized(L.r1, N * d, s);
     T *out1 = sized(L.out1, N * d, s), *mean1 = sized(L.mean1, N, s), *rstd1 = sized(L.rstd1, N, s);
-    linear(gemm, attn, O, dev(w.wo), dev(w.bo), N, d, d);
+    proj(attn, O, w.wo, w.bo, N, d, d);
     keep_t(la.attn_out, attn, {B, S, d});
     add(r1, attn, x, N * d, s);
     layernorm_forward<T>(out1, mean1, rstd1, r1, dev(w.ln1_g), dev(w.ln1_b), N, d, eps, s);
@@ -348,10 +375,10 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
     keep_t(la.ln1_rstd, rstd1, {N});
     T *h1 = sized(L.h1, N * F, s), *h2 = sized(L.h2, N * F, s), *gated = sized(L.gated, N * F, s);
     T *ffn = sized(L.ffn, N * d, s), *r2 = sized(L.r2, N * d, s);
-    linear(gemm, h1, out1, dev(w.ffn.w1), dev(w.ffn.b1), N, d, F);
-    linear(gemm, h2, out1, dev(w.ffn.w2), dev(w.ffn.b2), N, d, F);
+    proj(h1, out1, w.ffn.w1, w.ffn.b1, N, d, F);
+    proj(h2, out1, w.ffn.w2, w.ffn.b2, N, d, F);
     glu_gate<T>(gated, h1, h2, N * F, s);
-    linear(gemm, ffn, gated, dev(w.ffn.w3), dev(w.ffn.b3), N, F, d);
+    proj(ffn, gated, w.ffn.w3, w.ffn.b3, N, F, d);
     keep_t(la.ffn.h1, h1, {N, F});
     keep_t(la.ffn.h2, h2, {N, F});
     keep_t(la.ffn.gated, gated, {N, F});

@@ -85,6 +85,10 @@ class DeviceModel {
     // then the parameters downloaded into `host` (the model's, m.num_params() values).
     void adamw(int64_t t, double lr, const AdamWConfig& cfg, T* host);
     void set_moments(const T* m, const T* v);
+    // The precision of the training passes (loss_and_grads, accumulate): BF16 runs the linear
+    // layers' products with bf16 operands and float32 accumulation (float32 models), as the
+    // CPU's Bf16Autocast; FP32 (the default) runs everything in T.
+    void set_precision(Precision p);
     void get_moments(T* m, T* v);
 
     struct Impl;

@@ -31,6 +31,21 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(To* dst, const From* src
         dst[i] = To(src[i]);
 }
 
+// dst = src rounded to bf16 (nearest, ties to even: the CPU's round_to_bf16)
+// (templates, as every kernel of this header: one definition across the files that include it)
+template <class F>
+__global__ void __launch_bounds__(kThreads) to_bf16_kernel(bf16* dst, const F* src, int64_t n) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
+        store<bf16>(dst, i, float(src[i]));
+}
+template <class F>
+void to_bf16(bf16* dst, const F* src, int64_t n, Stream s) {
+    if (n == 0) return;
+    to_bf16_kernel<F><<<grid_for(n), kThreads, 0, s>>>(dst, src, n);
+    PLDR_CUDA_LAUNCHED("to_bf16");
+}
+
 template <class T>
 void add(T* out, const T* a, const T* b, int64_t n, Stream s) {
     if (n == 0) return;
@@ -170,6 +185,14 @@ struct DeviceModel<T>::Impl {
     Scratch<T> grads;
     // The AdamW moments of a resident step backend (allocated, zero, on first use).
     Scratch<T> adam_m, adam_v;
+    // Mixed precision (train/step.h TrainConfig::precision, core/gemm_bf16.h): with autocast on,
+    // the linear layers' products (projections, FFN, head; not the metric learner's chain, the
+    // operator or the attention) take bf16 operands with float32 accumulation, as the CPU's
+    // Bf16Autocast; the weights rounded once per parameter change (params16).
+    Precision precision = Precision::FP32;
+    bool autocast = false;  // inside a pass with precision BF16, outside the learner
+    Scratch<bf16> params16;
+    bool params16_fresh = false;
 
     Impl(const Model<T>& model, int device);
     // Uploads the host model's parameters (and a float32 model's operator parameters in
@@ -189,6 +212,11 @@ struct DeviceModel<T>::Impl {
         dst.resize_for_overwrite(std::move(shape));
         copy_to_host(dst.ptr(), src, dst.numel(), stream);
     }
+
+    // The bf16 copy of a parameter, by its device pointer (rounded on first use after a change).
+    const bf16* weight16(const T* dev_ptr);
+    // A linear layer y[N,O] = x·Wᵀ + b (W, b: host views): bf16 products under autocast.
+    void proj(T* y, const T* x, const T* W, const T* b, int64_t N, int64_t I, int64_t O);
 
     // ---- forward.cu
     // The pass; last_only: the head over each sequence's last row only, into out.logits [B,V].

@@ -4,6 +4,7 @@
 // (train/step.h) that runs pldr train --device cuda over them.
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "cuda_model/impl.cuh"
 
@@ -68,10 +69,17 @@ void DeviceModel<T>::adamw(int64_t t, double lr, const AdamWConfig& cfg, T* host
     T* mm1 = sized(im.adam_m, P, im.stream);  // (zero when new: set_moments was never called)
     T* mm2 = sized(im.adam_v, P, im.stream);
     adamw_update<T>(im.params.get(), im.grad_buffer(), mm1, mm2, P, t, lr, cfg, im.stream);
+    im.params16_fresh = false;  // the bf16 weights follow the new parameters
     copy_to_host(host, im.params.get(), P, im.stream);
     // The float32 model's operator reads its parameters in float64 (op64): from the host's new
     // ones, as after refresh_params.
     if (im.op64.get()) im.upload_op64();
+}
+template <class T>
+void DeviceModel<T>::set_precision(Precision p) {
+    PLDR_REQUIRE(p == Precision::FP32 || (std::is_same_v<T, float>),
+                 "--precision bf16 trains a float32 model (mixed precision); this one is float64");
+    impl_->precision = p;
 }
 template <class T>
 void DeviceModel<T>::set_moments(const T* m1, const T* m2) {
@@ -107,6 +115,7 @@ class DeviceStep final : public StepBackend<T> {
     void parameters_changed() override { dm_.refresh_params(); }
     std::string name() const override { return name_; }
 
+    void set_precision(Precision p) override { dm_.set_precision(p); }
     bool resident() const override { return true; }
     void zero_grads() override { dm_.zero_grads(); }
     LossResult accumulate(const TokenBatch& b, const DagCoeffs& dag, double grad_scale,
@@ -163,6 +172,7 @@ template std::shared_ptr<StepBackend<double>> make_step_backend(Model<double>&, 
     template void DeviceModel<T>::scale_grads_to_norm(double, double);                \
     template void DeviceModel<T>::adamw(int64_t, double, const AdamWConfig&, T*);     \
     template void DeviceModel<T>::set_moments(const T*, const T*);                    \
+    template void DeviceModel<T>::set_precision(Precision);                           \
     template void DeviceModel<T>::get_moments(T*, T*);
 PLDR_STEP_MEMBERS(float)
 PLDR_STEP_MEMBERS(double)

@@ -53,9 +53,7 @@ Trainer<T>::Trainer(Model<T>& model, const TrainConfig& cfg, const DistOptions& 
     cfg_.validate();
     PLDR_REQUIRE(cfg_.precision == Precision::FP32 || (std::is_same_v<T, float>),
                  "--precision bf16 trains a float32 model (mixed precision); this one is float64");
-    PLDR_REQUIRE(!backend_ || cfg_.precision == Precision::FP32, "--device ",
-                 backend_ ? backend_->name() : "",
-                 ": --precision bf16 does not run there yet; use --precision fp32 (docs/gpu.md)");
+    if (backend_) backend_->set_precision(cfg_.precision);
     PLDR_REQUIRE(!backend_ || dist::world().size == 1, "--device ",
                  backend_ ? backend_->name() : "",
                  ": data parallel training runs on the CPU only so far (one process per GPU "

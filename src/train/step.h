@@ -100,6 +100,12 @@ class StepBackend {
     virtual void parameters_changed() = 0;
     // Where it runs ("cuda:0"), for messages.
     virtual std::string name() const = 0;
+    // The step's precision (TrainConfig::precision), before any step; by default FP32 only.
+    virtual void set_precision(Precision p) {
+        PLDR_REQUIRE(p == Precision::FP32, "--device ", name(),
+                     ": --precision bf16 does not run there yet; use --precision fp32 "
+                     "(docs/gpu.md)");
+    }
 
     // ---- a resident backend (see above); the defaults say it is not one
     virtual bool resident() const { return false; }
