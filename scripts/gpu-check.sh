@@ -161,12 +161,13 @@ run() {
     step cpu_sanity 45 "$P/pldr_tests" --gtest_brief=1 \
         --gtest_filter='CudaDevice.*:CudaShared.*:Device.*:GoldenForward.*:GoldenGrad.*:AdamWGolden.*'
     # What the CUDA backend runs of the 110M shape so far, against the GPU's limits measured in
-    # the same run: the prefill of 1,024 tokens (the line: 120,000 tok/s) and training
-    # steps of 32 x 1024 in float32 and bf16 mixed precision (the lines: 90,000 and 236,000
-    # tok/s; the peak device memory beside each).
-    step bench_cuda_110M 120 "$P/pldr" bench --config 110M --device cuda --only prefill,train \
-        --precision fp32,bf16 --prompt-prefill 1024 --train-batch 32 --train-seq 1024 \
-        --json "$LOGS/bench_cuda.json"
+    # the same run: the prefill of 1,024 tokens (the line: 120,000 tok/s), greedy decode
+    # at batch 1 in kvg (the line: 3,000 tok/s), and training steps of 32 x 1024 in float32 and
+    # bf16 mixed precision (the lines: 90,000 and 236,000 tok/s; the peak device memory beside
+    # each).
+    step bench_cuda_110M 120 "$P/pldr" bench --config 110M --device cuda \
+        --only prefill,decode,train --caches kvg --precision fp32,bf16 --prompt-prefill 1024 \
+        --train-batch 32 --train-seq 1024 --json "$LOGS/bench_cuda.json"
     bench_row bench_cuda_110M "$LOGS/bench_cuda.json"
     local help
     help=$("$P/pldr" bench --help 2>/dev/null || true)

@@ -31,8 +31,9 @@ declare -A ALLOW=(
   # once; nothing of the model above them.
   [cuda]="core ops train"
   # The model on the GPU (docs/gpu.md): the model's passes composed from the kernels; train for
-  # the training objective it runs on the device (train/loss.h: LossResult, DagCoeffs).
-  [cuda_model]="core ops model train cuda"
+  # the training objective and step it runs on the device (train/loss.h, train/step.h), and the
+  # session's cache modes (infer/session.h: CacheMode) for its decoding session.
+  [cuda_model]="core ops model train infer/session.h cuda"
   # The sampler's settings are the sampling table of the declared options (pldr/options.hpp:
   # the one declaration every surface derives from; it includes only pldr/error.hpp).
   [infer]="core ops model io pldr/options.hpp"

@@ -43,9 +43,11 @@ TEST(Device, CudaWithoutABackendExitsOneWithOneLine) {
         "generate " + kModel + " --ids 5,6 -n 2",
         "audit " + kModel + " --out " + out + "/audit",
         "serve " + kModel + " --port 0",
-        "bench --config S --only decode",
     };
-    if (!gpu) {  // (with a GPU, train runs there: AModelOnTheGpu... and TrainingOnTheGpu...)
+    if (!gpu) {
+        commands.push_back(
+            "bench --config S --only decode");  // (with a GPU, train runs there: AModelOnTheGpu...
+                                                // and TrainingOnTheGpu...)
         commands.push_back("train --preset tiny --data " + out + " --out " + out +
                            "/ckpt --steps 1");
         commands.insert(commands.end(), runs.begin(), runs.end());
@@ -155,15 +157,16 @@ TEST(Device, AModelOnTheGpuRunsItsForwardThereAndRefusesTheRest) {
                 << e.what();
         }
     }
-    // pldr bench: the prefill and training steps run there, against the GPU's limits, each with
-    // its repetitions and the device's memory; decode refuses
+    // pldr bench: the prefill, decode at batch 1 and training steps run there, against the GPU's
+    // limits, each with its repetitions and the device's memory; batched decode refuses
     pldr::api::BenchOptions bo;
     bo.device = "cuda";
     bo.config = "S";
     bo.min_time = 0;
     bo.train_batch = 2;
     bo.train_seq = 32;
-    for (const auto w : {pldr::api::BenchWorkload::PREFILL, pldr::api::BenchWorkload::TRAIN}) {
+    for (const auto w : {pldr::api::BenchWorkload::PREFILL, pldr::api::BenchWorkload::DECODE,
+                         pldr::api::BenchWorkload::TRAIN}) {
         bo.workload = w;
         bo.reps = 3;
         const pldr::api::BenchResult r = pldr::api::bench(bo);
@@ -172,11 +175,13 @@ TEST(Device, AModelOnTheGpuRunsItsForwardThereAndRefusesTheRest) {
         EXPECT_GT(r.device_peak_bytes, r.device_param_bytes);
         if (w == pldr::api::BenchWorkload::PREFILL) {
             EXPECT_GT(r.device_param_bytes, 0);
-        } else {
+        }
+        if (w == pldr::api::BenchWorkload::TRAIN) {
             EXPECT_TRUE(std::isfinite(r.loss));
         }
     }
-    bo.workload = pldr::api::BenchWorkload::DECODE;
+    bo.workload = pldr::api::BenchWorkload::DECODE;  // batched: not on the GPU yet
+    bo.batch = 8;
     EXPECT_THROW(pldr::api::bench(bo), pldr::Error);
     const pldr::api::BenchLimits lim = pldr::api::measure_bench_limits(1, "cuda");
     EXPECT_GT(lim.read_gbs, 50);        // any HBM or GDDR GPU of today

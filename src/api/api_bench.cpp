@@ -125,7 +125,8 @@ void write_bench_shards(const std::string& dir, int64_t vocab, int64_t ctx, int6
 BenchResult bench(const BenchOptions& o) {
     const DeviceSpec dev = ::pldr::parse_device(o.device);
     const bool on_gpu = dev.kind == DeviceKind::CUDA;
-    PLDR_REQUIRE(!on_gpu || o.workload != BenchWorkload::DECODE, gpu::not_yet(dev));
+    PLDR_REQUIRE(!on_gpu || o.workload != BenchWorkload::DECODE || o.batch == 1,
+                 gpu::not_yet(dev));  // (batched decode: not on the GPU yet)
     PLDR_REQUIRE(o.threads >= 1 && o.threads <= 1024, "threads ", o.threads,
                  " is outside [1, 1024]");
     PLDR_REQUIRE(o.reps >= 0 && o.reps <= perf::kMaxReps, "reps ", o.reps, " is outside [0, ",
@@ -195,7 +196,10 @@ BenchResult bench(const BenchOptions& o) {
         case BenchWorkload::DECODE: {
             const int64_t P = o.prompt ? o.prompt : 32;
             const int reps = o.reps ? o.reps : (o.cache == CacheMode::NONE ? 1 : 5);
-            if (o.pair_batch1 && o.batch > 1) {
+            if (on_gpu) {
+                r.tok_s_reps = gpu::run_decode(*m, dev, internal(o.cache), P, o.n_new, ctx, reps,
+                                               o.warmup, o.between_reps, floor_s);
+            } else if (o.pair_batch1 && o.batch > 1) {
                 const perf::PairedDecode p =
                     perf::run_decode_paired(*m, internal(o.cache), o.batch, P, o.n_new, ctx, reps,
                                             o.warmup, o.between_reps, floor_s);

@@ -3,6 +3,7 @@
 // the backend or refuses in one line.
 #include "api/api_cuda.h"
 
+#include <algorithm>
 #include <mutex>
 #include <variant>
 
@@ -12,6 +13,7 @@
 #if PLDR_WITH_CUDA
 #include "cuda/limits.h"
 #include "cuda_model/forward.h"
+#include "cuda_model/session.h"
 #endif
 
 namespace pldr::api::gpu {
@@ -32,8 +34,8 @@ std::string not_yet(const DeviceSpec& d) {
     return "--device " + d.name() +
            ": the CUDA backend runs the forward pass (Model::forward, pldr dump, Python's "
            "forward), the gradient (Model::loss_and_grads, pldr grad), pldr train's steps and "
-           "pldr bench's prefill and training, but not yet this job; use --device cpu for it "
-           "(docs/gpu.md)";
+           "pldr bench's prefill, decode (batch 1) and training, but not yet this job; use "
+           "--device cpu for it (docs/gpu.md)";
 }
 
 #if PLDR_WITH_CUDA
@@ -102,6 +104,28 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
                                   const ::pldr::DagCoeffs& dag, double* grads) {
     return with_model<double>(c, [&](cuda::DeviceModel<double>& dm) {
         return dm.loss_and_grads(tokens, B, S1, dag, grads);
+    });
+}
+
+std::vector<double> run_decode(const ::pldr::Model<float>& m, const DeviceSpec& d,
+                               ::pldr::CacheMode mode, int64_t prompt, int64_t n_new,
+                               int64_t context, int reps, int warmup, const perf::RepHook& hook,
+                               double min_seconds) {
+    require_cuda(d);
+    PLDR_REQUIRE(prompt >= 1 && n_new >= 1 && prompt + n_new <= context, "decode of ", prompt,
+                 " + ", n_new, " tokens does not fit the context of ", context);
+    cuda::DeviceModel<float> dm(m, d.index);
+    const std::vector<int64_t> ids = perf::random_ids(prompt, m.cfg.vocab_size, 100);
+    const auto argmax = [](const std::vector<float>& v) {
+        return int64_t(std::max_element(v.begin(), v.end()) - v.begin());
+    };
+    // Each step waits for its logits on the host (greedy): the timing is the whole loop.
+    return perf::timed_reps(reps, warmup, min_seconds, hook, [&] {
+        cuda::DeviceSession<float> s(dm, mode, context);
+        int64_t next = argmax(s.prefill(ids));
+        const double t0 = perf::now_s();
+        for (int64_t t = 0; t < n_new; ++t) next = argmax(s.decode(next));
+        return double(n_new) / (perf::now_s() - t0);
     });
 }
 
@@ -178,6 +202,11 @@ void forward(const Copy&, const int64_t*, int64_t, int64_t, ::pldr::Activations<
 ::pldr::LossResult loss_and_grads(const Copy&, const int64_t*, int64_t, int64_t,
                                   const ::pldr::DagCoeffs&, double*) {
     fail("CUDA support was not built (PLDR_CUDA=OFF)");
+}
+std::vector<double> run_decode(const ::pldr::Model<float>&, const DeviceSpec& d, ::pldr::CacheMode,
+                               int64_t, int64_t, int64_t, int, int, const perf::RepHook&, double) {
+    require_cuda(d);
+    return {};
 }
 std::shared_ptr<::pldr::StepBackend<float>> step_backend(::pldr::Model<float>&,
                                                          const DeviceSpec& d) {

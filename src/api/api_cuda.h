@@ -44,6 +44,14 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
 ::pldr::LossResult loss_and_grads(const Copy& c, const int64_t* tokens, int64_t B, int64_t S1,
                                   const ::pldr::DagCoeffs& dag, double* grads);
 
+// pldr bench's decode on the device at batch 1 (cuda::DeviceSession): per repetition a prompt
+// of `prompt` random ids (perf::random_ids, as the CPU's) prefilled, then n_new greedy steps
+// timed, tokens/s (perf::run_decode's rules).
+std::vector<double> run_decode(const ::pldr::Model<float>& m, const DeviceSpec& d,
+                               ::pldr::CacheMode mode, int64_t prompt, int64_t n_new,
+                               int64_t context, int reps, int warmup, const perf::RepHook& hook,
+                               double min_seconds);
+
 // A Trainer's forward and backward on the device (cuda::make_step_backend): pldr train
 // --device cuda. The model must outlive it.
 std::shared_ptr<::pldr::StepBackend<float>> step_backend(::pldr::Model<float>& m,

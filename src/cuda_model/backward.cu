@@ -55,13 +55,7 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ T red[kThreads];
     T dot = 0;
     for (int64_t j = threadIdx.x; j < S; j += blockDim.x) dot += er[j] * gr[j];
-    red[threadIdx.x] = dot;
-    __syncthreads();
-    for (int w = kThreads / 2; w > 0; w /= 2) {
-        if (int(threadIdx.x) < w) red[threadIdx.x] += red[threadIdx.x + w];
-        __syncthreads();
-    }
-    dot = red[0];
+    dot = block_sum(dot, red);
     for (int64_t j = threadIdx.x; j < S; j += blockDim.x)
         gr[j] = (T(0) + er[j] * (gr[j] - dot)) / scale;
 }

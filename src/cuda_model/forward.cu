@@ -61,38 +61,14 @@ __global__ void __launch_bounds__(kThreads)
     T* epr = ep ? ep + (bh * S + i) * S : nullptr;
     const int64_t* key = ids + b * S;
     __shared__ T red[kThreads];
-    // x_j = s_j / scale (+ the mask), kept in E; the row's maximum.
-    T mx = T(-INFINITY);
+    // x_j = s_j / scale (+ the mask), kept in E; then the softmax of the row.
     for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
         T x = sr[j] / scale;
         if (epr) epr[j] = x;
         if (j > i || key[j] == pad) x += T(-1e9);
         er[j] = x;
-        mx = x > mx ? x : mx;
     }
-    red[threadIdx.x] = mx;
-    __syncthreads();
-    for (int w = kThreads / 2; w > 0; w /= 2) {
-        if (int(threadIdx.x) < w && red[threadIdx.x + w] > red[threadIdx.x])
-            red[threadIdx.x] = red[threadIdx.x + w];
-        __syncthreads();
-    }
-    mx = red[0];
-    __syncthreads();
-    T sum = 0;
-    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
-        const T y = exp(er[j] - mx);
-        er[j] = y;
-        sum += y;
-    }
-    red[threadIdx.x] = sum;
-    __syncthreads();
-    for (int w = kThreads / 2; w > 0; w /= 2) {
-        if (int(threadIdx.x) < w) red[threadIdx.x] += red[threadIdx.x + w];
-        __syncthreads();
-    }
-    sum = red[0];
-    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) er[j] /= sum;
+    softmax_row(er, S, red);
 }
 
 template <class T>
@@ -247,6 +223,16 @@ void DeviceModel<T>::Impl::learned_g(int64_t l, int64_t B, int64_t S, DevLayer<T
     learner_units(w, rows, ln_out, L, train);
     keep_t(la.A, A, {B, H, D, D});
 
+    operator_g(l, B, A, L.G.get(), &L, train, all ? &la : nullptr);
+}
+
+template <class T>
+void DeviceModel<T>::Impl::operator_g(int64_t l, int64_t B, const T* A, T* G_out, DevLayer<T>* L,
+                                      bool train, LayerActs<T>* la) {
+    const Config& c = m.cfg;
+    const LayerView<T>& w = m.w.layers[size_t(l)];
+    const int64_t H = c.num_heads, D = c.head_dim, DD = D * D, HDD = H * DD, n = B * HDD;
+    Stream s = stream;
     // The operator in float64: Z = W·A + b; A_LM = f(Z); A_P = c(A_LM, P); G = a·A_P + b_a. A
     // float32 model's Z, A_LM and A_P are kept rounded to float32 (training: its backward runs in
     // float32 on them, as the CPU's).
@@ -256,8 +242,14 @@ void DeviceModel<T>::Impl::learned_g(int64_t l, int64_t B, int64_t S, DevLayer<T
     if constexpr (std::is_same_v<T, double>) {
         A_d = A;
         W = dev(w.W), bb = dev(w.b), P = dev(w.P), a = dev(w.a), ba = dev(w.ba);
-        Z = sized(L.Z, n, s), ALM = sized(L.A_LM, n, s), AP = sized(L.A_P, n, s);
-        G_d = L.G.get();
+        if (L) {  // kept in the layer's buffers
+            Z = sized(L->Z, n, s), ALM = sized(L->A_LM, n, s), AP = sized(L->A_P, n, s);
+        } else {
+            Z64 = Scratch<double>(n, s), ALM64 = Scratch<double>(n, s),
+            AP64 = Scratch<double>(n, s);
+            Z = Z64.get(), ALM = ALM64.get(), AP = AP64.get();
+        }
+        G_d = G_out;
     } else {
         A64 = Scratch<double>(n, s);
         cast(A64.get(), A, n, s);
@@ -276,23 +268,23 @@ void DeviceModel<T>::Impl::learned_g(int64_t l, int64_t B, int64_t S, DevLayer<T
     mm_heads(gemm, B, H, false, false, D, D, D, a, D, {0, DD}, AP, D, {HDD, DD}, G_d, D, {HDD, DD});
     add_periodic(G_d, ba, n, HDD, s);
     if constexpr (!std::is_same_v<T, double>) {
-        cast(L.G.get(), G_d, n, s);
-        if (train) {
-            cast(sized(L.Z, n, s), Z, n, s);
-            cast(sized(L.A_LM, n, s), ALM, n, s);
-            cast(sized(L.A_P, n, s), AP, n, s);
+        cast(G_out, G_d, n, s);
+        if (train && L) {
+            cast(sized(L->Z, n, s), Z, n, s);
+            cast(sized(L->A_LM, n, s), ALM, n, s);
+            cast(sized(L->A_P, n, s), AP, n, s);
         }
     }
-    if (all) {
+    if (la) {
         auto keep64 = [&](Tensor<T>& dst, const double* src) {
             std::vector<double> h(static_cast<size_t>(n));
             copy_to_host(h.data(), src, n, s);
             dst = Tensor<T>({B, H, D, D});
             for (int64_t i = 0; i < n; ++i) dst[i] = T(h[size_t(i)]);
         };
-        keep64(la.Z, Z);
-        keep64(la.A_LM, ALM);
-        keep64(la.A_P, AP);
+        keep64(la->Z, Z);
+        keep64(la->A_LM, ALM);
+        keep64(la->A_P, AP);
     }
 }
 
@@ -435,7 +427,10 @@ void DeviceModel<T>::Impl::layers(const int64_t* ids_host, int64_t B, int64_t S,
 
     da.layers.resize(size_t(da.train ? c.num_layers : 1));
     out.layers.resize(size_t(c.num_layers));
-    for (int64_t l = 0; l < c.num_layers; ++l) layer(l, B, S, da, out.layers[size_t(l)], all);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        layer(l, B, S, da, out.layers[size_t(l)], all);
+        if (da.after_layer) da.after_layer(l, da.layer(l));
+    }
 }
 
 template <class T>

@@ -92,6 +92,7 @@ class DeviceModel {
     void get_moments(T* m, T* v);
 
     struct Impl;
+    Impl& impl() { return *impl_; }  // (the device's other passes: session.cu)
 
   private:
     std::unique_ptr<Impl> impl_;

@@ -4,6 +4,7 @@
 // forward.cu runs the forward, backward.cu the training objective and the backward.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,51 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(To* dst, const From* src
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x)
         dst[i] = To(src[i]);
+}
+
+// The block's maximum and sum of one value per thread (kThreads threads, red: kThreads of shared
+// memory); every thread gets the result. A fixed tree: the same bits on every run.
+template <class T>
+__device__ T block_max(T v, T* red) {
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+        if (int(threadIdx.x) < w && red[threadIdx.x + w] > red[threadIdx.x])
+            red[threadIdx.x] = red[threadIdx.x + w];
+        __syncthreads();
+    }
+    const T r = red[0];
+    __syncthreads();
+    return r;
+}
+template <class T>
+__device__ T block_sum(T v, T* red) {
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+        if (int(threadIdx.x) < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    const T r = red[0];
+    __syncthreads();
+    return r;
+}
+// The softmax of a row of n logits in place, by one block (ops/dense.cpp softmax_forward: the
+// row's maximum, exp(x − max), the sum, each divided by it); each thread reads back only what
+// it wrote of the row.
+template <class T>
+__device__ void softmax_row(T* r, int64_t n, T* red) {
+    T mx = T(-INFINITY);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = r[j] > mx ? r[j] : mx;
+    mx = block_max(mx, red);
+    T sum = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const T y = exp(r[j] - mx);
+        r[j] = y;
+        sum += y;
+    }
+    sum = block_sum(sum, red);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) r[j] /= sum;
 }
 
 // dst = src rounded to bf16 (nearest, ties to even: the CPU's round_to_bf16)
@@ -160,6 +206,8 @@ struct DevActs {
     Scratch<int64_t> ids, pos;
     Scratch<T> x0, embed_ln, mean, rstd;  // x0 = embedding·√d; LN_in
     std::vector<DevLayer<T>> layers;      // train: one per layer; else one
+    // Called after each layer with its buffers (a session's prefill copies K, V and G from them).
+    std::function<void(int64_t, DevLayer<T>&)> after_layer;
     DevLayer<T>& layer(int64_t l) { return layers[train ? size_t(l) : 0]; }
     // Layer l's input: the previous layer's output, or LN_in's.
     const T* input_of(int64_t l) { return l == 0 ? embed_ln.get() : layer(l - 1).hidden.get(); }
@@ -235,6 +283,11 @@ struct DeviceModel<T>::Impl {
     // the operator (in float64).
     void learned_g(int64_t l, int64_t B, int64_t S, model_detail::DevLayer<T>& L, bool train,
                    LayerActs<T>& la, bool all);
+    // The operator of layer l over B sequences' metrics A [B,H,D,D] into G_out (in float64, as
+    // the CPU's): Z, A_LM, A_P kept in L's buffers (float64; float32 ones when train), or in
+    // temporaries when L is null; downloaded into la when not null (KeepActs::ALL).
+    void operator_g(int64_t l, int64_t B, const T* A, T* G_out, model_detail::DevLayer<T>* L,
+                    bool train, LayerActs<T>* la);
     // The learner's residual units, from LN_A's output to A.
     void learner_units(const LayerView<T>& w, int64_t rows, const T* in,
                        model_detail::DevLayer<T>& L, bool train);
