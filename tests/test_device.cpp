@@ -32,7 +32,8 @@ TEST(Device, CudaWithoutABackendExitsOneWithOneLine) {
     // What runs on the device: the forward (dump) and the gradient (grad).
     const std::vector<std::string> runs = {
         "dump " + kModel + " --tokens 5,6,7 --out " + out + "/d.safetensors",
-        "grad " + kModel + " --tokens 5,6,7,8 --out " + out + "/g.safetensors"};
+        "grad " + kModel + " --tokens 5,6,7,8 --out " + out + "/g.safetensors",
+        "generate " + kModel + " --ids 5,6 -n 2"};
     if (gpu) {  // they run there; the other commands below refuse
         for (const auto& c : runs) {
             const auto r = cli_test::run(c + " --device cuda");
@@ -40,7 +41,7 @@ TEST(Device, CudaWithoutABackendExitsOneWithOneLine) {
         }
     }
     std::vector<std::string> commands = {
-        "generate " + kModel + " --ids 5,6 -n 2",
+        "generate " + kModel + " --ids 5,6 -n 2 --save-g-cache " + out + "/g.gcache",
         "audit " + kModel + " --out " + out + "/audit",
         "serve " + kModel + " --port 0",
     };
@@ -110,7 +111,7 @@ double rel_diff(const pldr::api::Tensor& a, const pldr::api::Tensor& b) {
     return d / m;
 }
 
-TEST(Device, AModelOnTheGpuRunsItsForwardThereAndRefusesTheRest) {
+TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
     if (!gpu_visible()) GTEST_SKIP() << "skipped: no CUDA device";
     pldr::api::LoadOptions lo;
     lo.dtype = pldr::api::DType::F64;  // float64: the GPU's forward equals the CPU's to 1e-12
@@ -141,10 +142,17 @@ TEST(Device, AModelOnTheGpuRunsItsForwardThereAndRefusesTheRest) {
         EXPECT_LE(rel_diff(ga.grads[i].second, gb.grads[i].second), 1e-12);
     }
     // every other job: one line that says which jobs run there
+    // generation: the CPU's greedy tokens in every cache mode
+    for (const auto mode :
+         {pldr::api::CacheMode::KVG, pldr::api::CacheMode::KV, pldr::api::CacheMode::NONE}) {
+        pldr::api::GenerateOptions go;
+        go.sampling.temperature = 0;
+        go.max_tokens = 6;
+        go.stop_at_eos = false;
+        go.cache = mode;
+        EXPECT_EQ(gpu.generate_ids({5, 6, 7}, go).ids, cpu.generate_ids({5, 6, 7}, go).ids);
+    }
     for (const auto& job : std::vector<std::function<void()>>{
-             [&] {
-                 gpu.generate_ids({5, 6}, {});
-             },
              [&] { pldr::api::Session s(gpu, pldr::api::CacheMode::KVG, 8); },
              [&] {
                  gpu.score_ids({5, 6}, {7}, {});

@@ -194,13 +194,16 @@ std::vector<Generation> run_generation(const Model& model,
                                        const GenerateOptions& opt, const ::pldr::GenCallback& cb) {
     const Model::Impl& im = impl_of(model);
     const ::pldr::GenerateOptions o = internal(opt);
-    return im.visit([&](const auto& m) {
+    return im.visit_host([&](const auto& m) {
         using T = scalar_t<decltype(m)>;
         std::unique_ptr<::pldr::GCache<T>> preset;
         if (!opt.g_cache_file.empty())
             preset = std::make_unique<::pldr::GCache<T>>(
                 ::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg));
-        auto rs = ::pldr::generate_batch(m, prompts, o, preset.get(), im.internal_tok(), cb);
+        ::pldr::DeviceDecoders<T> device;  // a model on a GPU: its sessions there
+        if (im.dev) gpu::decoders(*im.dev, device);
+        auto rs = ::pldr::generate_batch(m, prompts, o, preset.get(), im.internal_tok(), cb,
+                                         im.dev ? &device : nullptr);
         std::vector<Generation> out;
         out.reserve(rs.size());
         for (auto& r : rs) {

@@ -33,9 +33,9 @@ const DeviceSpec& require_cuda(const DeviceSpec& d) {
 std::string not_yet(const DeviceSpec& d) {
     return "--device " + d.name() +
            ": the CUDA backend runs the forward pass (Model::forward, pldr dump, Python's "
-           "forward), the gradient (Model::loss_and_grads, pldr grad), pldr train's steps and "
-           "pldr bench's prefill, decode (batch 1) and training, but not yet this job; use "
-           "--device cpu for it (docs/gpu.md)";
+           "forward), the gradient (Model::loss_and_grads, pldr grad), generation (pldr "
+           "generate, Model::generate), pldr train's steps and pldr bench's prefill, decode "
+           "(batch 1) and training, but not yet this job; use --device cpu for it (docs/gpu.md)";
 }
 
 #if PLDR_WITH_CUDA
@@ -92,6 +92,57 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
 void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
              ::pldr::Activations<double>& acts) {
     forward_t(c, ids, B, S, acts);
+}
+
+namespace {
+
+// One generation sequence's session on the device, its calls under the copy's lock.
+template <class T>
+class GpuDecoder final : public ::pldr::DeviceDecoder<T> {
+  public:
+    GpuDecoder(const Copy& c, cuda::DeviceModel<T>& dm, ::pldr::CacheMode mode, int64_t len)
+        : c_(c) {
+        std::lock_guard<std::mutex> lock(c_.mu);
+        s_ = std::make_unique<cuda::DeviceSession<T>>(dm, mode, len);
+    }
+    ~GpuDecoder() override {
+        std::lock_guard<std::mutex> lock(c_.mu);
+        s_.reset();
+    }
+    const std::vector<T>& prefill(const std::vector<int64_t>& ids) override {
+        std::lock_guard<std::mutex> lock(c_.mu);
+        return s_->prefill(ids);
+    }
+    const std::vector<T>& decode(int64_t id) override {
+        std::lock_guard<std::mutex> lock(c_.mu);
+        return s_->decode(id);
+    }
+    const std::vector<T>& logits() const override { return s_->logits(); }
+
+  private:
+    const Copy& c_;
+    std::unique_ptr<cuda::DeviceSession<T>> s_;
+};
+
+template <class T>
+void decoders_t(const Copy& c, ::pldr::DeviceDecoders<T>& out) {
+    using Ptr = std::unique_ptr<cuda::DeviceModel<T>>;
+    const Ptr* p = std::get_if<Ptr>(&c.model);
+    PLDR_REQUIRE(p, "internal: the device copy is not of the asked precision");
+    cuda::DeviceModel<T>* dm = p->get();
+    out = [&c, dm](::pldr::CacheMode mode,
+                   int64_t len) -> std::unique_ptr<::pldr::DeviceDecoder<T>> {
+        return std::make_unique<GpuDecoder<T>>(c, *dm, mode, len);
+    };
+}
+
+}  // namespace
+
+void decoders(const Copy& c, ::pldr::DeviceDecoders<float>& out) {
+    decoders_t(c, out);
+}
+void decoders(const Copy& c, ::pldr::DeviceDecoders<double>& out) {
+    decoders_t(c, out);
 }
 
 ::pldr::LossResult loss_and_grads(const Copy& c, const int64_t* tokens, int64_t B, int64_t S1,
@@ -201,6 +252,12 @@ void forward(const Copy&, const int64_t*, int64_t, int64_t, ::pldr::Activations<
 }
 ::pldr::LossResult loss_and_grads(const Copy&, const int64_t*, int64_t, int64_t,
                                   const ::pldr::DagCoeffs&, double*) {
+    fail("CUDA support was not built (PLDR_CUDA=OFF)");
+}
+void decoders(const Copy&, ::pldr::DeviceDecoders<float>&) {
+    fail("CUDA support was not built (PLDR_CUDA=OFF)");
+}
+void decoders(const Copy&, ::pldr::DeviceDecoders<double>&) {
     fail("CUDA support was not built (PLDR_CUDA=OFF)");
 }
 std::vector<double> run_decode(const ::pldr::Model<float>&, const DeviceSpec& d, ::pldr::CacheMode,

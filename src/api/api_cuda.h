@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/device.h"
+#include "infer/generate.h"
 #include "model/activations.h"
 #include "model/model.h"
 #include "perf/workloads.h"
@@ -43,6 +44,11 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
                                   const ::pldr::DagCoeffs& dag, float* grads);
 ::pldr::LossResult loss_and_grads(const Copy& c, const int64_t* tokens, int64_t B, int64_t S1,
                                   const ::pldr::DagCoeffs& dag, double* grads);
+
+// Generation's sessions on the device (cuda::DeviceSession over the copy's model; each call
+// under the copy's lock), for ::pldr::generate_batch. The copy's precision must be T's.
+void decoders(const Copy& c, ::pldr::DeviceDecoders<float>& out);
+void decoders(const Copy& c, ::pldr::DeviceDecoders<double>& out);
 
 // pldr bench's decode on the device at batch 1 (cuda::DeviceSession): per repetition a prompt
 // of `prompt` random ids (perf::random_ids, as the CPU's) prefilled, then n_new greedy steps

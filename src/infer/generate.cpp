@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/parallel.h"  // parallel_for, kParallelWork
@@ -24,21 +25,27 @@ template <typename T>
 class Sequence {
   public:
     Sequence(const Model<T>& m, const std::vector<int64_t>& prompt, const GenerateOptions& o,
-             const GCache<T>* preset, const Tokenizer* tok)
-        : m_(m),
-          o_(o),
-          tok_(tok),
-          s_(m, o.cache, std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + o.max_new)),
-          sampler_(o.sampler),
-          history_(prompt) {
-        s_.keep_activations(false);  // only the logits are read
-        if (preset) s_.set_g_cache(*preset);
+             const GCache<T>* preset, const Tokenizer* tok, const DeviceDecoders<T>* device)
+        : m_(m), o_(o), tok_(tok), sampler_(o.sampler), history_(prompt) {
+        const int64_t len =
+            std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + o.max_new);
+        if (device) {
+            PLDR_REQUIRE(!preset, "a preset G-cache runs on the CPU only so far");
+            dev_ = (*device)(o.cache, len);
+        } else {
+            s_.emplace(m, o.cache, len);
+            s_->keep_activations(false);  // only the logits are read
+            if (preset) s_->set_g_cache(*preset);
+        }
         r.prompt_ids = prompt;
     }
 
     void prefill() {
         const double t0 = now();
-        s_.prefill(r.prompt_ids);
+        if (dev_)
+            dev_->prefill(r.prompt_ids);
+        else
+            s_->prefill(r.prompt_ids);
         r.prefill_seconds = now() - t0;
         if (tok_) prompt_text_ = tok_->decode(r.prompt_ids);
     }
@@ -47,7 +54,7 @@ class Sequence {
     // its best alternatives and the text so far; ends the sequence at EOS, at a stop string (the
     // text cut before the earliest one) or at the token limit.
     void next() {
-        const std::vector<T>& logits = s_.logits();
+        const std::vector<T>& logits = dev_ ? dev_->logits() : s_->logits();
         const int64_t V = m_.cfg.vocab_size;
         const int64_t id = sampler_.sample(logits.data(), V, history_);
         Sampler::log_softmax(logits.data(), V, lp_);
@@ -75,7 +82,9 @@ class Sequence {
     }
 
     bool done() const { return done_; }
-    Session<T>& session() { return s_; }
+    // The CPU's session (null on a device), which steps with the others in decode_step.
+    Session<T>* session() { return s_ ? &*s_ : nullptr; }
+    void decode_on_device(int64_t id) { dev_->decode(id); }
 
     GenResult r;
 
@@ -88,7 +97,8 @@ class Sequence {
     const Model<T>& m_;
     const GenerateOptions& o_;
     const Tokenizer* tok_;
-    Session<T> s_;
+    std::optional<Session<T>> s_;
+    std::unique_ptr<DeviceDecoder<T>> dev_;
     Sampler sampler_;
     std::vector<int64_t> history_;  // prompt + generated ids (the repetition penalty's window)
     std::string prompt_text_;       // decode(prompt), with a tokenizer
@@ -115,7 +125,8 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
                                       const std::vector<std::vector<int64_t>>& prompts,
                                       const std::vector<GenerateOptions>& opts,
                                       const GCache<T>* preset, const Tokenizer* tok,
-                                      const GenCallback& on_token) {
+                                      const GenCallback& on_token,
+                                      const DeviceDecoders<T>* device) {
     PLDR_REQUIRE(opts.size() == prompts.size(), "generate_batch: ", prompts.size(), " prompts but ",
                  opts.size(), " option sets");
     const size_t n = prompts.size();
@@ -127,7 +138,7 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
     const int64_t V = m.cfg.vocab_size;
     std::vector<std::unique_ptr<Sequence<T>>> seqs;
     for (size_t i = 0; i < n; ++i) {
-        seqs.push_back(std::make_unique<Sequence<T>>(m, prompts[i], opts[i], preset, tok));
+        seqs.push_back(std::make_unique<Sequence<T>>(m, prompts[i], opts[i], preset, tok, device));
         seqs.back()->prefill();
     }
     // Every live sequence takes its next token from its logits (each with its own sampler: the
@@ -162,8 +173,12 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
                 q.r.decode_seconds = now() - t0;
                 continue;
             }
-            step.push_back(&q.session());
-            step_ids.push_back(q.r.ids.back());
+            if (Session<T>* cpu = q.session()) {
+                step.push_back(cpu);
+                step_ids.push_back(q.r.ids.back());
+            } else {  // a device's session steps on its own
+                q.decode_on_device(q.r.ids.back());
+            }
             next.push_back(i);
             ++q.r.decode_calls;
         }
@@ -180,9 +195,10 @@ template <typename T>
 std::vector<GenResult> generate_batch(const Model<T>& m,
                                       const std::vector<std::vector<int64_t>>& prompts,
                                       const GenerateOptions& opt, const GCache<T>* preset,
-                                      const Tokenizer* tok, const GenCallback& on_token) {
+                                      const Tokenizer* tok, const GenCallback& on_token,
+                                      const DeviceDecoders<T>* device) {
     return generate_batch(m, prompts, std::vector<GenerateOptions>(prompts.size(), opt), preset,
-                          tok, on_token);
+                          tok, on_token, device);
 }
 
 template <typename T>
@@ -201,11 +217,11 @@ GenResult generate(const Model<T>& m, const std::vector<int64_t>& prompt,
                                    const GenCallback&);                                            \
     template std::vector<GenResult> generate_batch<T>(                                             \
         const Model<T>&, const std::vector<std::vector<int64_t>>&, const GenerateOptions&,         \
-        const GCache<T>*, const Tokenizer*, const GenCallback&);                                   \
+        const GCache<T>*, const Tokenizer*, const GenCallback&, const DeviceDecoders<T>*);         \
     template std::vector<GenResult> generate_batch<T>(                                             \
         const Model<T>&, const std::vector<std::vector<int64_t>>&,                                 \
         const std::vector<GenerateOptions>&, const GCache<T>*, const Tokenizer*,                   \
-        const GenCallback&);
+        const GenCallback&, const DeviceDecoders<T>*);
 PLDR_INSTANTIATE(float)
 PLDR_INSTANTIATE(double)
 #undef PLDR_INSTANTIATE

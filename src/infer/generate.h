@@ -7,6 +7,7 @@
 // Session::decode), so one prompt is a batch of one.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,23 @@ struct GenResult {
     int64_t decode_calls = 0;
 };
 
+// Where a generation's sequences run when not on the CPU (the CUDA backend:
+// cuda_model/session.h through the API): one session per sequence, its caches there, the
+// logits of its last position back on the host after each call. The sampling, the texts and
+// the stopping rules stay generate_batch's, so every backend generates alike.
+template <typename T>
+class DeviceDecoder {
+  public:
+    virtual ~DeviceDecoder() = default;
+    virtual const std::vector<T>& prefill(const std::vector<int64_t>& ids) = 0;
+    virtual const std::vector<T>& decode(int64_t id) = 0;
+    virtual const std::vector<T>& logits() const = 0;
+};
+// Makes a sequence's decoder: its cache mode and capacity (prompt + max_new, at most the
+// context).
+template <typename T>
+using DeviceDecoders = std::function<std::unique_ptr<DeviceDecoder<T>>(CacheMode, int64_t)>;
+
 // Called after each generated token of prompt `index` with its result so far (the token is
 // ids.back(), the text is cut before a stop string); returning false stops that sequence
 // (finish_reason "callback", unless EOS or a stop string ended it at that token). Called on the
@@ -62,20 +80,23 @@ void check_generation_fits(const Model<T>& m, const std::vector<int64_t>& prompt
 // tok: the tokenizer that gives the texts (needed by stop strings). decode_seconds: from the
 // first decode step to the sequence's last token; decode_calls: the steps it took part in. Each
 // result equals its one-at-a-time generation up to the rounding that decode_step documents.
+// device: the sequences' sessions there (no preset G-cache; each sequence steps on its own).
 template <typename T>
 std::vector<GenResult> generate_batch(const Model<T>& m,
                                       const std::vector<std::vector<int64_t>>& prompts,
                                       const std::vector<GenerateOptions>& opts,
                                       const GCache<T>* preset = nullptr,
                                       const Tokenizer* tok = nullptr,
-                                      const GenCallback& on_token = {});
+                                      const GenCallback& on_token = {},
+                                      const DeviceDecoders<T>* device = nullptr);
 // The same options for every prompt.
 template <typename T>
 std::vector<GenResult> generate_batch(const Model<T>& m,
                                       const std::vector<std::vector<int64_t>>& prompts,
                                       const GenerateOptions& opt, const GCache<T>* preset = nullptr,
                                       const Tokenizer* tok = nullptr,
-                                      const GenCallback& on_token = {});
+                                      const GenCallback& on_token = {},
+                                      const DeviceDecoders<T>* device = nullptr);
 
 // One prompt: generate_batch of one (on_token's index is 0).
 template <typename T>
