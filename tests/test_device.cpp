@@ -152,11 +152,20 @@ TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
         go.cache = mode;
         EXPECT_EQ(gpu.generate_ids({5, 6, 7}, go).ids, cpu.generate_ids({5, 6, 7}, go).ids);
     }
+    // scoring in every mode, with its alternatives: the CPU's log-probabilities
+    for (const auto mode : {pldr::api::ScoreMode::BLOCK, pldr::api::ScoreMode::SEQUENTIAL,
+                            pldr::api::ScoreMode::CACHED}) {
+        pldr::api::ScoreOptions so;
+        so.mode = mode;
+        so.top_logprobs = 3;
+        const auto sa = gpu.score_ids({5, 6, 7}, {8, 9}, so),
+                   sb = cpu.score_ids({5, 6, 7}, {8, 9}, so);
+        EXPECT_NEAR(sa.logprob, sb.logprob, 1e-12 * std::fabs(sb.logprob)) << name_of(mode);
+        EXPECT_EQ(sa.is_greedy, sb.is_greedy);
+        ASSERT_EQ(sa.top.size(), sb.top.size());
+    }
     for (const auto& job : std::vector<std::function<void()>>{
-             [&] { pldr::api::Session s(gpu, pldr::api::CacheMode::KVG, 8); },
-             [&] {
-                 gpu.score_ids({5, 6}, {7}, {});
-             }}) {
+             [&] { pldr::api::Session s(gpu, pldr::api::CacheMode::KVG, 8); }}) {
         try {
             job();
             ADD_FAILURE() << "a job ran on the GPU model";

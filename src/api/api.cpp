@@ -310,11 +310,14 @@ namespace {
 
 template <typename T>
 ScoreResult score_one(const ::pldr::Model<T>& m, const std::vector<int64_t>& ctx,
-                      const std::vector<int64_t>& cont, const ScoreOptions& opt) {
+                      const std::vector<int64_t>& cont, const ScoreOptions& opt,
+                      const Model::Impl& im) {
     PLDR_REQUIRE(!cont.empty(), "empty continuation");
     check_options(opt);
-    const ::pldr::ScoreResult r =
-        ::pldr::score_request(m, {ctx, cont}, internal(opt.mode), opt.top_logprobs);
+    ::pldr::DeviceScoring<T> device;  // a model on a GPU: its passes there
+    if (im.dev) gpu::scoring(*im.dev, device);
+    const ::pldr::ScoreResult r = ::pldr::score_request(
+        m, {ctx, cont}, internal(opt.mode), opt.top_logprobs, im.dev ? &device : nullptr);
     return to_score(r, ctx, cont);
 }
 
@@ -362,8 +365,9 @@ ScoreResult Model::score(const std::string& context, const std::string& continua
 ScoreResult Model::score_ids(const std::vector<int64_t>& context,
                              const std::vector<int64_t>& continuation,
                              const ScoreOptions& opt) const {
-    return impl_of(*this).visit(
-        [&](const auto& m) { return score_one(m, context, continuation, opt); });
+    const Impl& im = impl_of(*this);
+    return im.visit_host(
+        [&](const auto& m) { return score_one(m, context, continuation, opt, im); });
 }
 
 std::vector<ScoreResult> Model::score_batch(

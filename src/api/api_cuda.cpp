@@ -34,8 +34,9 @@ std::string not_yet(const DeviceSpec& d) {
     return "--device " + d.name() +
            ": the CUDA backend runs the forward pass (Model::forward, pldr dump, Python's "
            "forward), the gradient (Model::loss_and_grads, pldr grad), generation (pldr "
-           "generate, Model::generate), pldr train's steps and pldr bench's prefill, decode "
-           "(batch 1) and training, but not yet this job; use --device cpu for it (docs/gpu.md)";
+           "generate, Model::generate), scoring and perplexity (pldr score, pldr perplexity), "
+           "pldr train's steps and pldr bench's prefill, decode (batch 1) and training, but not "
+           "yet this job; use --device cpu for it (docs/gpu.md)";
 }
 
 #if PLDR_WITH_CUDA
@@ -136,6 +137,21 @@ void decoders_t(const Copy& c, ::pldr::DeviceDecoders<T>& out) {
     };
 }
 
+template <class T>
+void scoring_t(const Copy& c, ::pldr::DeviceScoring<T>& out) {
+    decoders_t(c, out.decoders);
+    using Ptr = std::unique_ptr<cuda::DeviceModel<T>>;
+    cuda::DeviceModel<T>* dm = std::get_if<Ptr>(&c.model)->get();
+    out.logits = [&c, dm](const int64_t* ids, int64_t S, std::vector<T>& logits) {
+        ::pldr::Activations<T> acts;
+        {
+            std::lock_guard<std::mutex> lock(c.mu);
+            dm->forward(ids, 1, S, acts, ::pldr::KeepActs::INFERENCE);
+        }
+        logits.assign(acts.logits.ptr(), acts.logits.ptr() + acts.logits.numel());
+    };
+}
+
 }  // namespace
 
 void decoders(const Copy& c, ::pldr::DeviceDecoders<float>& out) {
@@ -143,6 +159,12 @@ void decoders(const Copy& c, ::pldr::DeviceDecoders<float>& out) {
 }
 void decoders(const Copy& c, ::pldr::DeviceDecoders<double>& out) {
     decoders_t(c, out);
+}
+void scoring(const Copy& c, ::pldr::DeviceScoring<float>& out) {
+    scoring_t(c, out);
+}
+void scoring(const Copy& c, ::pldr::DeviceScoring<double>& out) {
+    scoring_t(c, out);
 }
 
 ::pldr::LossResult loss_and_grads(const Copy& c, const int64_t* tokens, int64_t B, int64_t S1,
@@ -252,6 +274,12 @@ void forward(const Copy&, const int64_t*, int64_t, int64_t, ::pldr::Activations<
 }
 ::pldr::LossResult loss_and_grads(const Copy&, const int64_t*, int64_t, int64_t,
                                   const ::pldr::DagCoeffs&, double*) {
+    fail("CUDA support was not built (PLDR_CUDA=OFF)");
+}
+void scoring(const Copy&, ::pldr::DeviceScoring<float>&) {
+    fail("CUDA support was not built (PLDR_CUDA=OFF)");
+}
+void scoring(const Copy&, ::pldr::DeviceScoring<double>&) {
     fail("CUDA support was not built (PLDR_CUDA=OFF)");
 }
 void decoders(const Copy&, ::pldr::DeviceDecoders<float>&) {

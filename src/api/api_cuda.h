@@ -10,6 +10,7 @@
 
 #include "cuda/device.h"
 #include "infer/generate.h"
+#include "infer/score.h"
 #include "model/activations.h"
 #include "model/model.h"
 #include "perf/workloads.h"
@@ -49,6 +50,11 @@ void forward(const Copy& c, const int64_t* ids, int64_t B, int64_t S,
 // under the copy's lock), for ::pldr::generate_batch. The copy's precision must be T's.
 void decoders(const Copy& c, ::pldr::DeviceDecoders<float>& out);
 void decoders(const Copy& c, ::pldr::DeviceDecoders<double>& out);
+
+// Scoring's passes on the device (the forward's logits, and the sessions of decoders), for
+// ::pldr::score_request and ::pldr::rolling_loglikelihood.
+void scoring(const Copy& c, ::pldr::DeviceScoring<float>& out);
+void scoring(const Copy& c, ::pldr::DeviceScoring<double>& out);
 
 // pldr bench's decode on the device at batch 1 (cuda::DeviceSession): per repetition a prompt
 // of `prompt` random ids (perf::random_ids, as the CPU's) prefilled, then n_new greedy steps

@@ -128,8 +128,13 @@ McAccuracy eval_piqa(const Model& m, const std::string& jsonl, const std::string
 
 Perplexity perplexity(const Model& m, const std::string& text) {
     const ::pldr::Tokenizer& tok = tok_of(m);
-    const auto r =
-        impl_of(m).visit([&](const auto& mm) { return ::pldr::perplexity(mm, tok, text); });
+    const Model::Impl& im = impl_of(m);
+    const auto r = im.visit_host([&](const auto& mm) {
+        using T = scalar_t<decltype(mm)>;
+        ::pldr::DeviceScoring<T> device;  // a model on a GPU: its windows' forwards there
+        if (im.dev) gpu::scoring(*im.dev, device);
+        return ::pldr::perplexity(mm, tok, text, 0, im.dev ? &device : nullptr);
+    });
     Perplexity p;
     p.loglikelihood = r.loglikelihood;
     p.tokens = r.tokens;

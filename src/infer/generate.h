@@ -46,23 +46,6 @@ struct GenResult {
     int64_t decode_calls = 0;
 };
 
-// Where a generation's sequences run when not on the CPU (the CUDA backend:
-// cuda_model/session.h through the API): one session per sequence, its caches there, the
-// logits of its last position back on the host after each call. The sampling, the texts and
-// the stopping rules stay generate_batch's, so every backend generates alike.
-template <typename T>
-class DeviceDecoder {
-  public:
-    virtual ~DeviceDecoder() = default;
-    virtual const std::vector<T>& prefill(const std::vector<int64_t>& ids) = 0;
-    virtual const std::vector<T>& decode(int64_t id) = 0;
-    virtual const std::vector<T>& logits() const = 0;
-};
-// Makes a sequence's decoder: its cache mode and capacity (prompt + max_new, at most the
-// context).
-template <typename T>
-using DeviceDecoders = std::function<std::unique_ptr<DeviceDecoder<T>>(CacheMode, int64_t)>;
-
 // Called after each generated token of prompt `index` with its result so far (the token is
 // ids.back(), the text is cut before a stop string); returning false stops that sequence
 // (finish_reason "callback", unless EOS or a stop string ended it at that token). Called on the

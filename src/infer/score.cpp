@@ -97,8 +97,8 @@ void sum_up(ScoreResult& r, const std::vector<int64_t>& inp) {
 }  // namespace
 
 template <typename T>
-ScoreResult score_request(const Model<T>& m, const ScoreRequest& req, ScoreMode mode,
-                          int64_t top_n) {
+ScoreResult score_request(const Model<T>& m, const ScoreRequest& req, ScoreMode mode, int64_t top_n,
+                          const DeviceScoring<T>* device) {
     const int64_t L = m.cfg.max_position, V = m.cfg.vocab_size;
     PLDR_REQUIRE(!req.continuation.empty(), "empty continuation: nothing to score");
     PLDR_REQUIRE(!req.context.empty(), "empty context: the first continuation token needs one");
@@ -120,10 +120,26 @@ ScoreResult score_request(const Model<T>& m, const ScoreRequest& req, ScoreMode 
         take_row(row, V, inp[size_t(pos)], top_n, lp, r);
     };
     if (mode == ScoreMode::BLOCK) {
-        // One pass over inp[:-1]; the head only on the rows that predict the continuation.
-        Activations<T> a;
-        forward_layers(m, inp.data(), 1, n - 1, a);
-        score_rows(m, a.final_hidden().ptr(), inp, r.ctxlen, top_n, r);
+        // One pass over inp[:-1]; the head only on the rows that predict the continuation (on a
+        // device: every row's logits come back, the same rows are read).
+        if (device) {
+            std::vector<T> logits;
+            device->logits(inp.data(), n - 1, logits);
+            for (int64_t i = r.ctxlen; i < n; ++i) take(logits.data() + (i - 1) * V, i);
+        } else {
+            Activations<T> a;
+            forward_layers(m, inp.data(), 1, n - 1, a);
+            score_rows(m, a.final_hidden().ptr(), inp, r.ctxlen, top_n, r);
+        }
+    } else if (device) {  // the sessions below, on the device
+        const bool seq = mode == ScoreMode::SEQUENTIAL;
+        auto s = device->decoders(seq ? CacheMode::NONE : CacheMode::KVG, n);
+        const std::vector<int64_t> ctx(inp.begin(), inp.begin() + r.ctxlen);
+        const std::vector<T>* lg = &s->prefill(ctx);
+        for (int64_t i = r.ctxlen; i < n; ++i) {
+            take(lg->data(), i);
+            if (i + 1 < n) lg = &s->decode(inp[size_t(i)]);
+        }
     } else if (mode == ScoreMode::SEQUENTIAL) {
         Session<T> s(m, CacheMode::NONE);
         for (int64_t i = r.ctxlen; i < n; ++i) {
@@ -163,11 +179,12 @@ ScoreResult score_prefill(const Session<T>& s, int64_t top_n) {
 
 template <typename T>
 double rolling_loglikelihood(const Model<T>& m, const std::vector<int64_t>& tokens, int64_t eos_id,
-                             int64_t window) {
+                             int64_t window, const DeviceScoring<T>* device) {
     const int64_t L = window > 0 ? std::min(window, m.cfg.max_position) : m.cfg.max_position;
     const int64_t V = m.cfg.vocab_size, N = int64_t(tokens.size());
     double total = 0;
     Activations<T> a;
+    std::vector<T> dev_logits;
     std::vector<int64_t> inp;
     for (int64_t start = 0; start < N; start += L) {
         const int64_t len = std::min(L, N - start);  // tokens predicted by this window
@@ -181,23 +198,29 @@ double rolling_loglikelihood(const Model<T>& m, const std::vector<int64_t>& toke
             const int64_t t = start + len - 1 - S + j;
             inp[size_t(j)] = t < 0 ? eos_id : tokens[size_t(t)];
         }
-        forward(m, inp.data(), 1, S, a);
+        const T* logits = nullptr;
+        if (device) {
+            device->logits(inp.data(), S, dev_logits);
+            logits = dev_logits.data();
+        } else {
+            forward(m, inp.data(), 1, S, a);
+            logits = a.logits.ptr();
+        }
         for (int64_t i = 0; i < len; ++i)
-            total +=
-                row_logprob(a.logits.ptr() + (S - len + i) * V, V, tokens[size_t(start + i)]).first;
+            total += row_logprob(logits + (S - len + i) * V, V, tokens[size_t(start + i)]).first;
     }
     return total;
 }
 
 template ScoreResult score_request<float>(const Model<float>&, const ScoreRequest&, ScoreMode,
-                                          int64_t);
+                                          int64_t, const DeviceScoring<float>*);
 template ScoreResult score_request<double>(const Model<double>&, const ScoreRequest&, ScoreMode,
-                                           int64_t);
+                                           int64_t, const DeviceScoring<double>*);
 template ScoreResult score_prefill<float>(const Session<float>&, int64_t);
 template ScoreResult score_prefill<double>(const Session<double>&, int64_t);
 template double rolling_loglikelihood<float>(const Model<float>&, const std::vector<int64_t>&,
-                                             int64_t, int64_t);
+                                             int64_t, int64_t, const DeviceScoring<float>*);
 template double rolling_loglikelihood<double>(const Model<double>&, const std::vector<int64_t>&,
-                                              int64_t, int64_t);
+                                              int64_t, int64_t, const DeviceScoring<double>*);
 
 }  // namespace pldr

@@ -5,9 +5,11 @@
 //   cached     — KV + G cache from the context, then token by token (G frozen at the context).
 // Request encoding follows the lm-eval fork (§6.1, §11.7).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "infer/session.h"
 #include "model/forward.h"
 
 namespace pldr {
@@ -44,9 +46,18 @@ ScoreRequest encode_request(const Tokenizer& tok, const std::string& context,
 // max_position_embeddings tokens, as the harness does; a request whose continuation alone does
 // not fit (no context token left to condition the first continuation token) is an error.
 // top_n > 0 also keeps each position's best alternatives, from the same pass.
+// A model on a device (the CUDA backend, through the API): the logits [S, V] of one sequence's
+// forward over ids (causal + padding mask), row-major, and its sessions.
+template <typename T>
+struct DeviceScoring {
+    std::function<void(const int64_t* ids, int64_t S, std::vector<T>& logits)> logits;
+    DeviceDecoders<T> decoders;
+};
+
+// device: the passes there (block: its forward's logits; sequential and cached: its sessions).
 template <typename T>
 ScoreResult score_request(const Model<T>& m, const ScoreRequest& r, ScoreMode mode,
-                          int64_t top_n = 0);
+                          int64_t top_n = 0, const DeviceScoring<T>* device = nullptr);
 
 // The scores of a session's prefilled tokens after the first (token i predicted by row i − 1),
 // read from the prefill's own pass: the head over its final hidden rows, no other forward. The
@@ -61,8 +72,9 @@ ScoreResult score_prefill(const Session<T>& s, int64_t top_n = 0);
 // is conditioned on EOS, each later full window on the previous token, and a shorter last window
 // on as many earlier tokens as fill its `window`-token input.
 // Returns Σ log p over every token of `tokens`.
+// device: each window's forward there.
 template <typename T>
 double rolling_loglikelihood(const Model<T>& m, const std::vector<int64_t>& tokens, int64_t eos_id,
-                             int64_t window = 0);
+                             int64_t window = 0, const DeviceScoring<T>* device = nullptr);
 
 }  // namespace pldr

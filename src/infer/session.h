@@ -8,6 +8,8 @@
 // Fixed-G models use the same session with their constant G. A session can also start from a
 // saved G-cache (GCache): every call, the prefill included, then runs with that fixed operator.
 #pragma once
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -108,6 +110,23 @@ class Session {
     Activations<T> acts_;
     std::vector<T> logits_;
 };
+
+// A session of one sequence on a device (the CUDA backend: cuda_model/session.h, through the
+// API): its caches there, the logits of its last position back on the host after each call.
+// Generation (infer/generate.h) and scoring (infer/score.h) run their sequences on it where the
+// model is on a device, and keep their own logic (sampling, texts, stopping, log-probabilities),
+// so every backend generates and scores alike.
+template <typename T>
+class DeviceDecoder {
+  public:
+    virtual ~DeviceDecoder() = default;
+    virtual const std::vector<T>& prefill(const std::vector<int64_t>& ids) = 0;
+    virtual const std::vector<T>& decode(int64_t id) = 0;
+    virtual const std::vector<T>& logits() const = 0;
+};
+// Makes a sequence's decoder: its cache mode and capacity (at most the context).
+template <typename T>
+using DeviceDecoders = std::function<std::unique_ptr<DeviceDecoder<T>>(CacheMode, int64_t)>;
 
 // G-cache files (safetensors): gcache.layer{i}.{A,A_LM,G_LM[,A_P]} [H,dk,dk], metadata with
 // the model shape; load checks the shapes against the model.

@@ -165,7 +165,7 @@ ChoiceScores score_choices(const Model<T>& m, const Tokenizer& tok,
 
 template <typename T>
 PerplexityResult perplexity(const Model<T>& m, const Tokenizer& tok, const std::string& text,
-                            int64_t window) {
+                            int64_t window, const DeviceScoring<T>* device) {
     PerplexityResult r;
     const std::vector<int64_t> ids = tok.encode(text);
     PLDR_REQUIRE(!ids.empty(), "the text is empty");
@@ -174,7 +174,7 @@ PerplexityResult perplexity(const Model<T>& m, const Tokenizer& tok, const std::
     std::istringstream ws(text);
     std::string w;
     while (ws >> w) ++r.words;
-    r.loglikelihood = rolling_loglikelihood(m, ids, m.cfg.eos_token_id, window);
+    r.loglikelihood = rolling_loglikelihood(m, ids, m.cfg.eos_token_id, window, device);
     return r;
 }
 
@@ -232,8 +232,10 @@ template ChoiceScores score_choices<float>(const Model<float>&, const Tokenizer&
 template ChoiceScores score_choices<double>(const Model<double>&, const Tokenizer&,
                                             const std::vector<McItem>&, ScoreMode);
 template PerplexityResult perplexity<float>(const Model<float>&, const Tokenizer&,
-                                            const std::string&, int64_t);
+                                            const std::string&, int64_t,
+                                            const DeviceScoring<float>*);
 template PerplexityResult perplexity<double>(const Model<double>&, const Tokenizer&,
-                                             const std::string&, int64_t);
+                                             const std::string&, int64_t,
+                                             const DeviceScoring<double>*);
 
 }  // namespace pldr

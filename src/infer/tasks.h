@@ -54,9 +54,10 @@ struct PerplexityResult {
     double word_perplexity() const { return std::exp(-loglikelihood / double(words)); }
     double bits_per_byte() const { return -loglikelihood / (double(bytes) * std::log(2.0)); }
 };
+// device: the windows' forwards there (rolling_loglikelihood).
 template <typename T>
 PerplexityResult perplexity(const Model<T>& m, const Tokenizer& tok, const std::string& text,
-                            int64_t window = 0);
+                            int64_t window = 0, const DeviceScoring<T>* device = nullptr);
 
 // The benchmark metrics over scored items (moved here from the CLI): TruthfulQA MC1 (the first
 // choice has the highest log-likelihood) and MC2 (the normalized probability mass of the true

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cuda_model/session.h"
 #include "gpu_util.h"
+#include "infer/score.h"
 #include "infer/session.h"
 #include "numeric_cases.h"
 
@@ -56,6 +58,49 @@ TEST_P(CudaSession, DecodingFollowsTheCpusSessionInEveryCacheMode) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaSession, ::testing::ValuesIn(numeric::cases()),
                          numeric::CaseName());
+
+// Scoring with the passes on the device (infer/score.h DeviceScoring: the forward's logits and
+// DeviceSession), as the API wires it for a model on a GPU: every mode's log-probabilities and
+// the rolling log-likelihood (perplexity) within 1e-12 of the CPU's, float64.
+TEST(CudaScoring, EveryModeAndTheRollingLikelihoodFollowTheCpus) {
+    PLDR_REQUIRE_GPU();
+    const numeric::Case& k = numeric::cases().front();
+    const pldr::Model<double> m = numeric::make_model(k, 71);
+    pldr::cuda::DeviceModel<double> dm(m);
+    pldr::DeviceScoring<double> dev;
+    dev.logits = [&](const int64_t* ids, int64_t S, std::vector<double>& out) {
+        pldr::Activations<double> a;
+        dm.forward(ids, 1, S, a);
+        out.assign(a.logits.ptr(), a.logits.ptr() + a.logits.numel());
+    };
+    struct Dec final : pldr::DeviceDecoder<double> {
+        Dec(pldr::cuda::DeviceModel<double>& d, pldr::CacheMode mode, int64_t n) : s(d, mode, n) {}
+        const std::vector<double>& prefill(const std::vector<int64_t>& ids) override {
+            return s.prefill(ids);
+        }
+        const std::vector<double>& decode(int64_t id) override { return s.decode(id); }
+        const std::vector<double>& logits() const override { return s.logits(); }
+        pldr::cuda::DeviceSession<double> s;
+    };
+    dev.decoders = [&](pldr::CacheMode mode,
+                       int64_t n) -> std::unique_ptr<pldr::DeviceDecoder<double>> {
+        return std::make_unique<Dec>(dm, mode, n);
+    };
+    auto t = numeric::make_tokens(k.shape, 81);
+    const pldr::ScoreRequest req{{t[0], t[1]}, {t[3], t[4], t[1]}};
+    for (const auto mode :
+         {pldr::ScoreMode::BLOCK, pldr::ScoreMode::SEQUENTIAL, pldr::ScoreMode::CACHED}) {
+        const pldr::ScoreResult a = pldr::score_request(m, req, mode, 2, &dev);
+        const pldr::ScoreResult b = pldr::score_request(m, req, mode, 2);
+        EXPECT_TRUE(gpu::f64_close(a.token_logprobs, b.token_logprobs));
+        EXPECT_EQ(a.argmax_ids, b.argmax_ids);
+    }
+    t.resize(std::min<size_t>(t.size(), 12));
+    for (auto& x : t) x = x == 0 ? 1 : x;
+    const double ra = pldr::rolling_loglikelihood(m, t, 1, 4, &dev);
+    const double rb = pldr::rolling_loglikelihood(m, t, 1, 4);
+    EXPECT_TRUE(gpu::f64_close(std::vector<double>{ra}, std::vector<double>{rb}));
+}
 
 TEST(CudaSessionErrors, TheCpusOneLineErrors) {
     PLDR_REQUIRE_GPU();
