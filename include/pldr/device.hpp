@@ -19,12 +19,13 @@ namespace pldr::api {
 //   "--device cuda: no CUDA device is visible (cudaGetDeviceCount: <the runtime's reason>)"
 //   "--device cuda:3: there is no CUDA device 3 (1 visible: cuda:0)"
 void check_device(const std::string& device);
-// Throws pldr::Error with one line unless every job (generation, scoring, training, serving)
+// Throws pldr::Error with one line unless every job (sessions, evaluation, audit, serving, ...)
 // runs on `device`: check_device's errors first, then, for a CUDA device, which jobs the CUDA
-// backend runs so far (the forward pass: Model::forward, pldr dump, Python's forward; and pldr
-// bench's prefill) and that this one is not among them (docs/gpu.md). Commands whose job does
-// not run on CUDA yet check their --device here; Model::load takes a CUDA device (check_device),
-// and the model then refuses, in the same line, each job but the forward.
+// backend runs so far (the forward pass, the gradient, generation, scoring and perplexity,
+// training steps, pldr bench's prefill, batch-1 decode and training) and that this one is not
+// among them (docs/gpu.md). Commands whose job does not run on CUDA yet check their --device
+// here; Model::load takes a CUDA device (check_device), and the model then refuses, in the same
+// line, each job the backend does not run.
 void check_model_device(const std::string& device);
 // The devices this process can run on, each a name check_device accepts: "cpu" first, then
 // "cuda:0", "cuda:1", ...
