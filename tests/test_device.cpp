@@ -164,8 +164,31 @@ TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
         EXPECT_EQ(sa.is_greedy, sb.is_greedy);
         ASSERT_EQ(sa.top.size(), sb.top.size());
     }
+    // sessions: prefill, decode and a batched step (each on its own) as the CPU's
+    for (const auto mode :
+         {pldr::api::CacheMode::KVG, pldr::api::CacheMode::KV, pldr::api::CacheMode::NONE}) {
+        pldr::api::Session sg(gpu, mode, 8), sc(cpu, mode, 8), sg2(gpu, mode, 8), sc2(cpu, mode, 8);
+        EXPECT_LE(rel_diff(sg.prefill({5, 6, 7}), sc.prefill({5, 6, 7})), 1e-12);
+        EXPECT_LE(rel_diff(sg.decode(9), sc.decode(9)), 1e-12);
+        sg2.prefill({4, 3});
+        sc2.prefill({4, 3});
+        const auto bg = pldr::api::decode_batch({&sg, &sg2}, {10, 11});
+        const auto bc = pldr::api::decode_batch({&sc, &sc2}, {10, 11});
+        for (size_t i = 0; i < 2; ++i) EXPECT_LE(rel_diff(bg[i], bc[i]), 1e-12);
+        EXPECT_EQ(sg.tokens(), sc.tokens());
+        EXPECT_EQ(sg.capacity(), 8);
+    }
     for (const auto& job : std::vector<std::function<void()>>{
-             [&] { pldr::api::Session s(gpu, pldr::api::CacheMode::KVG, 8); }}) {
+             [&] {
+                 pldr::api::Session s(gpu, pldr::api::CacheMode::KVG, 8);
+                 s.prefill({5, 6});
+                 s.g_cache();
+             },
+             [&] {
+                 pldr::api::Session s(gpu, pldr::api::CacheMode::KVG, 8);
+                 s.prefill({5, 6});
+                 s.last_outputs();
+             }}) {
         try {
             job();
             ADD_FAILURE() << "a job ran on the GPU model";

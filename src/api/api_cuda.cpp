@@ -32,11 +32,10 @@ const DeviceSpec& require_cuda(const DeviceSpec& d) {
 
 std::string not_yet(const DeviceSpec& d) {
     return "--device " + d.name() +
-           ": the CUDA backend runs the forward pass (Model::forward, pldr dump, Python's "
-           "forward), the gradient (Model::loss_and_grads, pldr grad), generation (pldr "
-           "generate, Model::generate), scoring and perplexity (pldr score, pldr perplexity), "
-           "pldr train's steps and pldr bench's prefill, decode (batch 1) and training, but not "
-           "yet this job; use --device cpu for it (docs/gpu.md)";
+           ": the CUDA backend runs the forward pass (Model::forward, pldr dump), the gradient "
+           "(Model::loss_and_grads, pldr grad), generation, sessions (prefill, decode), scoring "
+           "and perplexity, pldr train's steps and pldr bench's prefill, decode (batch 1) and "
+           "training, but not yet this job; use --device cpu for it (docs/gpu.md)";
 }
 
 #if PLDR_WITH_CUDA

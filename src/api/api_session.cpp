@@ -13,29 +13,86 @@ namespace pldr::api {
 
 // ---- Session -----------------------------------------------------------------------------
 
+// A session of a model on a GPU: its caches there (infer/session.h DeviceDecoder over
+// cuda::DeviceSession). Prefill, decode, the logits and the counts run there; every other
+// call refuses in one line (gpu::not_yet).
+struct DeviceSessionState {
+    std::unique_ptr<::pldr::DeviceDecoder<float>> d32;
+    std::unique_ptr<::pldr::DeviceDecoder<double>> d64;
+    ::pldr::CacheMode mode = ::pldr::CacheMode::KVG;
+    int64_t cap = 0;
+    std::vector<int64_t> ids;
+    // Starts again (reset, or the first prefill): a new session on the device.
+    void open(const Model::Impl& mi) {
+        if (mi.m32) {
+            ::pldr::DeviceDecoders<float> make;
+            gpu::decoders(*mi.dev, make);
+            d32 = make(mode, cap);
+        } else {
+            ::pldr::DeviceDecoders<double> make;
+            gpu::decoders(*mi.dev, make);
+            d64 = make(mode, cap);
+        }
+        ids.clear();
+    }
+};
+
 struct Session::Impl {
     Model model;
     std::unique_ptr<::pldr::Session<float>> s32;
     std::unique_ptr<::pldr::Session<double>> s64;
+    std::unique_ptr<DeviceSessionState> dev;  // the model is on a GPU
     template <typename F>
     decltype(auto) visit(F&& f) {
+        PLDR_REQUIRE(!dev, gpu::not_yet(impl_of(model).device));
         PLDR_REQUIRE(s32 || s64, "use of a moved-from pldr session");
         if (s32) return f(*s32);
         return f(*s64);
     }
     template <typename F>
     decltype(auto) visit(F&& f) const {
+        PLDR_REQUIRE(!dev, gpu::not_yet(impl_of(model).device));
         PLDR_REQUIRE(s32 || s64, "use of a moved-from pldr session");
         if (s32) return f(*s32);
         return f(*s64);
     }
 };
 
+namespace {
+template <typename T>
+Tensor logits_tensor(const std::vector<T>& v) {
+    std::vector<T> c = v;
+    const int64_t V = int64_t(c.size());
+    return make_tensor<T>({V}, std::move(c));
+}
+// A device session's logits of its last position.
+Tensor device_logits(const DeviceSessionState& d) {
+    return d.d32 ? logits_tensor(d.d32->logits()) : logits_tensor(d.d64->logits());
+}
+// One token into a device session (checked by the caller).
+void device_decode(DeviceSessionState& d, int64_t id) {
+    if (d.d32)
+        d.d32->decode(id);
+    else
+        d.d64->decode(id);
+    d.ids.push_back(id);
+}
+}  // namespace
+
 Session::Session(const Model& model, CacheMode mode, int64_t max_len)
-    : impl_(std::make_unique<Impl>(Impl{model, nullptr, nullptr})) {
+    : impl_(std::make_unique<Impl>(Impl{model, nullptr, nullptr, nullptr})) {
     const Model::Impl& mi = impl_of(model);
-    mi.require_host();  // sessions on the GPU: not yet (docs/gpu.md)
     PLDR_REQUIRE(max_len >= 0, "session max_len must be >= 0 (got ", max_len, ")");
+    if (mi.dev) {  // the caches on the GPU
+        const int64_t ctx = mi.m32 ? mi.m32->cfg.max_position : mi.m64->cfg.max_position;
+        PLDR_REQUIRE(max_len <= ctx, "session length ", max_len,
+                     " exceeds max_position_embeddings (", ctx, ")");
+        impl_->dev = std::make_unique<DeviceSessionState>();
+        impl_->dev->mode = internal(mode);
+        impl_->dev->cap = max_len > 0 ? max_len : ctx;
+        impl_->dev->open(mi);
+        return;
+    }
     if (mi.m32)
         impl_->s32 = std::make_unique<::pldr::Session<float>>(*mi.m32, internal(mode), max_len);
     else
@@ -45,16 +102,19 @@ Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
-namespace {
-template <typename T>
-Tensor logits_tensor(const std::vector<T>& v) {
-    std::vector<T> c = v;
-    const int64_t V = int64_t(c.size());
-    return make_tensor<T>({V}, std::move(c));
-}
-}  // namespace
-
 Tensor Session::prefill(const std::vector<int64_t>& ids) {
+    if (DeviceSessionState* d = impl_->dev.get()) {
+        PLDR_REQUIRE(!ids.empty(), "prefill needs at least one token");
+        PLDR_REQUIRE(int64_t(ids.size()) <= d->cap, "prompt of ", ids.size(),
+                     " tokens exceeds the session capacity ", d->cap);
+        d->open(impl_of(impl_->model));  // a prefill starts the sequence again
+        if (d->d32)
+            d->d32->prefill(ids);
+        else
+            d->d64->prefill(ids);
+        d->ids = ids;
+        return device_logits(*d);
+    }
     return impl_->visit([&](auto& s) {
         PLDR_REQUIRE(!ids.empty(), "prefill needs at least one token");
         ::pldr::check_inputs(s.model(), ids.data(), 1, int64_t(ids.size()));
@@ -64,6 +124,12 @@ Tensor Session::prefill(const std::vector<int64_t>& ids) {
     });
 }
 Tensor Session::decode(int64_t id) {
+    if (DeviceSessionState* d = impl_->dev.get()) {  // (the device session checks the id)
+        PLDR_REQUIRE(!d->ids.empty(), "decode before prefill");
+        PLDR_REQUIRE(int64_t(d->ids.size()) < d->cap, "session is full (", d->cap, " tokens)");
+        device_decode(*d, id);
+        return device_logits(*d);
+    }
     return impl_->visit([&](auto& s) {
         PLDR_REQUIRE(s.length() > 0, "decode before prefill");
         PLDR_REQUIRE(s.length() < s.capacity(), "session is full (", s.capacity(), " tokens)");
@@ -72,6 +138,10 @@ Tensor Session::decode(int64_t id) {
     });
 }
 Tensor Session::logits() const {
+    if (const DeviceSessionState* d = impl_->dev.get()) {
+        PLDR_REQUIRE(!d->ids.empty(), "no logits before prefill");
+        return device_logits(*d);
+    }
     return impl_->visit([&](const auto& s) {
         PLDR_REQUIRE(s.length() > 0, "no logits before prefill");
         return logits_tensor(s.logits());
@@ -81,15 +151,19 @@ std::vector<double> Session::logprobs() const {
     return Sampler::log_softmax(logits());
 }
 void Session::reset() {
+    if (impl_->dev) return impl_->dev->open(impl_of(impl_->model));
     impl_->visit([](auto& s) { s.reset(); });
 }
 const std::vector<int64_t>& Session::tokens() const {
+    if (impl_->dev) return impl_->dev->ids;
     return impl_->visit([](const auto& s) -> const std::vector<int64_t>& { return s.tokens(); });
 }
 int64_t Session::length() const {
+    if (impl_->dev) return int64_t(impl_->dev->ids.size());
     return impl_->visit([](const auto& s) { return s.length(); });
 }
 int64_t Session::capacity() const {
+    if (impl_->dev) return impl_->dev->cap;
     return impl_->visit([](const auto& s) { return s.capacity(); });
 }
 const Model& Session::model() const {
@@ -160,6 +234,15 @@ std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
         PLDR_REQUIRE(sessions[i]->impl_, "decode_batch: session ", i, " is a moved-from session");
         for (size_t j = 0; j < i; ++j)
             PLDR_REQUIRE(sessions[i] != sessions[j], "decode_batch: session ", i, " appears twice");
+        if (const DeviceSessionState* d = sessions[i]->impl_->dev.get()) {
+            const int64_t V = sessions[i]->model().info().vocab_size;
+            PLDR_REQUIRE(!d->ids.empty(), "decode_batch: session ", i, ": decode before prefill");
+            PLDR_REQUIRE(int64_t(d->ids.size()) < d->cap, "decode_batch: session ", i,
+                         ": session is full (", d->cap, " tokens)");
+            PLDR_REQUIRE(ids[i] >= 0 && ids[i] < V, "decode_batch: session ", i, ": token id ",
+                         ids[i], " is outside the vocabulary [0, ", V, ")");
+            continue;
+        }
         sessions[i]->impl_->visit([&](const auto& s) {
             PLDR_REQUIRE(s.length() > 0, "decode_batch: session ", i, ": decode before prefill");
             PLDR_REQUIRE(s.length() < s.capacity(), "decode_batch: session ", i,
@@ -172,6 +255,10 @@ std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
     // One shared step (::pldr::decode_step) per model: the sessions of each model, in order.
     std::vector<bool> done(sessions.size(), false);
     for (size_t i = 0; i < sessions.size(); ++i) {
+        if (DeviceSessionState* d = sessions[i]->impl_->dev.get()) {  // steps on its own
+            device_decode(*d, ids[i]);
+            done[i] = true;
+        }
         if (done[i]) continue;
         const Session::Impl& first = *sessions[i]->impl_;
         std::vector<::pldr::Session<float>*> s32;
@@ -179,6 +266,7 @@ std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
         std::vector<int64_t> group_ids;
         for (size_t j = i; j < sessions.size(); ++j) {
             Session::Impl& o = *sessions[j]->impl_;
+            if (o.dev) continue;
             const bool same = first.s32 ? (o.s32 && &o.s32->model() == &first.s32->model())
                                         : (o.s64 && &o.s64->model() == &first.s64->model());
             if (!same) continue;
@@ -200,7 +288,9 @@ std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
     }
     std::vector<Tensor> out;
     for (Session* s : sessions)
-        out.push_back(s->impl_->visit([](const auto& x) { return logits_tensor(x.logits()); }));
+        out.push_back(s->impl_->dev ? device_logits(*s->impl_->dev)
+                                    : s->impl_->visit(
+                                          [](const auto& x) { return logits_tensor(x.logits()); }));
     return out;
 }
 
