@@ -7,6 +7,7 @@
 
 #include <climits>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -185,4 +186,25 @@ TEST(ApiOutputs, CTrainRefusesAModelDirectoryWithoutForce) {
     EXPECT_EQ(pldr_train(&o, nullptr, nullptr, &s), PLDR_OK) << pldr_last_error();
     EXPECT_EQ(s.steps_done, 1);
     EXPECT_TRUE(fs::exists(other + "/train_state.safetensors"));
+}
+
+// A moved-from session is refused in one line by every call, never a null dereference; the
+// session it moved into goes on.
+TEST(ApiOutputs, AMovedFromSessionIsRefused) {
+    const api::Model m = api::Model::load(kTiny);
+    api::Session a(m, api::CacheMode::KVG, 8);
+    a.prefill({5, 6});
+    api::Session b(std::move(a));
+    for (const auto& call : std::vector<std::function<void()>>{
+             [&] { a.prefill({5}); }, [&] { a.decode(5); }, [&] { a.logits(); }, [&] { a.reset(); },
+             [&] { a.length(); }, [&] { a.g_cache(); }}) {
+        try {
+            call();
+            ADD_FAILURE() << "a moved-from session answered";
+        } catch (const pldr::Error& e) {
+            EXPECT_EQ(std::string(e.what()), "use of a moved-from pldr session");
+        }
+    }
+    EXPECT_EQ(b.length(), 2);
+    EXPECT_EQ(b.decode(7).shape[0], m.info().vocab_size);
 }

@@ -65,6 +65,11 @@ Tensor logits_tensor(const std::vector<T>& v) {
     const int64_t V = int64_t(c.size());
     return make_tensor<T>({V}, std::move(c));
 }
+// The session's state; a moved-from session (its state moved away) is refused in one line.
+Session::Impl* live(const std::unique_ptr<Session::Impl>& p) {
+    PLDR_REQUIRE(p, "use of a moved-from pldr session");
+    return p.get();
+}
 // A device session's logits of its last position.
 Tensor device_logits(const DeviceSessionState& d) {
     return d.d32 ? logits_tensor(d.d32->logits()) : logits_tensor(d.d64->logits());
@@ -103,11 +108,11 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
 Tensor Session::prefill(const std::vector<int64_t>& ids) {
-    if (DeviceSessionState* d = impl_->dev.get()) {
+    if (DeviceSessionState* d = live(impl_)->dev.get()) {
         PLDR_REQUIRE(!ids.empty(), "prefill needs at least one token");
         PLDR_REQUIRE(int64_t(ids.size()) <= d->cap, "prompt of ", ids.size(),
                      " tokens exceeds the session capacity ", d->cap);
-        d->open(impl_of(impl_->model));  // a prefill starts the sequence again
+        d->open(impl_of(live(impl_)->model));  // a prefill starts the sequence again
         if (d->d32)
             d->d32->prefill(ids);
         else
@@ -115,7 +120,7 @@ Tensor Session::prefill(const std::vector<int64_t>& ids) {
         d->ids = ids;
         return device_logits(*d);
     }
-    return impl_->visit([&](auto& s) {
+    return live(impl_)->visit([&](auto& s) {
         PLDR_REQUIRE(!ids.empty(), "prefill needs at least one token");
         ::pldr::check_inputs(s.model(), ids.data(), 1, int64_t(ids.size()));
         PLDR_REQUIRE(int64_t(ids.size()) <= s.capacity(), "prompt of ", ids.size(),
@@ -124,13 +129,13 @@ Tensor Session::prefill(const std::vector<int64_t>& ids) {
     });
 }
 Tensor Session::decode(int64_t id) {
-    if (DeviceSessionState* d = impl_->dev.get()) {  // (the device session checks the id)
+    if (DeviceSessionState* d = live(impl_)->dev.get()) {  // (the device session checks the id)
         PLDR_REQUIRE(!d->ids.empty(), "decode before prefill");
         PLDR_REQUIRE(int64_t(d->ids.size()) < d->cap, "session is full (", d->cap, " tokens)");
         device_decode(*d, id);
         return device_logits(*d);
     }
-    return impl_->visit([&](auto& s) {
+    return live(impl_)->visit([&](auto& s) {
         PLDR_REQUIRE(s.length() > 0, "decode before prefill");
         PLDR_REQUIRE(s.length() < s.capacity(), "session is full (", s.capacity(), " tokens)");
         ::pldr::check_inputs(s.model(), &id, 1, 1);
@@ -138,11 +143,11 @@ Tensor Session::decode(int64_t id) {
     });
 }
 Tensor Session::logits() const {
-    if (const DeviceSessionState* d = impl_->dev.get()) {
+    if (const DeviceSessionState* d = live(impl_)->dev.get()) {
         PLDR_REQUIRE(!d->ids.empty(), "no logits before prefill");
         return device_logits(*d);
     }
-    return impl_->visit([&](const auto& s) {
+    return live(impl_)->visit([&](const auto& s) {
         PLDR_REQUIRE(s.length() > 0, "no logits before prefill");
         return logits_tensor(s.logits());
     });
@@ -151,26 +156,27 @@ std::vector<double> Session::logprobs() const {
     return Sampler::log_softmax(logits());
 }
 void Session::reset() {
-    if (impl_->dev) return impl_->dev->open(impl_of(impl_->model));
-    impl_->visit([](auto& s) { s.reset(); });
+    if (live(impl_)->dev) return live(impl_)->dev->open(impl_of(live(impl_)->model));
+    live(impl_)->visit([](auto& s) { s.reset(); });
 }
 const std::vector<int64_t>& Session::tokens() const {
-    if (impl_->dev) return impl_->dev->ids;
-    return impl_->visit([](const auto& s) -> const std::vector<int64_t>& { return s.tokens(); });
+    if (live(impl_)->dev) return live(impl_)->dev->ids;
+    return live(impl_)->visit(
+        [](const auto& s) -> const std::vector<int64_t>& { return s.tokens(); });
 }
 int64_t Session::length() const {
-    if (impl_->dev) return int64_t(impl_->dev->ids.size());
-    return impl_->visit([](const auto& s) { return s.length(); });
+    if (live(impl_)->dev) return int64_t(live(impl_)->dev->ids.size());
+    return live(impl_)->visit([](const auto& s) { return s.length(); });
 }
 int64_t Session::capacity() const {
-    if (impl_->dev) return impl_->dev->cap;
-    return impl_->visit([](const auto& s) { return s.capacity(); });
+    if (live(impl_)->dev) return live(impl_)->dev->cap;
+    return live(impl_)->visit([](const auto& s) { return s.capacity(); });
 }
 const Model& Session::model() const {
-    return impl_->model;
+    return live(impl_)->model;
 }
 std::vector<GCacheLayer> Session::g_cache() const {
-    return impl_->visit([](const auto& s) {
+    return live(impl_)->visit([](const auto& s) {
         std::vector<GCacheLayer> out;
         for (const auto& l : s.g_cache()) {
             using T = scalar_t<decltype(l.G)>;
@@ -184,23 +190,23 @@ std::vector<GCacheLayer> Session::g_cache() const {
     });
 }
 void Session::load_g_cache(const std::string& path) {
-    impl_->visit([&](auto& s) {
+    live(impl_)->visit([&](auto& s) {
         using T = scalar_t<decltype(s.model())>;
         s.set_g_cache(::pldr::load_g_cache<T>(path, s.model().cfg));
     });
 }
 void Session::save_g_cache(const std::string& path, bool force) const {
-    require_output_file(path, inputs_of(impl_->model), "the G-cache path", force);
-    impl_->visit([&](const auto& s) {
+    require_output_file(path, inputs_of(live(impl_)->model), "the G-cache path", force);
+    live(impl_)->visit([&](const auto& s) {
         PLDR_REQUIRE(s.length() > 0, "no G-cache before prefill");
         ::pldr::save_g_cache(s.g_cache(), s.model().cfg, path);
     });
 }
 void Session::keep_outputs(bool on) {
-    impl_->visit([&](auto& s) { s.keep_activations(on); });
+    live(impl_)->visit([&](auto& s) { s.keep_activations(on); });
 }
 ScoreResult Session::score_prompt(int64_t top_logprobs) const {
-    return impl_->visit([&](const auto& s) {
+    return live(impl_)->visit([&](const auto& s) {
         const std::vector<int64_t>& ids = s.tokens();
         PLDR_REQUIRE(ids.size() >= 2, "score_prompt needs a prefill of at least two tokens (got ",
                      ids.size(), ")");
@@ -209,7 +215,7 @@ ScoreResult Session::score_prompt(int64_t top_logprobs) const {
     });
 }
 ForwardResult Session::last_outputs() const {
-    return impl_->visit([](const auto& s) {
+    return live(impl_)->visit([](const auto& s) {
         PLDR_REQUIRE(s.length() > 0, "no outputs before prefill");
         PLDR_REQUIRE(s.keeps_activations(), "the session keeps no outputs (keep_outputs(false))");
         ForwardResult r = forward_result(s.model(), s.last());
