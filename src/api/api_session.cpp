@@ -22,7 +22,7 @@ struct DeviceSessionState {
     ::pldr::CacheMode mode = ::pldr::CacheMode::KVG;
     int64_t cap = 0;
     std::vector<int64_t> ids;
-    // Starts again (reset, or the first prefill): a new session on the device.
+    // Starts the sequence (each prefill): a new session on the device.
     void open(const Model::Impl& mi) {
         if (mi.m32) {
             ::pldr::DeviceDecoders<float> make;
@@ -94,8 +94,7 @@ Session::Session(const Model& model, CacheMode mode, int64_t max_len)
                      " exceeds max_position_embeddings (", ctx, ")");
         impl_->dev = std::make_unique<DeviceSessionState>();
         impl_->dev->mode = internal(mode);
-        impl_->dev->cap = max_len > 0 ? max_len : ctx;
-        impl_->dev->open(mi);
+        impl_->dev->cap = max_len > 0 ? max_len : ctx;  // (its device session: at the prefill)
         return;
     }
     if (mi.m32)
@@ -156,7 +155,12 @@ std::vector<double> Session::logprobs() const {
     return Sampler::log_softmax(logits());
 }
 void Session::reset() {
-    if (live(impl_)->dev) return live(impl_)->dev->open(impl_of(live(impl_)->model));
+    if (DeviceSessionState* d = live(impl_)->dev.get()) {  // forgets the sequence
+        d->d32.reset();
+        d->d64.reset();
+        d->ids.clear();
+        return;
+    }
     live(impl_)->visit([](auto& s) { s.reset(); });
 }
 const std::vector<int64_t>& Session::tokens() const {

@@ -113,18 +113,19 @@ void DeviceModel<T>::Impl::upload_params() {
 
 template <class T>
 void DeviceModel<T>::Impl::upload_op64() {
-    const Config& c = m.cfg;
-    if (std::is_same_v<T, float> && c.learned_g()) {
+    if constexpr (std::is_same_v<T, float>) {
+        const Config& c = m.cfg;
+        if (!c.learned_g()) return;
+        // From the device's own parameters (current after an upload or an optimizer step),
+        // widened there: no trip through the host.
         const int64_t HDD = c.num_heads * c.head_dim * c.head_dim, L = c.num_layers;
-        std::vector<double> host;
-        host.reserve(size_t(5 * HDD * L));
-        for (const LayerView<T>& w : m.w.layers) {
-            const T* const parts[5] = {w.W, w.b, w.P, w.a, w.ba};
-            for (const T* src : parts) host.insert(host.end(), src, src + HDD);
-        }
         if (!op64.get()) op64 = Scratch<double>(5 * HDD * L, stream);
-        copy_to_device(op64.get(), host.data(), 5 * HDD * L, stream);
-        PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // before host goes
+        for (int64_t l = 0; l < L; ++l) {
+            const LayerView<T>& w = m.w.layers[size_t(l)];
+            const T* const parts[5] = {w.W, w.b, w.P, w.a, w.ba};
+            for (int k = 0; k < 5; ++k)
+                cast(op64.get() + (l * 5 + k) * HDD, dev(parts[k]), HDD, stream);
+        }
     }
 }
 

@@ -246,7 +246,8 @@ struct DeviceModel<T>::Impl {
     // Uploads the host model's parameters (and a float32 model's operator parameters in
     // float64) again; waits for the device.
     void upload_params();
-    // The float32 model's operator parameters in float64 (op64) from the host model's.
+    // The float32 model's operator parameters in float64 (op64), widened from the device's
+    // parameters (after an upload or an optimizer step); stream-ordered.
     void upload_op64();
 
     // The device copy of a parameter the host view points at (null stays null).

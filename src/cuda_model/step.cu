@@ -71,9 +71,8 @@ void DeviceModel<T>::adamw(int64_t t, double lr, const AdamWConfig& cfg, T* host
     adamw_update<T>(im.params.get(), im.grad_buffer(), mm1, mm2, P, t, lr, cfg, im.stream);
     im.params16_fresh = false;  // the bf16 weights follow the new parameters
     copy_to_host(host, im.params.get(), P, im.stream);
-    // The float32 model's operator reads its parameters in float64 (op64): from the host's new
-    // ones, as after refresh_params.
-    if (im.op64.get()) im.upload_op64();
+    // The float32 model's operator reads its parameters in float64 (op64): widened again.
+    im.upload_op64();
 }
 template <class T>
 void DeviceModel<T>::set_precision(Precision p) {
