@@ -4,7 +4,8 @@
 // model/metric_learner.cpp (metric_learner_backward), ops/attention.cpp (head_attention_backward,
 // gram_backward), ops/plga.cpp (plga_g_backward) and ops/dense.cpp (linear, LayerNorm, GLU,
 // softmax) step for step in the CPU's order, from the activations that the training forward keeps
-// on the device (impl.cuh, DevActs::train: every one of them, nothing recomputed).
+// on the device (impl.cuh, DevActs::train), recomputing the attention's probabilities and the
+// metric learner's units as the CPU's KeepActs::TRAINING does.
 // The DAG terms run on the HOST: the layers' A_LM, A_P and G_LM are downloaded, train/loss.h's
 // dag_loss_term runs on them as train/loss.cpp calls it, and the gradients go back up to enter
 // the backward where the CPU's DeductiveGrads enter it. A device DAG kernel (the matrix
@@ -241,7 +242,10 @@ void DeviceModel<T>::Impl::layer_backward(int64_t l, int64_t B, int64_t S, DevAc
     // the metric learner.
     Scratch<T> dO(N * d, s), dq(N * d, s), dk(N * d, s), dv(N * d, s);
     linear_backward(dO.get(), false, gw.wo, gw.bo, dr1.get(), L.O.get(), dev(w.wo), N, d, d);
-    attention_backward(l, B, S, L, dg, g, dO.get(), dq.get(), dk.get(), dv.get());
+    // the probabilities again, from the kept Q·G and K (the forward's products: the same bits)
+    T* E = sized(da.E_work, B * H * S * S, s);
+    scores(L.QG.get(), L.k.get(), da.ids.get(), B, S, nullptr, E);
+    attention_backward(l, B, S, L, dg, g, dO.get(), E, dq.get(), dk.get(), dv.get());
     // RoPE (the transpose rotation), then the three projections; d(x_in) is the residual's dr1
     // plus theirs.
     rope_backward<T>(dq.get(), da.pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(),
@@ -259,12 +263,13 @@ void DeviceModel<T>::Impl::layer_backward(int64_t l, int64_t B, int64_t S, DevAc
 template <class T>
 void DeviceModel<T>::Impl::attention_backward(int64_t l, int64_t B, int64_t S, DevLayer<T>& L,
                                               const DagGrads& dg, const ModelView<T>& g,
-                                              const T* dO, T* dq, T* dk, T* dv) {
+                                              const T* dO, const T* E, T* dq, T* dk,
+                                              T* dv) {
     const Config& c = m.cfg;
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, DD = D * D, HDD = H * DD;
     const int64_t SS = S * S, SD = S * D, n = B * HDD;
     Stream s = stream;
-    const T *q = L.q.get(), *k = L.k.get(), *v = L.v.get(), *E = L.E.get(), *QG = L.QG.get();
+    const T *q = L.q.get(), *k = L.k.get(), *v = L.v.get(), *QG = L.QG.get();
     const Strides rows_bsd{S * d, D};  // q, k, v, dO and their gradients: [B,S,H,D]
     Scratch<T> dE(B * H * SS, s), dQG(B * H * SD, s);
     // Per (b,h): dE = dO·Vᵀ; dV = Eᵀ·dO
@@ -355,6 +360,9 @@ void DeviceModel<T>::Impl::learner_backward(int64_t l, int64_t B, int64_t S, Dev
         bool value;
         ~Restore() { flag = value; }
     } restore{autocast, was};
+    // The residual units again, every unit and GLU its own buffers (the forward kept two), from
+    // LN_A's output; they rewrite A with the forward's bits.
+    if (c.num_reslayerA > 0) learner_units(w, rows, ml.A_ln.get(), L, true);
     // Residual units in reverse: each one's LayerNorm, its GLUs in reverse, + the residual.
     Scratch<T> dsum(n, s), by(n, s), bx(n, s), sc(2 * rows * Fa, s);
     for (int64_t r = c.num_reslayerA - 1; r >= 0; --r) {
@@ -385,6 +393,7 @@ void DeviceModel<T>::Impl::learner_backward(int64_t l, int64_t B, int64_t S, Dev
     PLDR_CUDA_LAUNCHED("sym");
     mm_heads(gemm, B, H, false, false, S, D, D, L.q.get(), d, {S * d, D}, sym, D, {HDD, DD}, dq, d,
              {S * d, D}, T(1));
+    ml.res.clear();  // (stream-ordered frees)
 }
 
 // ---- the input LayerNorm and the embedding (model/backward.cpp) --------------------------------

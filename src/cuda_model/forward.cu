@@ -207,7 +207,6 @@ void DeviceModel<T>::Impl::learned_g(int64_t l, int64_t B, int64_t S, DevLayer<T
         download(all, dst, src, std::move(shape));
     };
     const int64_t rows = B * H * D, n = B * HDD;
-    (void)train;  // (float64: no rounded copies to keep)
     // A0 = Qᵀ·Q per (b,h)
     const T* q = L.q.get();
     T* A0 = sized(L.ml.A0, n, s);
@@ -221,7 +220,9 @@ void DeviceModel<T>::Impl::learned_g(int64_t l, int64_t B, int64_t S, DevLayer<T
     layernorm_forward<T>(ln_out, sized(L.ml.mean, rows, s), sized(L.ml.rstd, rows, s), A0,
                          dev(w.lnA_g), dev(w.lnA_b), rows, D, c.layer_norm_eps, s);
     keep_t(la.A_ln, ln_out, {B, H, D, D});
-    learner_units(w, rows, ln_out, L, train);
+    // (training too keeps only two units' buffers: its backward recomputes them, learner_backward)
+    learner_units(w, rows, ln_out, L, false);
+    if (train) L.ml.res.clear();
     keep_t(la.A, A, {B, H, D, D});
 
     operator_g(l, B, A, L.G.get(), &L, train, all ? &la : nullptr);
@@ -295,18 +296,26 @@ void DeviceModel<T>::Impl::attention(const T* q, const T* k, const T* v, const T
                                      T* O) {
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, DD = D * D;
-    Stream s = stream;
     const int64_t SD = S * D, SS = S * S;
     mm_heads(gemm, B, H, false, false, S, D, D, q, d, {S * d, D}, G, D, {H * DD, DD}, QG, D,
              {H * SD, SD});
+    scores(QG, k, ids, B, S, Ep, E);
+    mm_heads(gemm, B, H, false, false, S, D, S, E, S, {H * SS, SS}, v, d, {S * d, D}, O, d,
+             {S * d, D});
+}
+
+template <class T>
+void DeviceModel<T>::Impl::scores(const T* QG, const T* k, const int64_t* ids, int64_t B,
+                                  int64_t S, T* Ep, T* E) {
+    const Config& c = m.cfg;
+    const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, SD = S * D, SS = S * S;
+    Stream s = stream;
     mm_heads(gemm, B, H, false, true, S, S, D, QG, D, {H * SD, SD}, k, d, {S * d, D}, E, S,
              {H * SS, SS});
     // the raw scores are in E; the kernel writes Ep (kept) and E from them, row by row
     masked_softmax_kernel<T><<<dim3(unsigned(S), unsigned(B * H)), kThreads, 0, s>>>(
         E, Ep, E, ids, S, H, m.score_scale(), c.pad_token_id);
     PLDR_CUDA_LAUNCHED("masked_softmax");
-    mm_heads(gemm, B, H, false, false, S, D, S, E, S, {H * SS, SS}, v, d, {S * d, D}, O, d,
-             {S * d, D});
 }
 
 template <class T>
@@ -348,7 +357,9 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
     keep_t(la.G, G, {B, H, D, D});
 
     // 7. Ep = (Q·G)·Kᵀ / √dk; E = softmax(Ep + mask·(−1e9)); O = E·V.
-    T *QG = sized(L.QG, Hs * D, s), *E = sized(L.E, Hs * S, s), *O = sized(L.O, N * d, s);
+    // (training: E in the shared work buffer, recomputed by the layer's backward)
+    T *QG = sized(L.QG, Hs * D, s), *O = sized(L.O, N * d, s);
+    T* E = sized(da.train ? da.E_work : L.E, Hs * S, s);
     T* Ep = all ? sized(L.Ep, Hs * S, s) : nullptr;
     attention(q, k, v, G, da.ids.get(), B, S, QG, Ep, E, O);
     keep_t(la.QG, QG, {B, H, S, D});
@@ -357,7 +368,7 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
     keep_t(la.O, O, {B, S, d});
 
     // The output projection, + x, LN1; the FFN, + out1, LN2.
-    T *attn = sized(L.attn, N * d, s), *r1 = sized(L.r1, N * d, s);
+    T *attn = sized(da.train ? da.attn_work : L.attn, N * d, s), *r1 = sized(L.r1, N * d, s);
     T *out1 = sized(L.out1, N * d, s), *mean1 = sized(L.mean1, N, s), *rstd1 = sized(L.rstd1, N, s);
     proj(attn, O, w.wo, w.bo, N, d, d);
     keep_t(la.attn_out, attn, {B, S, d});
@@ -367,7 +378,7 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
     keep_t(la.ln1_mean, mean1, {N});
     keep_t(la.ln1_rstd, rstd1, {N});
     T *h1 = sized(L.h1, N * F, s), *h2 = sized(L.h2, N * F, s), *gated = sized(L.gated, N * F, s);
-    T *ffn = sized(L.ffn, N * d, s), *r2 = sized(L.r2, N * d, s);
+    T *ffn = sized(da.train ? da.ffn_work : L.ffn, N * d, s), *r2 = sized(L.r2, N * d, s);
     proj(h1, out1, w.ffn.w1, w.ffn.b1, N, d, F);
     proj(h2, out1, w.ffn.w2, w.ffn.b2, N, d, F);
     glu_gate<T>(gated, h1, h2, N * F, s);

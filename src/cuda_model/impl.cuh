@@ -167,10 +167,13 @@ struct Selected {
 
 // ---- what a pass keeps on the device -----------------------------------------------------------
 // A forward for inference (or one that downloads every tensor) reuses one layer's buffers for all
-// layers, and two of the metric learner's residual units and GLUs; a training forward keeps every
-// buffer of every layer (DevActs::train) for its backward: everything, nothing recomputed (the
-// CPU's KeepActs::ALL; correct first — a memory plan like the CPU's KeepActs::TRAINING, which
-// recomputes E, Q·G, O and the learner's GLUs, is future work).
+// layers, and two of the metric learner's residual units and GLUs. A training forward
+// (DevActs::train) keeps, per layer, what its backward reads, with the CPU's memory plan
+// (KeepActs::TRAINING) where it pays: the attention's probabilities E [B,H,S,S] are recomputed
+// from the kept Q·G and K in the layer's backward (one work buffer for all layers), the metric
+// learner's residual units and GLUs from LN_A's kept output (learner_backward), and the output
+// projection's and the FFN's outputs, which no backward reads, share one buffer each. At the
+// 110M shape and 32 x 1024 tokens in float32 that keeps 2.0 GB per layer instead of 5.3 GB.
 
 // One GLU of a residual unit of the metric learner ([B·H·D, A_dff] each; x [B,H,D,D]: its input,
 // the previous GLU's output; the unit's first GLU reads the unit's input instead).
@@ -206,6 +209,9 @@ struct DevActs {
     Scratch<int64_t> ids, pos;
     Scratch<T> x0, embed_ln, mean, rstd;  // x0 = embedding·√d; LN_in
     std::vector<DevLayer<T>> layers;      // train: one per layer; else one
+    // train: what no layer keeps, shared by all (E, and the backward's E again; attn_out and
+    // ffn_out, read only inside their layer's forward)
+    Scratch<T> E_work, attn_work, ffn_work;
     // Called after each layer with its buffers (a session's prefill copies K, V and G from them).
     std::function<void(int64_t, DevLayer<T>&)> after_layer;
     DevLayer<T>& layer(int64_t l) { return layers[train ? size_t(l) : 0]; }
@@ -295,6 +301,9 @@ struct DeviceModel<T>::Impl {
     // Ep = (Q·G)·Kᵀ / √dk (kept when Ep is not null), E = softmax(Ep + mask·(−1e9)), O = E·V.
     void attention(const T* q, const T* k, const T* v, const T* G, const int64_t* ids, int64_t B,
                    int64_t S, T* QG, T* Ep, T* E, T* O);
+    // Its middle: E (and Ep when not null) from QG and the rotated keys (ids [B,S] on the
+    // device: the padding mask); a training backward recomputes E with it.
+    void scores(const T* QG, const T* k, const int64_t* ids, int64_t B, int64_t S, T* Ep, T* E);
 
     // ---- backward.cu
     // The DAG terms' device gradients (DeductiveGrads of the CPU), [L,B,H,D,D] each, or empty.
@@ -317,14 +326,16 @@ struct DeviceModel<T>::Impl {
     // Layer l's backward: dx holds d(layer output) and leaves with d(layer input).
     void layer_backward(int64_t l, int64_t B, int64_t S, model_detail::DevActs<T>& da,
                         const DagGrads& dg, const ModelView<T>& g, Scratch<T>& dx);
-    // PLGA attention's backward from dO: dq, dk, dv written (the learner's term added to dq).
+    // PLGA attention's backward from dO and E (the probabilities, recomputed by scores): dq, dk,
+    // dv written (the learner's term added to dq).
     void attention_backward(int64_t l, int64_t B, int64_t S, model_detail::DevLayer<T>& L,
-                            const DagGrads& dg, const ModelView<T>& g, const T* dO, T* dq, T* dk,
-                            T* dv);
+                            const DagGrads& dg, const ModelView<T>& g, const T* dO, const T* E, T* dq,
+                            T* dk, T* dv);
     // The operator's backward: dA [B,H,D,D] written from dG (+ the DAG's dA_LM, dA_P).
     void operator_backward(int64_t l, int64_t B, model_detail::DevLayer<T>& L, const T* dG,
                            const T* xA_LM, const T* xA_P, const LayerView<T>& gw, T* dA);
-    // The metric learner's backward from dA (consumed): dq += its term.
+    // The metric learner's backward from dA (consumed): its residual units recomputed from LN_A's
+    // output (learner_units), then dq += its term; the units freed after.
     void learner_backward(int64_t l, int64_t B, int64_t S, model_detail::DevLayer<T>& L, T* dA,
                           const LayerView<T>& gw, T* dq);
     // The GLU block's backward (ops/glu.h glu_backward): dx (accumulated when dx_acc, else
