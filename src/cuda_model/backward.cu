@@ -263,8 +263,7 @@ void DeviceModel<T>::Impl::layer_backward(int64_t l, int64_t B, int64_t S, DevAc
 template <class T>
 void DeviceModel<T>::Impl::attention_backward(int64_t l, int64_t B, int64_t S, DevLayer<T>& L,
                                               const DagGrads& dg, const ModelView<T>& g,
-                                              const T* dO, const T* E, T* dq, T* dk,
-                                              T* dv) {
+                                              const T* dO, const T* E, T* dq, T* dk, T* dv) {
     const Config& c = m.cfg;
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, DD = D * D, HDD = H * DD;
     const int64_t SS = S * S, SD = S * D, n = B * HDD;

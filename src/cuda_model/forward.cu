@@ -305,8 +305,8 @@ void DeviceModel<T>::Impl::attention(const T* q, const T* k, const T* v, const T
 }
 
 template <class T>
-void DeviceModel<T>::Impl::scores(const T* QG, const T* k, const int64_t* ids, int64_t B,
-                                  int64_t S, T* Ep, T* E) {
+void DeviceModel<T>::Impl::scores(const T* QG, const T* k, const int64_t* ids, int64_t B, int64_t S,
+                                  T* Ep, T* E) {
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, SD = S * D, SS = S * S;
     Stream s = stream;

@@ -329,8 +329,8 @@ struct DeviceModel<T>::Impl {
     // PLGA attention's backward from dO and E (the probabilities, recomputed by scores): dq, dk,
     // dv written (the learner's term added to dq).
     void attention_backward(int64_t l, int64_t B, int64_t S, model_detail::DevLayer<T>& L,
-                            const DagGrads& dg, const ModelView<T>& g, const T* dO, const T* E, T* dq,
-                            T* dk, T* dv);
+                            const DagGrads& dg, const ModelView<T>& g, const T* dO, const T* E,
+                            T* dq, T* dk, T* dv);
     // The operator's backward: dA [B,H,D,D] written from dG (+ the DAG's dA_LM, dA_P).
     void operator_backward(int64_t l, int64_t B, model_detail::DevLayer<T>& L, const T* dG,
                            const T* xA_LM, const T* xA_P, const LayerView<T>& gw, T* dA);
