@@ -96,10 +96,16 @@ j = json.load(open(sys.argv[1]))
 lim = j["limits"]
 out = []
 for r in j["results"]:
-    w = r["workload"] + (" " + str(r.get("prompt", "")) if r["workload"] == "prefill" else "")
+    w = r["workload"]
+    if w == "prefill": w += " " + str(r.get("prompt", ""))
+    if w == "decode": w += " %s b%s" % (r.get("cache", ""), r.get("batch", 1))
+    if w == "train": w += " " + str(r.get("precision", ""))
     t = r["tok_s"]
-    out.append("%s %s: %.0f tok/s (%.0f-%.0f), %.2f of %s" % (r["model"], w, t["median"], t["min"],
-               t["max"], r.get("fraction", 0), r.get("bound", "?")))
+    extra = ""
+    if "x_batch1_pairs" in r: extra = ", %.2fx batch 1" % r["x_batch1_pairs"]["median"]
+    if r.get("device_peak_bytes"): extra += ", peak %.1f GB" % (r["device_peak_bytes"] / 1e9)
+    out.append("%s %s: %.0f tok/s (%.0f-%.0f), %.2f of %s%s" % (r["model"], w, t["median"],
+               t["min"], t["max"], r.get("fraction", 0), r.get("bound", "?"), extra))
 out.append("limits: read %.0f GB/s, sgemm %.0f, bf16 %.0f GFLOP/s" % (lim["read_gbs"],
            lim["sgemm_gflops"], lim["bf16_gflops"]))
 print("; ".join(out))
@@ -162,7 +168,7 @@ run() {
         --gtest_filter='CudaDevice.*:CudaShared.*:Device.*:GoldenForward.*:GoldenGrad.*:AdamWGolden.*'
     # What the CUDA backend runs of the 110M shape so far, against the GPU's limits measured in
     # the same run: the prefill of 1,024 tokens (the line: 120,000 tok/s), greedy decode
-    # at batch 1 in kvg (the line: 3,000 tok/s), and training steps of 32 x 1024 in float32 and
+    # in kvg at batch 1 (the line: 3,000 tok/s) and 8 (15,000), and training steps of 32 x 1024 in float32 and
     # bf16 mixed precision (the lines: 90,000 and 236,000 tok/s; the peak device memory beside
     # each).
     step bench_cuda_110M 120 "$P/pldr" bench --config 110M --device cuda \

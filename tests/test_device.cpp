@@ -164,7 +164,7 @@ TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
         EXPECT_EQ(sa.is_greedy, sb.is_greedy);
         ASSERT_EQ(sa.top.size(), sb.top.size());
     }
-    // sessions: prefill, decode and a batched step (each on its own) as the CPU's
+    // sessions: prefill, decode and a batched step (one step of both on the device) as the CPU's
     for (const auto mode :
          {pldr::api::CacheMode::KVG, pldr::api::CacheMode::KV, pldr::api::CacheMode::NONE}) {
         pldr::api::Session sg(gpu, mode, 8), sc(cpu, mode, 8), sg2(gpu, mode, 8), sc2(cpu, mode, 8);
@@ -197,8 +197,8 @@ TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
                 << e.what();
         }
     }
-    // pldr bench: the prefill, decode at batch 1 and training steps run there, against the GPU's
-    // limits, each with its repetitions and the device's memory; batched decode refuses
+    // pldr bench: the prefill, decode and training steps run there, against the GPU's limits,
+    // each with its repetitions and the device's memory; batched decode in pairs with batch 1
     pldr::api::BenchOptions bo;
     bo.device = "cuda";
     bo.config = "S";
@@ -220,9 +220,19 @@ TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
             EXPECT_TRUE(std::isfinite(r.loss));
         }
     }
-    bo.workload = pldr::api::BenchWorkload::DECODE;  // batched: not on the GPU yet
-    bo.batch = 8;
-    EXPECT_THROW(pldr::api::bench(bo), pldr::Error);
+    bo.workload = pldr::api::BenchWorkload::DECODE;
+    bo.batch = 4;
+    bo.pair_batch1 = true;
+    const pldr::api::BenchResult rb = pldr::api::bench(bo);
+    EXPECT_EQ(rb.tok_s_reps.size(), 3u);
+    ASSERT_EQ(rb.batch1_reps.size(), 3u);
+    EXPECT_EQ(rb.x_batch1.n, 3);
+    double lowest = 1e300;
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_GT(rb.batch1_reps[i], 0);
+        lowest = std::min(lowest, rb.tok_s_reps[i] / rb.batch1_reps[i]);
+    }
+    EXPECT_DOUBLE_EQ(rb.x_batch1.min, lowest);  // each pair's ratio
     const pldr::api::BenchLimits lim = pldr::api::measure_bench_limits(1, "cuda");
     EXPECT_GT(lim.read_gbs, 50);        // any HBM or GDDR GPU of today
     EXPECT_GT(lim.sgemm_gflops, 1000);  // and its float32 products

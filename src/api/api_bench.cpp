@@ -125,8 +125,6 @@ void write_bench_shards(const std::string& dir, int64_t vocab, int64_t ctx, int6
 BenchResult bench(const BenchOptions& o) {
     const DeviceSpec dev = ::pldr::parse_device(o.device);
     const bool on_gpu = dev.kind == DeviceKind::CUDA;
-    PLDR_REQUIRE(!on_gpu || o.workload != BenchWorkload::DECODE || o.batch == 1,
-                 gpu::not_yet(dev));  // (batched decode: not on the GPU yet)
     PLDR_REQUIRE(o.threads >= 1 && o.threads <= 1024, "threads ", o.threads,
                  " is outside [1, 1024]");
     PLDR_REQUIRE(o.reps >= 0 && o.reps <= perf::kMaxReps, "reps ", o.reps, " is outside [0, ",
@@ -196,22 +194,26 @@ BenchResult bench(const BenchOptions& o) {
         case BenchWorkload::DECODE: {
             const int64_t P = o.prompt ? o.prompt : 32;
             const int reps = o.reps ? o.reps : (o.cache == CacheMode::NONE ? 1 : 5);
+            const bool pair = o.pair_batch1 && o.batch > 1;
             if (on_gpu) {
-                r.tok_s_reps = gpu::run_decode(*m, dev, internal(o.cache), P, o.n_new, ctx, reps,
-                                               o.warmup, o.between_reps, floor_s);
-            } else if (o.pair_batch1 && o.batch > 1) {
-                const perf::PairedDecode p =
+                r.tok_s_reps = gpu::run_decode(*m, dev, internal(o.cache), o.batch, P, o.n_new, ctx,
+                                               reps, o.warmup, o.between_reps, floor_s,
+                                               pair ? &r.batch1_reps : nullptr);
+            } else if (pair) {
+                perf::PairedDecode p =
                     perf::run_decode_paired(*m, internal(o.cache), o.batch, P, o.n_new, ctx, reps,
                                             o.warmup, o.between_reps, floor_s);
-                r.tok_s_reps = p.batched;
-                r.batch1_reps = p.batch1;
-                std::vector<double> x;
-                for (size_t i = 0; i < p.batched.size(); ++i)
-                    x.push_back(p.batched[i] / p.batch1[i]);
-                r.x_batch1 = stats(x);
+                r.tok_s_reps = std::move(p.batched);
+                r.batch1_reps = std::move(p.batch1);
             } else {
                 r.tok_s_reps = perf::run_decode(*m, internal(o.cache), o.batch, P, o.n_new, ctx,
                                                 reps, o.warmup, o.between_reps, floor_s);
+            }
+            if (pair) {  // each pair's ratio
+                std::vector<double> x;
+                for (size_t i = 0; i < r.tok_s_reps.size(); ++i)
+                    x.push_back(r.tok_s_reps[i] / r.batch1_reps[i]);
+                r.x_batch1 = stats(x);
             }
             r.bytes_per_token = perf::decode_bytes_per_token(*m);
             r.flops_per_token =

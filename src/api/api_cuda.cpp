@@ -34,7 +34,7 @@ std::string not_yet(const DeviceSpec& d) {
     return "--device " + d.name() +
            ": the CUDA backend runs the forward pass (Model::forward, pldr dump), the gradient "
            "(Model::loss_and_grads, pldr grad), generation, sessions (prefill, decode), scoring "
-           "and perplexity, pldr train's steps and pldr bench's prefill, decode (batch 1) and "
+           "and perplexity, pldr train's steps and pldr bench's prefill, decode and "
            "training, but not yet this job; use --device cpu for it (docs/gpu.md)";
 }
 
@@ -118,6 +118,19 @@ class GpuDecoder final : public ::pldr::DeviceDecoder<T> {
         return s_->decode(id);
     }
     const std::vector<T>& logits() const override { return s_->logits(); }
+    // Every decoder of the group is a GpuDecoder of this copy (one DeviceDecoders made them).
+    void decode_group(const std::vector<::pldr::DeviceDecoder<T>*>& group,
+                      const std::vector<int64_t>& ids) override {
+        std::vector<cuda::DeviceSession<T>*> ss;
+        for (::pldr::DeviceDecoder<T>* d : group) {
+            auto* g = dynamic_cast<GpuDecoder*>(d);
+            PLDR_REQUIRE(g && &g->c_ == &c_,
+                         "internal: a batched decode step mixes sessions of different models");
+            ss.push_back(g->s_.get());
+        }
+        std::lock_guard<std::mutex> lock(c_.mu);
+        cuda::DeviceSession<T>::decode_batch(ss, ids);
+    }
 
   private:
     const Copy& c_;
@@ -180,24 +193,44 @@ void scoring(const Copy& c, ::pldr::DeviceScoring<double>& out) {
 }
 
 std::vector<double> run_decode(const ::pldr::Model<float>& m, const DeviceSpec& d,
-                               ::pldr::CacheMode mode, int64_t prompt, int64_t n_new,
+                               ::pldr::CacheMode mode, int64_t batch, int64_t prompt, int64_t n_new,
                                int64_t context, int reps, int warmup, const perf::RepHook& hook,
-                               double min_seconds) {
+                               double min_seconds, std::vector<double>* batch1) {
     require_cuda(d);
+    PLDR_REQUIRE(batch >= 1 && batch <= 1024, "decode batch ", batch, " is outside [1, 1024]");
     PLDR_REQUIRE(prompt >= 1 && n_new >= 1 && prompt + n_new <= context, "decode of ", prompt,
                  " + ", n_new, " tokens does not fit the context of ", context);
     cuda::DeviceModel<float> dm(m, d.index);
-    const std::vector<int64_t> ids = perf::random_ids(prompt, m.cfg.vocab_size, 100);
     const auto argmax = [](const std::vector<float>& v) {
         return int64_t(std::max_element(v.begin(), v.end()) - v.begin());
     };
-    // Each step waits for its logits on the host (greedy): the timing is the whole loop.
-    return perf::timed_reps(reps, warmup, min_seconds, hook, [&] {
-        cuda::DeviceSession<float> s(dm, mode, context);
-        int64_t next = argmax(s.prefill(ids));
+    // `n` sessions, each prompt its own random ids (perf's seeds: 100 + b), then n_new greedy
+    // steps of all of them together; each step waits for its logits on the host, so the timing
+    // is the whole loop. Tokens/s of the batch.
+    const auto once = [&](int64_t n) {
+        std::vector<std::unique_ptr<cuda::DeviceSession<float>>> own;
+        std::vector<cuda::DeviceSession<float>*> ss;
+        std::vector<int64_t> next(static_cast<size_t>(n));
+        for (int64_t b = 0; b < n; ++b) {
+            own.push_back(std::make_unique<cuda::DeviceSession<float>>(dm, mode, context));
+            ss.push_back(own.back().get());
+            next[size_t(b)] = argmax(
+                ss.back()->prefill(perf::random_ids(prompt, m.cfg.vocab_size, 100 + uint64_t(b))));
+        }
         const double t0 = perf::now_s();
-        for (int64_t t = 0; t < n_new; ++t) next = argmax(s.decode(next));
-        return double(n_new) / (perf::now_s() - t0);
+        for (int64_t t = 0; t < n_new; ++t) {
+            cuda::DeviceSession<float>::decode_batch(ss, next);
+            for (int64_t b = 0; b < n; ++b) next[size_t(b)] = argmax(ss[size_t(b)]->logits());
+        }
+        return double(n * n_new) / (perf::now_s() - t0);
+    };
+    int calls = 0;  // the first `warmup` are the warm-up
+    return perf::timed_reps(reps, warmup, min_seconds, hook, [&] {
+        if (batch1) {  // a pair: batch 1, then the batch
+            const double one = once(1);
+            if (calls++ >= warmup) batch1->push_back(one);
+        }
+        return once(batch);
     });
 }
 
@@ -288,7 +321,8 @@ void decoders(const Copy&, ::pldr::DeviceDecoders<double>&) {
     fail("CUDA support was not built (PLDR_CUDA=OFF)");
 }
 std::vector<double> run_decode(const ::pldr::Model<float>&, const DeviceSpec& d, ::pldr::CacheMode,
-                               int64_t, int64_t, int64_t, int, int, const perf::RepHook&, double) {
+                               int64_t, int64_t, int64_t, int64_t, int, int, const perf::RepHook&,
+                               double, std::vector<double>*) {
     require_cuda(d);
     return {};
 }

@@ -56,13 +56,15 @@ void decoders(const Copy& c, ::pldr::DeviceDecoders<double>& out);
 void scoring(const Copy& c, ::pldr::DeviceScoring<float>& out);
 void scoring(const Copy& c, ::pldr::DeviceScoring<double>& out);
 
-// pldr bench's decode on the device at batch 1 (cuda::DeviceSession): per repetition a prompt
-// of `prompt` random ids (perf::random_ids, as the CPU's) prefilled, then n_new greedy steps
-// timed, tokens/s (perf::run_decode's rules).
+// pldr bench's decode on the device (cuda::DeviceSession): per repetition `batch` sessions, each
+// prefilled with `prompt` random ids (perf::random_ids with perf's seeds, as the CPU's), then
+// n_new greedy steps of all of them together (DeviceSession::decode_batch) timed: the batch's
+// tokens/s (perf::run_decode's rules). batch1 not null: each repetition is a pair, batch 1 then
+// `batch` (perf::run_decode_paired's), batch 1's figures appended there.
 std::vector<double> run_decode(const ::pldr::Model<float>& m, const DeviceSpec& d,
-                               ::pldr::CacheMode mode, int64_t prompt, int64_t n_new,
+                               ::pldr::CacheMode mode, int64_t batch, int64_t prompt, int64_t n_new,
                                int64_t context, int reps, int warmup, const perf::RepHook& hook,
-                               double min_seconds);
+                               double min_seconds, std::vector<double>* batch1 = nullptr);
 
 // A Trainer's forward and backward on the device (cuda::make_step_backend): pldr train
 // --device cuda. The model must outlive it.

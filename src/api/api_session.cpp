@@ -262,14 +262,33 @@ std::vector<Tensor> decode_batch(const std::vector<Session*>& sessions,
                          s.model().cfg.vocab_size, ")");
         });
     }
-    // One shared step (::pldr::decode_step) per model: the sessions of each model, in order.
+    // One shared step (::pldr::decode_step) per model: the sessions of each model, in order;
+    // on a device, one batched step (DeviceDecoder::decode_group) per model copy there.
     std::vector<bool> done(sessions.size(), false);
     for (size_t i = 0; i < sessions.size(); ++i) {
-        if (DeviceSessionState* d = sessions[i]->impl_->dev.get()) {  // steps on its own
-            device_decode(*d, ids[i]);
-            done[i] = true;
-        }
         if (done[i]) continue;
+        if (sessions[i]->impl_->dev) {
+            const gpu::Copy* copy = impl_of(sessions[i]->impl_->model).dev.get();
+            std::vector<::pldr::DeviceDecoder<float>*> d32;
+            std::vector<::pldr::DeviceDecoder<double>*> d64;
+            std::vector<int64_t> group_ids;
+            std::vector<DeviceSessionState*> group;
+            for (size_t j = i; j < sessions.size(); ++j) {
+                DeviceSessionState* d = sessions[j]->impl_->dev.get();
+                if (done[j] || !d || impl_of(sessions[j]->impl_->model).dev.get() != copy) continue;
+                done[j] = true;
+                group.push_back(d);
+                group_ids.push_back(ids[j]);
+                if (d->d32)
+                    d32.push_back(d->d32.get());
+                else
+                    d64.push_back(d->d64.get());
+            }
+            if (!d32.empty()) d32[0]->decode_group(d32, group_ids);
+            if (!d64.empty()) d64[0]->decode_group(d64, group_ids);
+            for (size_t k = 0; k < group.size(); ++k) group[k]->ids.push_back(group_ids[k]);
+            continue;
+        }
         const Session::Impl& first = *sessions[i]->impl_;
         std::vector<::pldr::Session<float>*> s32;
         std::vector<::pldr::Session<double>*> s64;

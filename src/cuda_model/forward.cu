@@ -20,15 +20,6 @@ namespace {
 
 // ---- the pass's own element-wise kernels --------------------------------------------------------
 
-// x0[n, :] = emb[ids[n], :]·scale
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-    embed_kernel(T* x0, const T* emb, const int64_t* ids, int64_t N, int64_t d, T scale) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < N * d;
-         i += int64_t(gridDim.x) * blockDim.x)
-        x0[i] = emb[ids[i / d] * d + i % d] * scale;
-}
-
 // x[i] += p[i mod period]: a per-head D×D parameter added to each sequence's [H,D,D] block
 template <class T>
 __global__ void __launch_bounds__(kThreads)

@@ -32,6 +32,15 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(To* dst, const From* src
         dst[i] = To(src[i]);
 }
 
+// x0[n, :] = emb[ids[n], :]·scale (the embedding of N tokens)
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    embed_kernel(T* x0, const T* emb, const int64_t* ids, int64_t N, int64_t d, T scale) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < N * d;
+         i += int64_t(gridDim.x) * blockDim.x)
+        x0[i] = emb[ids[i / d] * d + i % d] * scale;
+}
+
 // The block's maximum and sum of one value per thread (kThreads threads, red: kThreads of shared
 // memory); every thread gets the result. A fixed tree: the same bits on every run.
 template <class T>

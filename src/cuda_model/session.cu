@@ -1,7 +1,9 @@
 // A decoding session on the GPU (see session.h): the prefill through the device forward with its
 // layers' keys, values and operator copied into the caches, and the one-token step of
-// model/plga_attention.cpp (decode_step_forward: no mask, the sequence's own keys) from the
-// backend's kernels and cuBLASLt products, the heads as strided batches.
+// model/plga_attention.cpp (decode_step_forward: no mask, each sequence's own keys) for one or
+// several sessions at once: the dense parts as products over their rows, the attention in one
+// kernel of ours for all sequences and heads.
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -15,24 +17,87 @@ using namespace model_detail;
 
 namespace {
 
-// One query row per head over Tk keys, in place: x = s / scale, E = softmax(x) (the row's
-// maximum, exp(x − max), the sum, each divided by it; ops/attention.cpp query_row_attention,
-// mask None). One block per head.
+// One sequence's part of a decode step, per layer: its caches (the new token's key and value go
+// to row Tk − 1), its operator G [H,D,D] and its length with the new token.
 template <class T>
-__global__ void __launch_bounds__(kThreads) row_softmax_kernel(T* e, int64_t Tk, T scale) {
-    T* r = e + int64_t(blockIdx.x) * Tk;
-    __shared__ T red[kThreads];
-    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) r[j] = r[j] / scale;
-    softmax_row(r, Tk, red);
-}
+struct DecodeRow {
+    T* K;
+    T* V;
+    const T* G;
+    int64_t Tk;
+};
 
-// x[i] = emb[id, i]·scale for one token.
+// The new tokens' keys and values k, v [n,d] into their rows of the caches.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    embed_one_kernel(T* x, const T* emb, const int64_t* id, int64_t d, T scale) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < d;
-         i += int64_t(gridDim.x) * blockDim.x)
-        x[i] = emb[*id * d + i] * scale;
+    append_kv_kernel(const DecodeRow<T>* rows, const T* k, const T* v, int64_t n, int64_t d) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * d;
+         i += int64_t(gridDim.x) * blockDim.x) {
+        const DecodeRow<T> r = rows[i / d];
+        const int64_t at = (r.Tk - 1) * d + i % d;
+        r.K[at] = k[i];
+        r.V[at] = v[i];
+    }
+}
+
+// The attention of one decode step for n sequences (ops/attention.cpp query_row_attention per
+// head, no mask): block (h, i) takes head h of sequence i (q and o [n,d]): qg = q·G (the sum over
+// G's rows in order), the scores qg·k_j / scale over its Tk cached keys (a warp per key), their
+// softmax (softmax_row), o = Σ_j e_j·v_j (kThreads / D groups of keys, then the groups in
+// order). e: scratch [n,H,Tmax]. Dynamic shared memory: (D + kThreads) values of T.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    decode_attention_kernel(T* o, T* e_all, const T* q, const DecodeRow<T>* rows, int64_t d,
+                            int64_t D, int64_t Tmax, T scale) {
+    const int64_t h = blockIdx.x, i = blockIdx.y, H = gridDim.x;
+    const DecodeRow<T> r = rows[i];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* qg = reinterpret_cast<T*>(smem_raw);
+    T* part = qg + D;  // kThreads values
+    __shared__ T red[kThreads];
+    const T* qh = q + i * d + h * D;
+    const T* G = r.G + h * D * D;
+    for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
+        T acc = 0;
+        for (int64_t k = 0; k < D; ++k) acc += qh[k] * G[k * D + c];
+        qg[c] = acc;
+    }
+    __syncthreads();
+    T* e = e_all + (i * H + h) * Tmax;
+    const int64_t lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int64_t j = threadIdx.x / 32; j < r.Tk; j += warps) {
+        const T* kr = r.K + j * d + h * D;
+        T acc = 0;
+        for (int64_t c = lane; c < D; c += 32) acc += qg[c] * kr[c];
+        for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (lane == 0) e[j] = acc;
+    }
+    __syncthreads();
+    // x = s / scale, then the softmax; each thread reads back only what it wrote of the row
+    for (int64_t j = threadIdx.x; j < r.Tk; j += blockDim.x) e[j] = e[j] / scale;
+    softmax_row(e, r.Tk, red);
+    __syncthreads();
+    T* oh = o + i * d + h * D;
+    if (D <= int64_t(blockDim.x)) {
+        const int64_t groups = blockDim.x / D, g = threadIdx.x / D, c = threadIdx.x % D;
+        if (g < groups) {
+            T acc = 0;
+            for (int64_t j = g; j < r.Tk; j += groups) acc += e[j] * r.V[j * d + h * D + c];
+            part[g * D + c] = acc;
+        }
+        __syncthreads();
+        if (int64_t(threadIdx.x) < D) {
+            T acc = 0;
+            for (int64_t k = 0; k < groups; ++k) acc += part[k * D + threadIdx.x];
+            oh[threadIdx.x] = acc;
+        }
+    } else {
+        for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
+            T acc = 0;
+            for (int64_t j = 0; j < r.Tk; ++j) acc += e[j] * r.V[j * d + h * D + c];
+            oh[c] = acc;
+        }
+    }
 }
 
 }  // namespace
@@ -56,27 +121,114 @@ struct DeviceSession<T>::State {
                      " exceeds max_position_embeddings (", c.max_position, ")");
     }
 
-    void head_last(const T* x, int64_t rows_before);
     void prefill(const std::vector<int64_t>& p);
-    void step(int64_t id);
-    void layer_step(int64_t l, T* x, const int64_t* pos, int64_t Tk);
 };
 
-// The head over one row (x + rows_before·d), its logits to the host.
+namespace {
+
+// One decode step of n cached sessions of one model, each holding its new token as the last of
+// its ids: the rows' embedding and LN_in, per layer the projections, RoPE, the keys and values
+// appended, the attention (decode_attention_kernel), the output projection, LN1, the FFN, LN2;
+// the head; each session's logits downloaded.
 template <class T>
-void DeviceSession<T>::State::head_last(const T* x, int64_t rows_before) {
+void step_rows(const std::vector<typename DeviceSession<T>::State*>& g) {
+    auto& im = g[0]->im;
     const Config& c = im.m.cfg;
-    const int64_t d = c.hidden_size, V = c.vocab_size;
-    Scratch<T> out(V, im.stream);
-    im.proj(out.get(), x + rows_before * d, im.m.w.head_w, im.m.w.head_b, 1, d, V);
-    logits.resize(size_t(V));
-    copy_to_host(logits.data(), out.get(), V, im.stream);
+    const int64_t n = int64_t(g.size()), d = c.hidden_size, H = c.num_heads, D = c.head_dim;
+    const int64_t HDD = H * D * D, F = c.intermediate_size, L = c.num_layers, V = c.vocab_size;
+    const double eps = c.layer_norm_eps;
+    Stream s = im.stream;
+    std::vector<int64_t> tok(static_cast<size_t>(n)), pos(static_cast<size_t>(n));
+    int64_t Tmax = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        tok[size_t(i)] = g[size_t(i)]->ids.back();
+        pos[size_t(i)] = int64_t(g[size_t(i)]->ids.size()) - 1;
+        Tmax = std::max(Tmax, pos[size_t(i)] + 1);
+    }
+    rope_check_positions(pos.data(), n, im.rope.max_pos());
+    // The operator per (layer, sequence): the cached G (kvg), the model's fixed G, or G from the
+    // frozen A (kv: the operator run here, for each such sequence).
+    std::vector<int64_t> kv_at(static_cast<size_t>(n), -1);
+    int64_t nkv = 0;
+    if (c.learned_g())
+        for (int64_t i = 0; i < n; ++i)
+            if (g[size_t(i)]->mode == CacheMode::KV) kv_at[size_t(i)] = nkv++;
+    Scratch<T> Gkv(L * nkv * HDD, s);
+    std::vector<DecodeRow<T>> rows_h(static_cast<size_t>(L * n));
+    for (int64_t l = 0; l < L; ++l)
+        for (int64_t i = 0; i < n; ++i) {
+            auto& st = *g[size_t(i)];
+            const T* G = nullptr;
+            if (!c.learned_g()) {
+                G = im.G_fixed.get() + l * HDD;
+            } else if (kv_at[size_t(i)] < 0) {
+                G = st.Gc[size_t(l)].get();
+            } else {
+                T* out = Gkv.get() + (l * nkv + kv_at[size_t(i)]) * HDD;
+                im.operator_g(l, 1, st.Gc[size_t(l)].get(), out, nullptr, false, nullptr);
+                G = out;
+            }
+            rows_h[size_t(l * n + i)] = {st.K[size_t(l)].get(), st.V[size_t(l)].get(), G,
+                                         pos[size_t(i)] + 1};
+        }
+    Scratch<int64_t> tok_d(n, s), pos_d(n, s);
+    Scratch<DecodeRow<T>> rows(L * n, s);
+    copy_to_device(tok_d.get(), tok.data(), n, s);
+    copy_to_device(pos_d.get(), pos.data(), n, s);
+    copy_to_device(rows.get(), rows_h.data(), L * n, s);
+
+    const int64_t nd = n * d;
+    Scratch<T> x0(nd, s), x(nd, s), mean(n, s), rstd(n, s), q(nd, s), k(nd, s), v(nd, s), o(nd, s),
+        y(nd, s), r(nd, s), out1(nd, s), h1(n * F, s), h2(n * F, s), gated(n * F, s),
+        e(n * H * Tmax, s);
+    embed_kernel<T><<<grid_for(nd), kThreads, 0, s>>>(x0.get(), im.dev(im.m.w.emb), tok_d.get(), n,
+                                                      d, im.m.embed_scale());
+    PLDR_CUDA_LAUNCHED("embed");
+    layernorm_forward<T>(x.get(), mean.get(), rstd.get(), x0.get(), im.dev(im.m.w.ln_in_g),
+                         im.dev(im.m.w.ln_in_b), n, d, eps, s);
+    const size_t smem = size_t(D + kThreads) * sizeof(T);
+    for (int64_t l = 0; l < L; ++l) {
+        const LayerView<T>& w = im.m.w.layers[size_t(l)];
+        im.proj(q.get(), x.get(), w.wq, w.bq, n, d, d);
+        im.proj(k.get(), x.get(), w.wk, w.bk, n, d, d);
+        im.proj(v.get(), x.get(), w.wv, w.bv, n, d, d);
+        rope_forward<T>(q.get(), pos_d.get(), n, H, D, im.rope, c.reference_rope, im.m.round_f32(),
+                        nullptr, s);
+        rope_forward<T>(k.get(), pos_d.get(), n, H, D, im.rope, c.reference_rope, im.m.round_f32(),
+                        nullptr, s);
+        append_kv_kernel<T>
+            <<<grid_for(nd), kThreads, 0, s>>>(rows.get() + l * n, k.get(), v.get(), n, d);
+        PLDR_CUDA_LAUNCHED("append_kv");
+        decode_attention_kernel<T><<<dim3(unsigned(H), unsigned(n)), kThreads, smem, s>>>(
+            o.get(), e.get(), q.get(), rows.get() + l * n, d, D, Tmax, im.m.score_scale());
+        PLDR_CUDA_LAUNCHED("decode_attention");
+        // The output projection, + x, LN1; the FFN, + out1, LN2.
+        im.proj(y.get(), o.get(), w.wo, w.bo, n, d, d);
+        add(r.get(), y.get(), x.get(), nd, s);
+        layernorm_forward<T>(out1.get(), mean.get(), rstd.get(), r.get(), im.dev(w.ln1_g),
+                             im.dev(w.ln1_b), n, d, eps, s);
+        im.proj(h1.get(), out1.get(), w.ffn.w1, w.ffn.b1, n, d, F);
+        im.proj(h2.get(), out1.get(), w.ffn.w2, w.ffn.b2, n, d, F);
+        glu_gate<T>(gated.get(), h1.get(), h2.get(), n * F, s);
+        im.proj(y.get(), gated.get(), w.ffn.w3, w.ffn.b3, n, F, d);
+        add(r.get(), y.get(), out1.get(), nd, s);
+        layernorm_forward<T>(x.get(), mean.get(), rstd.get(), r.get(), im.dev(w.ln2_g),
+                             im.dev(w.ln2_b), n, d, eps, s);
+    }
+    Scratch<T> out(n * V, s);
+    im.proj(out.get(), x.get(), im.m.w.head_w, im.m.w.head_b, n, d, V);
+    std::vector<T> all(static_cast<size_t>(n * V));
+    copy_to_host(all.data(), out.get(), n * V, s);
+    for (int64_t i = 0; i < n; ++i)
+        g[size_t(i)]->logits.assign(all.begin() + i * V, all.begin() + (i + 1) * V);
 }
+
+}  // namespace
 
 template <class T>
 void DeviceSession<T>::State::prefill(const std::vector<int64_t>& p) {
     const Config& c = im.m.cfg;
-    const int64_t S = int64_t(p.size()), d = c.hidden_size;
+    const int64_t S = int64_t(p.size()), d = c.hidden_size, nv = c.vocab_size;
     const int64_t HDD = c.num_heads * c.head_dim * c.head_dim;
     const int64_t L = c.num_layers;
     Stream s = im.stream;
@@ -96,82 +248,11 @@ void DeviceSession<T>::State::prefill(const std::vector<int64_t>& p) {
     }
     Activations<T> none;
     im.layers(p.data(), 1, S, da, none, false);
-    head_last(da.input_of(L), S - 1);
-}
-
-// One decoder layer of a decode step, x [1,d] in place (model/plga_layer.cpp over one token).
-template <class T>
-void DeviceSession<T>::State::layer_step(int64_t l, T* x, const int64_t* pos, int64_t Tk) {
-    const Config& c = im.m.cfg;
-    const LayerView<T>& w = im.m.w.layers[size_t(l)];
-    const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, DD = D * D, HDD = H * DD;
-    const int64_t F = c.intermediate_size, Tp = Tk - 1;
-    Stream s = im.stream;
-    Scratch<T> q(d, s), k(d, s), v(d, s), qg(d, s), e(H * Tk, s), o(d, s), y(d, s), r(d, s),
-        out1(d, s), h1(F, s), h2(F, s), gated(F, s), mean(1, s), rstd(1, s), Gtmp;
-    im.proj(q.get(), x, w.wq, w.bq, 1, d, d);
-    im.proj(k.get(), x, w.wk, w.bk, 1, d, d);
-    im.proj(v.get(), x, w.wv, w.bv, 1, d, d);
-    rope_forward<T>(q.get(), pos, 1, H, D, im.rope, c.reference_rope, im.m.round_f32(), nullptr, s);
-    rope_forward<T>(k.get(), pos, 1, H, D, im.rope, c.reference_rope, im.m.round_f32(), nullptr, s);
-    // This token's key and value join the cache at row Tp.
-    T* Kc = K[size_t(l)].get();
-    T* Vc = V[size_t(l)].get();
-    copy_on_device(Kc + Tp * d, k.get(), d, s);
-    copy_on_device(Vc + Tp * d, v.get(), d, s);
-    // The operator: the cached G (kvg), the model's fixed G, or G from the frozen A (kv).
-    const T* G = nullptr;
-    if (!c.learned_g()) {
-        G = im.G_fixed.get() + l * HDD;
-    } else if (mode == CacheMode::KVG) {
-        G = Gc[size_t(l)].get();
-    } else {
-        Gtmp = Scratch<T>(HDD, s);
-        im.operator_g(l, 1, Gc[size_t(l)].get(), Gtmp.get(), nullptr, false, nullptr);
-        G = Gtmp.get();
-    }
-    // Per head: q·G, its scores over the Tk keys / √dk, the softmax, ·V.
-    mm(im.gemm, false, false, 1, D, D, q.get(), d, G, D, qg.get(), D, nullptr,
-       GemmBatch{H, D, DD, D});
-    mm(im.gemm, false, true, 1, Tk, D, qg.get(), D, Kc, d, e.get(), Tk, nullptr,
-       GemmBatch{H, D, D, Tk});
-    row_softmax_kernel<T><<<unsigned(H), kThreads, 0, s>>>(e.get(), Tk, im.m.score_scale());
-    PLDR_CUDA_LAUNCHED("row_softmax");
-    mm(im.gemm, false, false, 1, D, Tk, e.get(), Tk, Vc, d, o.get(), d, nullptr,
-       GemmBatch{H, Tk, D, D});
-    // The output projection, + x, LN1; the FFN, + out1, LN2.
-    const double eps = c.layer_norm_eps;
-    im.proj(y.get(), o.get(), w.wo, w.bo, 1, d, d);
-    add(r.get(), y.get(), x, d, s);
-    layernorm_forward<T>(out1.get(), mean.get(), rstd.get(), r.get(), im.dev(w.ln1_g),
-                         im.dev(w.ln1_b), 1, d, eps, s);
-    im.proj(h1.get(), out1.get(), w.ffn.w1, w.ffn.b1, 1, d, F);
-    im.proj(h2.get(), out1.get(), w.ffn.w2, w.ffn.b2, 1, d, F);
-    glu_gate<T>(gated.get(), h1.get(), h2.get(), F, s);
-    im.proj(y.get(), gated.get(), w.ffn.w3, w.ffn.b3, 1, F, d);
-    add(r.get(), y.get(), out1.get(), d, s);
-    layernorm_forward<T>(x, mean.get(), rstd.get(), r.get(), im.dev(w.ln2_g), im.dev(w.ln2_b), 1, d,
-                         eps, s);
-}
-
-template <class T>
-void DeviceSession<T>::State::step(int64_t id) {
-    const Config& c = im.m.cfg;
-    const int64_t d = c.hidden_size, Tk = int64_t(ids.size());  // ids holds the new token
-    Stream s = im.stream;
-    const int64_t pos_h = Tk - 1;
-    rope_check_positions(&pos_h, 1, im.rope.max_pos());
-    Scratch<int64_t> tok(1, s), pos(1, s);
-    copy_to_device(tok.get(), &id, 1, s);
-    copy_to_device(pos.get(), &pos_h, 1, s);
-    Scratch<T> x0(d, s), x(d, s), mean(1, s), rstd(1, s);
-    embed_one_kernel<T><<<grid_for(d), kThreads, 0, s>>>(x0.get(), im.dev(im.m.w.emb), tok.get(), d,
-                                                         im.m.embed_scale());
-    PLDR_CUDA_LAUNCHED("embed_one");
-    layernorm_forward<T>(x.get(), mean.get(), rstd.get(), x0.get(), im.dev(im.m.w.ln_in_g),
-                         im.dev(im.m.w.ln_in_b), 1, d, c.layer_norm_eps, s);
-    for (int64_t l = 0; l < c.num_layers; ++l) layer_step(l, x.get(), pos.get(), Tk);
-    head_last(x.get(), 0);
+    // The head over the last row; its logits to the host.
+    Scratch<T> out(nv, s);
+    im.proj(out.get(), da.input_of(L) + (S - 1) * d, im.m.w.head_w, im.m.w.head_b, 1, d, nv);
+    logits.resize(size_t(nv));
+    copy_to_host(logits.data(), out.get(), nv, s);
 }
 
 template <class T>
@@ -195,19 +276,42 @@ const std::vector<T>& DeviceSession<T>::prefill(const std::vector<int64_t>& ids)
 
 template <class T>
 const std::vector<T>& DeviceSession<T>::decode(int64_t id) {
-    State& s = *st_;
-    const Config& c = s.im.m.cfg;
-    PLDR_REQUIRE(!s.ids.empty(), "decode before prefill");
-    PLDR_REQUIRE(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the vocabulary [0, ",
-                 c.vocab_size, ")");
-    PLDR_REQUIRE(length() < s.max_len, "the context is full (", s.max_len, " tokens)");
-    s.im.on.select();
-    s.ids.push_back(id);
-    if (s.mode == CacheMode::NONE)
-        s.prefill(s.ids);  // the whole sequence again (prefill's forward, no cache)
-    else
-        s.step(id);
-    return s.logits;
+    decode_batch({this}, {id});
+    return st_->logits;
+}
+
+template <class T>
+void DeviceSession<T>::decode_batch(const std::vector<DeviceSession*>& ss,
+                                    const std::vector<int64_t>& ids) {
+    PLDR_REQUIRE(ss.size() == ids.size(), "decode_batch: ", ss.size(), " sessions but ", ids.size(),
+                 " ids");
+    if (ss.empty()) return;
+    for (size_t i = 0; i < ss.size(); ++i) {
+        PLDR_REQUIRE(ss[i], "decode_batch: session ", i + 1, " is null");
+        const State& st = *ss[i]->st_;
+        const Config& c = st.im.m.cfg;
+        const std::string which = ss.size() > 1 ? cat("session ", i + 1, ": ") : std::string();
+        PLDR_REQUIRE(&st.im == &ss[0]->st_->im, which,
+                     "a batched decode step takes sessions of one model on one device");
+        for (size_t j = 0; j < i; ++j)
+            PLDR_REQUIRE(ss[j] != ss[i], which, "the session is in the batch twice");
+        PLDR_REQUIRE(!st.ids.empty(), which, "decode before prefill");
+        PLDR_REQUIRE(ids[i] >= 0 && ids[i] < c.vocab_size, which, "token id ", ids[i],
+                     " is outside the vocabulary [0, ", c.vocab_size, ")");
+        PLDR_REQUIRE(int64_t(st.ids.size()) < st.max_len, which, "the context is full (",
+                     st.max_len, " tokens)");
+    }
+    ss[0]->st_->im.on.select();
+    std::vector<State*> cached;
+    for (size_t i = 0; i < ss.size(); ++i) {
+        State& st = *ss[i]->st_;
+        st.ids.push_back(ids[i]);
+        if (st.mode == CacheMode::NONE)
+            st.prefill(st.ids);  // the whole sequence again (prefill's forward, no cache)
+        else
+            cached.push_back(&st);
+    }
+    if (!cached.empty()) step_rows<T>(cached);
 }
 
 template <class T>

@@ -2,7 +2,8 @@
 // sequence with its caches in device memory. The prefill runs the device forward over the prompt
 // (causal and padding mask) and keeps, per layer, the rotated keys and values, the operator G
 // (kvg) or the metric A (kv); each decode step feeds one token at position T and attends over the
-// T + 1 cached keys without a mask, as the reference's decode steps:
+// T + 1 cached keys without a mask, as the reference's decode steps (several sessions of one
+// model step together: decode_batch):
 //   kvg  — KV-cache + G-cache: the metric learner and the operator are skipped;
 //   kv   — KV-cache: G recomputed from the frozen A by the operator each step;
 //   none — no cache: the whole sequence through the forward again.
@@ -30,8 +31,17 @@ class DeviceSession {
 
     // Starts the sequence with ids (≥ 1 token); the logits [V] of its last position.
     const std::vector<T>& prefill(const std::vector<int64_t>& ids);
-    // Appends one token; the logits [V] of the new last position.
+    // Appends one token; the logits [V] of the new last position (decode_batch of this one).
     const std::vector<T>& decode(int64_t id);
+    // Appends ids[i] to ss[i] for every i in one step: the embedding, the projections, the FFN
+    // and the head over all the rows at once (the weights read once for the batch), each
+    // sequence's attention over its own caches and G in one kernel for all (decode_attention).
+    // Sessions of cache mode none run their forward again, each on its own. Each session's
+    // logits() hold its new row after. Refused in one line before anything changes: sizes that
+    // differ, a session twice or of another DeviceModel, one not prefilled, an id outside the
+    // vocabulary, a full context.
+    static void decode_batch(const std::vector<DeviceSession*>& ss,
+                             const std::vector<int64_t>& ids);
     const std::vector<T>& logits() const;
     int64_t length() const;
     int64_t capacity() const;

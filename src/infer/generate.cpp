@@ -84,7 +84,8 @@ class Sequence {
     bool done() const { return done_; }
     // The CPU's session (null on a device), which steps with the others in decode_step.
     Session<T>* session() { return s_ ? &*s_ : nullptr; }
-    void decode_on_device(int64_t id) { dev_->decode(id); }
+    // The device's decoder (null on the CPU), which steps with the others in decode_group.
+    DeviceDecoder<T>* device_decoder() { return dev_.get(); }
 
     GenResult r;
 
@@ -148,7 +149,8 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
     for (size_t i = 0; i < n; ++i) live[i] = i;
     std::vector<std::string> errors(n);
     std::vector<Session<T>*> step;
-    std::vector<int64_t> step_ids;
+    std::vector<DeviceDecoder<T>*> dev_step;
+    std::vector<int64_t> step_ids, dev_ids;
     const double t0 = now();
     while (!live.empty()) {
         const int64_t nl = int64_t(live.size());
@@ -165,6 +167,8 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
                          errors[i]);
         step.clear();
         step_ids.clear();
+        dev_step.clear();
+        dev_ids.clear();
         std::vector<size_t> next;
         for (size_t i : live) {
             Sequence<T>& q = *seqs[i];
@@ -176,13 +180,15 @@ std::vector<GenResult> generate_batch(const Model<T>& m,
             if (Session<T>* cpu = q.session()) {
                 step.push_back(cpu);
                 step_ids.push_back(q.r.ids.back());
-            } else {  // a device's session steps on its own
-                q.decode_on_device(q.r.ids.back());
+            } else {  // a device's sessions step together too
+                dev_step.push_back(q.device_decoder());
+                dev_ids.push_back(q.r.ids.back());
             }
             next.push_back(i);
             ++q.r.decode_calls;
         }
         if (!step.empty()) decode_step(step, step_ids, false);
+        if (!dev_step.empty()) dev_step[0]->decode_group(dev_step, dev_ids);
         live = std::move(next);
     }
     std::vector<GenResult> out;

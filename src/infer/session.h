@@ -123,6 +123,13 @@ class DeviceDecoder {
     virtual const std::vector<T>& prefill(const std::vector<int64_t>& ids) = 0;
     virtual const std::vector<T>& decode(int64_t id) = 0;
     virtual const std::vector<T>& logits() const = 0;
+    // Appends ids[i] to group[i] for each i (this decoder among them, all made by one
+    // DeviceDecoders): one batched step where the backend has it (the CUDA one does), else each
+    // decodes alone.
+    virtual void decode_group(const std::vector<DeviceDecoder*>& group,
+                              const std::vector<int64_t>& ids) {
+        for (size_t i = 0; i < group.size(); ++i) group[i]->decode(ids[i]);
+    }
 };
 // Makes a sequence's decoder: its cache mode and capacity (at most the context).
 template <typename T>

@@ -1,7 +1,8 @@
 // Decoding on the GPU (cuda::DeviceSession, src/cuda_model/session.cu) against the CPU's Session
 // (infer/session.h): for every case of the numeric case list and every cache mode (kvg, kv,
 // none), a prompt's prefill and 6 decode steps in float64 give logits within 1e-12 of the CPU's
-// at every step and the same greedy tokens; float32 within 1e-4 of the float64 CPU; and the
+// at every step and the same greedy tokens; float32 within 1e-4 of the float64 CPU; several
+// sessions stepping together (decode_batch) likewise, each against its own CPU session; and the
 // CPU's one-line errors.
 #include <gtest/gtest.h>
 
@@ -53,6 +54,72 @@ TEST_P(CudaSession, DecodingFollowsTheCpusSessionInEveryCacheMode) {
             EXPECT_LE(gpu::rel_err(gpu32.decode(next), cpu.logits()), 1e-4);
         }
         EXPECT_EQ(gpu.length(), cpu.length());
+    }
+}
+
+// Several sessions stepping together (DeviceSession::decode_batch: the rows' products at once,
+// one attention kernel for all): prompts of different lengths in kvg, kv, none and kvg again,
+// each against a CPU session of its own (float64 1e-12, float32 1e-4 of the float64 CPU, the
+// same greedy tokens); and a batch of one equals DeviceSession::decode.
+TEST_P(CudaSession, ABatchedStepFollowsEachSequencesCpuSession) {
+    PLDR_REQUIRE_GPU();
+    const numeric::Case& k = GetParam();
+    const numeric::Shape& s = k.shape;
+    const pldr::Model<double> m = numeric::make_model(k, 52);
+    const pldr::Model<float> m32 = numeric::cast_model<float>(m);
+    pldr::cuda::DeviceModel<double> dm(m);
+    pldr::cuda::DeviceModel<float> dm32(m32);
+    const std::vector<pldr::CacheMode> modes = {pldr::CacheMode::KVG, pldr::CacheMode::KV,
+                                                pldr::CacheMode::NONE, pldr::CacheMode::KVG};
+    const size_t n = modes.size();
+    std::vector<std::unique_ptr<pldr::Session<double>>> cpu;
+    std::vector<std::unique_ptr<pldr::cuda::DeviceSession<double>>> gpu;
+    std::vector<std::unique_ptr<pldr::cuda::DeviceSession<float>>> gpu32;
+    std::vector<pldr::cuda::DeviceSession<double>*> g;
+    std::vector<pldr::cuda::DeviceSession<float>*> g32;
+    int64_t longest = 0;
+    for (size_t i = 0; i < n; ++i) {
+        auto prompt = numeric::make_tokens(s, 70 + uint64_t(i));
+        prompt.resize(size_t(std::min<int64_t>(s.S, 1 + int64_t(i) % 4)));
+        longest = std::max<int64_t>(longest, int64_t(prompt.size()));
+        cpu.push_back(std::make_unique<pldr::Session<double>>(m, modes[i]));
+        gpu.push_back(std::make_unique<pldr::cuda::DeviceSession<double>>(dm, modes[i]));
+        gpu32.push_back(std::make_unique<pldr::cuda::DeviceSession<float>>(dm32, modes[i]));
+        g.push_back(gpu.back().get());
+        g32.push_back(gpu32.back().get());
+        cpu[i]->prefill(prompt);
+        gpu[i]->prefill(prompt);
+        gpu32[i]->prefill(prompt);
+    }
+    const int steps = int(std::min<int64_t>(5, m.cfg.max_position - longest));
+    for (int t = 0; t < steps; ++t) {
+        SCOPED_TRACE("step " + std::to_string(t + 1));
+        std::vector<int64_t> next(n);
+        for (size_t i = 0; i < n; ++i) {
+            next[i] = argmax(cpu[i]->logits());
+            EXPECT_EQ(argmax(gpu[i]->logits()), next[i]) << "sequence " << i;
+            cpu[i]->decode(next[i]);
+        }
+        pldr::cuda::DeviceSession<double>::decode_batch(g, next);
+        pldr::cuda::DeviceSession<float>::decode_batch(g32, next);
+        for (size_t i = 0; i < n; ++i) {
+            SCOPED_TRACE("sequence " + std::to_string(i) + " (" + pldr::cache_mode_name(modes[i]) +
+                         ")");
+            EXPECT_TRUE(gpu::f64_close(gpu[i]->logits(), cpu[i]->logits()));
+            EXPECT_LE(gpu::rel_err(gpu32[i]->logits(), cpu[i]->logits()), 1e-4);
+            EXPECT_EQ(gpu[i]->length(), cpu[i]->length());
+        }
+    }
+    // A batch of one is decode.
+    auto prompt = numeric::make_tokens(s, 80);
+    prompt.resize(size_t(std::min<int64_t>(s.S, 3)));
+    if (int64_t(prompt.size()) < m.cfg.max_position) {
+        pldr::cuda::DeviceSession<double> a(dm, pldr::CacheMode::KVG), b(dm, pldr::CacheMode::KVG);
+        const int64_t id = argmax(a.prefill(prompt));
+        b.prefill(prompt);
+        const std::vector<double> one = a.decode(id);
+        pldr::cuda::DeviceSession<double>::decode_batch({&b}, {id});
+        EXPECT_EQ(b.logits(), one);
     }
 }
 
@@ -130,6 +197,33 @@ TEST(CudaSessionErrors, TheCpusOneLineErrors) {
                   pldr::cuda::DeviceSession<double> t(dm, pldr::CacheMode::KVG, 1 << 20);
               }).find("exceeds max_position_embeddings"),
               std::string::npos);
+    // decode_batch: every error before anything changes
+    using DS = pldr::cuda::DeviceSession<double>;
+    DS a(dm, pldr::CacheMode::KVG), b(dm, pldr::CacheMode::KV);
+    a.prefill({1, 2});
+    EXPECT_EQ(msg([&] { DS::decode_batch({&a, &b}, {1}); }), "decode_batch: 2 sessions but 1 ids");
+    EXPECT_EQ(msg([&] { DS::decode_batch({&a, &b}, {1, 1}); }), "session 2: decode before prefill");
+    EXPECT_EQ(msg([&] {
+                  DS::decode_batch({&a, &a}, {1, 1});
+              }),
+              "session 2: the session is in the batch twice");
+    pldr::cuda::DeviceModel<double> other(m);
+    DS c(other, pldr::CacheMode::KVG);
+    c.prefill({1});
+    EXPECT_EQ(msg([&] {
+                  DS::decode_batch({&a, &c}, {1, 1});
+              }),
+              "session 2: a batched decode step takes sessions of one model on one device");
+    b.prefill({3});
+    EXPECT_NE(msg([&] {
+                  DS::decode_batch({&a, &b}, {1, m.cfg.vocab_size});
+              }).find("session 2: token id"),
+              std::string::npos);
+    EXPECT_EQ(a.length(), 2);  // nothing changed
+    EXPECT_EQ(b.length(), 1);
+    DS::decode_batch({&a, &b}, {1, 2});
+    EXPECT_EQ(a.length(), 3);
+    EXPECT_EQ(b.length(), 2);
 }
 
 }  // namespace

@@ -223,9 +223,7 @@ std::vector<std::string> bench_jobs(const BenchArgs& a) {
                 api::cache_mode_from_name(c);  // validates
                 jobs.push_back("decode," + c + ",1" + tail);
             }
-            // (batched decode runs on the CPU only so far: a GPU's rows are batch 1)
-            if (a.batch > 1 && a.device == "cpu")
-                jobs.push_back("decode,kvg," + std::to_string(a.batch) + tail);
+            if (a.batch > 1) jobs.push_back("decode,kvg," + std::to_string(a.batch) + tail);
         }
     }
     require(!jobs.empty(), "bench: no workload to run (--only)");
