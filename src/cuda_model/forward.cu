@@ -5,6 +5,7 @@
 // sums, casts and products both passes share). The training objective and the backward, on top
 // of the same pass (DevActs::train), are backward.cu's.
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -74,7 +75,9 @@ void add_periodic(T* x, const T* p, int64_t n, int64_t period, Stream s) {
 
 template <class T>
 DeviceModel<T>::Impl::Impl(const Model<T>& model, int device)
-    : m(model), on(device), gemm(nullptr), rope(model.rope) {
+    : m(model), on(device), gemm(stream), rope(model.rope) {
+    const char* graphs = std::getenv("PLDR_CUDA_GRAPHS");
+    decode_graphs = !(graphs && std::string(graphs) == "0");
     const Config& c = m.cfg;
     if (c.learned_g()) {
         PLDR_REQUIRE(cuda_has_positive_map(c.plga_positive_map),

@@ -91,6 +91,12 @@ class DeviceModel {
     void set_precision(Precision p);
     void get_moments(T* m, T* v);
 
+    // Decode steps (DeviceSession) as CUDA graphs, captured once per batch size and replayed
+    // (on by default; PLDR_CUDA_GRAPHS=0 turns them off): off runs the same work eagerly.
+    void set_decode_graphs(bool on);
+    // The decode graphs made so far (a capture that failed made none: its steps run eagerly).
+    int64_t decode_graphs_made() const;
+
     struct Impl;
     Impl& impl() { return *impl_; }  // (the device's other passes: session.cu)
 

@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -174,6 +176,21 @@ struct Selected {
     }
 };
 
+// The model's stream: created (a capture needs a stream of its own; the legacy default stream
+// cannot be captured into a CUDA graph), blocking with respect to the legacy stream, so that
+// work anywhere else on the device stays ordered with it. Destroyed after its last work.
+struct OwnedStream {
+    Stream s = nullptr;
+    OwnedStream() { PLDR_CUDA_CALL(cudaStreamCreate(&s)); }
+    ~OwnedStream() {
+        if (!s) return;
+        cudaStreamSynchronize(s);
+        cudaStreamDestroy(s);
+    }
+    OwnedStream(const OwnedStream&) = delete;
+    OwnedStream& operator=(const OwnedStream&) = delete;
+};
+
 // ---- what a pass keeps on the device -----------------------------------------------------------
 // A forward for inference (or one that downloads every tensor) reuses one layer's buffers for all
 // layers, and two of the metric learner's residual units and GLUs. A training forward
@@ -233,10 +250,14 @@ struct DevActs {
 namespace pldr::cuda {
 
 template <class T>
+struct DecodeWork;  // (session.cu)
+
+template <class T>
 struct DeviceModel<T>::Impl {
     const Model<T>& m;
     model_detail::Selected on;  // first: the members below are made on that device
-    Stream stream = nullptr;
+    model_detail::OwnedStream own_stream;
+    Stream stream = own_stream.s;  // every pass's work, in order
     Gemm gemm;
     Scratch<T> params, G_fixed;
     // The operator's parameters in float64, [L][5][H,D,D] (W, b, P, a, b_a): a float32
@@ -256,6 +277,10 @@ struct DeviceModel<T>::Impl {
     bool autocast = false;  // inside a pass with precision BF16, outside the learner
     Scratch<bf16> params16;
     bool params16_fresh = false;
+    // Decode steps (session.cu): their buffers and CUDA graph per (rows, cache capacity), made
+    // on first use; graphs unless PLDR_CUDA_GRAPHS=0 (or a capture fails: then eager steps).
+    std::map<std::pair<int64_t, int64_t>, std::shared_ptr<DecodeWork<T>>> decode_work;
+    bool decode_graphs = true;
 
     Impl(const Model<T>& model, int device);
     // Uploads the host model's parameters (and a float32 model's operator parameters in

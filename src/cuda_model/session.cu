@@ -124,26 +124,134 @@ struct DeviceSession<T>::State {
     void prefill(const std::vector<int64_t>& p);
 };
 
+// A decode step's device buffers for n rows and caches of at most cap positions (the scores'
+// stride), kept by the model per (n, cap): the same addresses every step, so that the step's
+// work can be captured once into a CUDA graph and replayed (the graph reads the step's tokens,
+// positions and per-sequence caches from tok, pos and rows, uploaded before each launch).
+template <class T>
+struct DecodeWork {
+    Scratch<int64_t> tok, pos;
+    Scratch<DecodeRow<T>> rows;  // [L, n]
+    Scratch<T> x0, x, mean, rstd, q, k, v, o, y, r, out1, h1, h2, gated, e, out;
+    cudaGraphExec_t graph = nullptr;
+    bool captured = false;  // a capture was tried (graph null: it failed; eager steps)
+    DecodeWork(const Config& c, int64_t n, int64_t cap, Stream s)
+        : tok(n, s),
+          pos(n, s),
+          rows(c.num_layers * n, s),
+          x0(n * c.hidden_size, s),
+          x(n * c.hidden_size, s),
+          mean(n, s),
+          rstd(n, s),
+          q(n * c.hidden_size, s),
+          k(n * c.hidden_size, s),
+          v(n * c.hidden_size, s),
+          o(n * c.hidden_size, s),
+          y(n * c.hidden_size, s),
+          r(n * c.hidden_size, s),
+          out1(n * c.hidden_size, s),
+          h1(n * c.intermediate_size, s),
+          h2(n * c.intermediate_size, s),
+          gated(n * c.intermediate_size, s),
+          e(n * c.num_heads * cap, s),
+          out(n * c.vocab_size, s) {}
+    ~DecodeWork() {
+        if (graph) cudaGraphExecDestroy(graph);
+    }
+    DecodeWork(const DecodeWork&) = delete;
+    DecodeWork& operator=(const DecodeWork&) = delete;
+};
+
 namespace {
 
+// The step's work on W's buffers (n rows; the scores' stride cap): the rows' embedding and
+// LN_in, per layer the projections, RoPE, the keys and values appended, the attention
+// (decode_attention_kernel), the output projection, LN1, the FFN, LN2; the head into W.out.
+// Stream work only (no allocation, no synchronisation): a CUDA graph can capture it.
+template <class T>
+void run_decode_work(typename DeviceModel<T>::Impl& im, DecodeWork<T>& W, int64_t n, int64_t cap) {
+    const Config& c = im.m.cfg;
+    const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, F = c.intermediate_size;
+    const int64_t nd = n * d;
+    const double eps = c.layer_norm_eps;
+    Stream s = im.stream;
+    embed_kernel<T><<<grid_for(nd), kThreads, 0, s>>>(W.x0.get(), im.dev(im.m.w.emb), W.tok.get(),
+                                                      n, d, im.m.embed_scale());
+    PLDR_CUDA_LAUNCHED("embed");
+    layernorm_forward<T>(W.x.get(), W.mean.get(), W.rstd.get(), W.x0.get(), im.dev(im.m.w.ln_in_g),
+                         im.dev(im.m.w.ln_in_b), n, d, eps, s);
+    const size_t smem = size_t(D + kThreads) * sizeof(T);
+    T *x = W.x.get(), *q = W.q.get(), *k = W.k.get(), *v = W.v.get(), *o = W.o.get();
+    T *y = W.y.get(), *r = W.r.get(), *out1 = W.out1.get();
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const LayerView<T>& w = im.m.w.layers[size_t(l)];
+        im.proj(q, x, w.wq, w.bq, n, d, d);
+        im.proj(k, x, w.wk, w.bk, n, d, d);
+        im.proj(v, x, w.wv, w.bv, n, d, d);
+        rope_forward<T>(q, W.pos.get(), n, H, D, im.rope, c.reference_rope, im.m.round_f32(),
+                        nullptr, s);
+        rope_forward<T>(k, W.pos.get(), n, H, D, im.rope, c.reference_rope, im.m.round_f32(),
+                        nullptr, s);
+        append_kv_kernel<T><<<grid_for(nd), kThreads, 0, s>>>(W.rows.get() + l * n, k, v, n, d);
+        PLDR_CUDA_LAUNCHED("append_kv");
+        decode_attention_kernel<T><<<dim3(unsigned(H), unsigned(n)), kThreads, smem, s>>>(
+            o, W.e.get(), q, W.rows.get() + l * n, d, D, cap, im.m.score_scale());
+        PLDR_CUDA_LAUNCHED("decode_attention");
+        // The output projection, + x, LN1; the FFN, + out1, LN2.
+        im.proj(y, o, w.wo, w.bo, n, d, d);
+        add(r, y, x, nd, s);
+        layernorm_forward<T>(out1, W.mean.get(), W.rstd.get(), r, im.dev(w.ln1_g), im.dev(w.ln1_b),
+                             n, d, eps, s);
+        im.proj(W.h1.get(), out1, w.ffn.w1, w.ffn.b1, n, d, F);
+        im.proj(W.h2.get(), out1, w.ffn.w2, w.ffn.b2, n, d, F);
+        glu_gate<T>(W.gated.get(), W.h1.get(), W.h2.get(), n * F, s);
+        im.proj(y, W.gated.get(), w.ffn.w3, w.ffn.b3, n, F, d);
+        add(r, y, out1, nd, s);
+        layernorm_forward<T>(x, W.mean.get(), W.rstd.get(), r, im.dev(w.ln2_g), im.dev(w.ln2_b), n,
+                             d, eps, s);
+    }
+    im.proj(W.out.get(), x, im.m.w.head_w, im.m.w.head_b, n, d, c.vocab_size);
+}
+
+// W's work as a CUDA graph, captured on first use (a failed capture leaves W.graph null).
+template <class T>
+void capture(typename DeviceModel<T>::Impl& im, DecodeWork<T>& W, int64_t n, int64_t cap) {
+    W.captured = true;
+    Stream s = im.stream;
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    bool ok = true;
+    try {
+        run_decode_work<T>(im, W, n, cap);
+    } catch (const std::exception&) {
+        ok = false;
+    }
+    cudaGraph_t g = nullptr;
+    ok = cudaStreamEndCapture(s, &g) == cudaSuccess && ok && g;
+    if (ok && cudaGraphInstantiate(&W.graph, g, 0) != cudaSuccess) W.graph = nullptr;
+    if (g) cudaGraphDestroy(g);
+    (void)cudaGetLastError();  // (a refused capture's error is not the next call's)
+}
+
 // One decode step of n cached sessions of one model, each holding its new token as the last of
-// its ids: the rows' embedding and LN_in, per layer the projections, RoPE, the keys and values
-// appended, the attention (decode_attention_kernel), the output projection, LN1, the FFN, LN2;
-// the head; each session's logits downloaded.
+// its ids: the operators of its kv sequences (G from the frozen A), the step's tokens,
+// positions and per-sequence caches uploaded, then run_decode_work (its graph where it has one);
+// each session's logits downloaded.
 template <class T>
 void step_rows(const std::vector<typename DeviceSession<T>::State*>& g) {
     auto& im = g[0]->im;
     const Config& c = im.m.cfg;
-    const int64_t n = int64_t(g.size()), d = c.hidden_size, H = c.num_heads, D = c.head_dim;
-    const int64_t HDD = H * D * D, F = c.intermediate_size, L = c.num_layers, V = c.vocab_size;
-    const double eps = c.layer_norm_eps;
+    const int64_t n = int64_t(g.size()), H = c.num_heads, D = c.head_dim;
+    const int64_t HDD = H * D * D, L = c.num_layers, V = c.vocab_size;
     Stream s = im.stream;
     std::vector<int64_t> tok(static_cast<size_t>(n)), pos(static_cast<size_t>(n));
-    int64_t Tmax = 0;
+    int64_t cap = 0;  // the scores' stride: the largest capacity, so that steps share a graph
     for (int64_t i = 0; i < n; ++i) {
         tok[size_t(i)] = g[size_t(i)]->ids.back();
         pos[size_t(i)] = int64_t(g[size_t(i)]->ids.size()) - 1;
-        Tmax = std::max(Tmax, pos[size_t(i)] + 1);
+        cap = std::max(cap, g[size_t(i)]->max_len);
     }
     rope_check_positions(pos.data(), n, im.rope.max_pos());
     // The operator per (layer, sequence): the cached G (kvg), the model's fixed G, or G from the
@@ -154,7 +262,7 @@ void step_rows(const std::vector<typename DeviceSession<T>::State*>& g) {
         for (int64_t i = 0; i < n; ++i)
             if (g[size_t(i)]->mode == CacheMode::KV) kv_at[size_t(i)] = nkv++;
     Scratch<T> Gkv(L * nkv * HDD, s);
-    std::vector<DecodeRow<T>> rows_h(static_cast<size_t>(L * n));
+    std::vector<DecodeRow<T>> rows(static_cast<size_t>(L * n));
     for (int64_t l = 0; l < L; ++l)
         for (int64_t i = 0; i < n; ++i) {
             auto& st = *g[size_t(i)];
@@ -168,57 +276,28 @@ void step_rows(const std::vector<typename DeviceSession<T>::State*>& g) {
                 im.operator_g(l, 1, st.Gc[size_t(l)].get(), out, nullptr, false, nullptr);
                 G = out;
             }
-            rows_h[size_t(l * n + i)] = {st.K[size_t(l)].get(), st.V[size_t(l)].get(), G,
-                                         pos[size_t(i)] + 1};
+            rows[size_t(l * n + i)] = {st.K[size_t(l)].get(), st.V[size_t(l)].get(), G,
+                                       pos[size_t(i)] + 1};
         }
-    Scratch<int64_t> tok_d(n, s), pos_d(n, s);
-    Scratch<DecodeRow<T>> rows(L * n, s);
-    copy_to_device(tok_d.get(), tok.data(), n, s);
-    copy_to_device(pos_d.get(), pos.data(), n, s);
-    copy_to_device(rows.get(), rows_h.data(), L * n, s);
-
-    const int64_t nd = n * d;
-    Scratch<T> x0(nd, s), x(nd, s), mean(n, s), rstd(n, s), q(nd, s), k(nd, s), v(nd, s), o(nd, s),
-        y(nd, s), r(nd, s), out1(nd, s), h1(n * F, s), h2(n * F, s), gated(n * F, s),
-        e(n * H * Tmax, s);
-    embed_kernel<T><<<grid_for(nd), kThreads, 0, s>>>(x0.get(), im.dev(im.m.w.emb), tok_d.get(), n,
-                                                      d, im.m.embed_scale());
-    PLDR_CUDA_LAUNCHED("embed");
-    layernorm_forward<T>(x.get(), mean.get(), rstd.get(), x0.get(), im.dev(im.m.w.ln_in_g),
-                         im.dev(im.m.w.ln_in_b), n, d, eps, s);
-    const size_t smem = size_t(D + kThreads) * sizeof(T);
-    for (int64_t l = 0; l < L; ++l) {
-        const LayerView<T>& w = im.m.w.layers[size_t(l)];
-        im.proj(q.get(), x.get(), w.wq, w.bq, n, d, d);
-        im.proj(k.get(), x.get(), w.wk, w.bk, n, d, d);
-        im.proj(v.get(), x.get(), w.wv, w.bv, n, d, d);
-        rope_forward<T>(q.get(), pos_d.get(), n, H, D, im.rope, c.reference_rope, im.m.round_f32(),
-                        nullptr, s);
-        rope_forward<T>(k.get(), pos_d.get(), n, H, D, im.rope, c.reference_rope, im.m.round_f32(),
-                        nullptr, s);
-        append_kv_kernel<T>
-            <<<grid_for(nd), kThreads, 0, s>>>(rows.get() + l * n, k.get(), v.get(), n, d);
-        PLDR_CUDA_LAUNCHED("append_kv");
-        decode_attention_kernel<T><<<dim3(unsigned(H), unsigned(n)), kThreads, smem, s>>>(
-            o.get(), e.get(), q.get(), rows.get() + l * n, d, D, Tmax, im.m.score_scale());
-        PLDR_CUDA_LAUNCHED("decode_attention");
-        // The output projection, + x, LN1; the FFN, + out1, LN2.
-        im.proj(y.get(), o.get(), w.wo, w.bo, n, d, d);
-        add(r.get(), y.get(), x.get(), nd, s);
-        layernorm_forward<T>(out1.get(), mean.get(), rstd.get(), r.get(), im.dev(w.ln1_g),
-                             im.dev(w.ln1_b), n, d, eps, s);
-        im.proj(h1.get(), out1.get(), w.ffn.w1, w.ffn.b1, n, d, F);
-        im.proj(h2.get(), out1.get(), w.ffn.w2, w.ffn.b2, n, d, F);
-        glu_gate<T>(gated.get(), h1.get(), h2.get(), n * F, s);
-        im.proj(y.get(), gated.get(), w.ffn.w3, w.ffn.b3, n, F, d);
-        add(r.get(), y.get(), out1.get(), nd, s);
-        layernorm_forward<T>(x.get(), mean.get(), rstd.get(), r.get(), im.dev(w.ln2_g),
-                             im.dev(w.ln2_b), n, d, eps, s);
+    auto& slot = im.decode_work[{n, cap}];
+    if (!slot) {
+        if (im.decode_work.size() > 16) {  // (batches shrink as sequences end: keep a few)
+            im.decode_work.clear();
+            return step_rows<T>(g);
+        }
+        slot = std::make_shared<DecodeWork<T>>(c, n, cap, s);
     }
-    Scratch<T> out(n * V, s);
-    im.proj(out.get(), x.get(), im.m.w.head_w, im.m.w.head_b, n, d, V);
+    DecodeWork<T>& W = *slot;
+    copy_to_device(W.tok.get(), tok.data(), n, s);
+    copy_to_device(W.pos.get(), pos.data(), n, s);
+    copy_to_device(W.rows.get(), rows.data(), L * n, s);
+    if (im.decode_graphs && !W.captured) capture<T>(im, W, n, cap);
+    if (W.graph)
+        PLDR_CUDA_CALL(cudaGraphLaunch(W.graph, s));
+    else
+        run_decode_work<T>(im, W, n, cap);
     std::vector<T> all(static_cast<size_t>(n * V));
-    copy_to_host(all.data(), out.get(), n * V, s);
+    copy_to_host(all.data(), W.out.get(), n * V, s);  // (waits for the step; Gkv freed after)
     for (int64_t i = 0; i < n; ++i)
         g[size_t(i)]->logits.assign(all.begin() + i * V, all.begin() + (i + 1) * V);
 }
@@ -326,6 +405,21 @@ template <class T>
 int64_t DeviceSession<T>::capacity() const {
     return st_->max_len;
 }
+
+template <class T>
+void DeviceModel<T>::set_decode_graphs(bool on) {
+    impl_->decode_graphs = on;
+}
+template <class T>
+int64_t DeviceModel<T>::decode_graphs_made() const {
+    int64_t made = 0;
+    for (const auto& [key, w] : impl_->decode_work) made += w && w->graph ? 1 : 0;
+    return made;
+}
+template void DeviceModel<float>::set_decode_graphs(bool);
+template void DeviceModel<double>::set_decode_graphs(bool);
+template int64_t DeviceModel<float>::decode_graphs_made() const;
+template int64_t DeviceModel<double>::decode_graphs_made() const;
 
 template class DeviceSession<float>;
 template class DeviceSession<double>;

@@ -2,8 +2,8 @@
 // (infer/session.h): for every case of the numeric case list and every cache mode (kvg, kv,
 // none), a prompt's prefill and 6 decode steps in float64 give logits within 1e-12 of the CPU's
 // at every step and the same greedy tokens; float32 within 1e-4 of the float64 CPU; several
-// sessions stepping together (decode_batch) likewise, each against its own CPU session; and the
-// CPU's one-line errors.
+// sessions stepping together (decode_batch) likewise, each against its own CPU session; the
+// decode step's CUDA graph against the eager step, bit for bit; and the CPU's one-line errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -120,6 +120,49 @@ TEST_P(CudaSession, ABatchedStepFollowsEachSequencesCpuSession) {
         const std::vector<double> one = a.decode(id);
         pldr::cuda::DeviceSession<double>::decode_batch({&b}, {id});
         EXPECT_EQ(b.logits(), one);
+    }
+}
+
+// The decode step as a CUDA graph (captured once per batch size, replayed with each step's
+// tokens, positions and caches) gives the eager step's bits: batches of 3 and then 2 sessions
+// (kvg, kv, kvg) of growing lengths, float32 and float64.
+TEST_P(CudaSession, TheDecodeGraphGivesTheEagerStepsBits) {
+    PLDR_REQUIRE_GPU();
+    const numeric::Case& k = GetParam();
+    const numeric::Shape& s = k.shape;
+    const pldr::Model<double> m = numeric::make_model(k, 53);
+    const pldr::Model<float> m32 = numeric::cast_model<float>(m);
+    const int64_t steps = std::min<int64_t>(4, m.cfg.max_position - 3);
+    const auto run = [&]<class T>(pldr::cuda::DeviceModel<T>& dm, bool graphs) {
+        dm.set_decode_graphs(graphs);
+        const std::vector<pldr::CacheMode> modes = {pldr::CacheMode::KVG, pldr::CacheMode::KV,
+                                                    pldr::CacheMode::KVG};
+        std::vector<std::unique_ptr<pldr::cuda::DeviceSession<T>>> own;
+        std::vector<pldr::cuda::DeviceSession<T>*> ss;
+        std::vector<std::vector<T>> seen;
+        for (size_t i = 0; i < modes.size(); ++i) {
+            auto prompt = numeric::make_tokens(s, 90 + uint64_t(i));
+            prompt.resize(size_t(std::min<int64_t>(s.S, 1 + int64_t(i))));
+            own.push_back(std::make_unique<pldr::cuda::DeviceSession<T>>(dm, modes[i]));
+            ss.push_back(own.back().get());
+            seen.push_back(ss.back()->prefill(prompt));
+        }
+        for (int64_t t = 0; t < steps; ++t) {
+            if (t == 2) ss.pop_back();  // a smaller batch: another graph
+            std::vector<int64_t> next;
+            for (auto* x : ss) next.push_back(argmax(x->logits()));
+            pldr::cuda::DeviceSession<T>::decode_batch(ss, next);
+            for (auto* x : ss) seen.push_back(x->logits());
+        }
+        return seen;
+    };
+    pldr::cuda::DeviceModel<double> a(m), b(m);
+    pldr::cuda::DeviceModel<float> a32(m32), b32(m32);
+    EXPECT_EQ(run(a, true), run(b, false));
+    EXPECT_EQ(run(a32, true), run(b32, false));
+    if (steps >= 3) {
+        EXPECT_EQ(a.decode_graphs_made(), 2);  // batches of 3 and 2
+        EXPECT_EQ(b.decode_graphs_made(), 0);
     }
 }
 
