@@ -1,13 +1,13 @@
-// LayerNorm forward and backward on the GPU, in the CPU's summation order (ops/layernorm_order.h):
-// float32 and float64 give ops/dense.cpp's bits; bf16 activations give its float32 bits on the
-// widened inputs, rounded once.
+// LayerNorm forward and backward on the GPU, in the CPU's summation order (ops/layernorm_order.h)
+// for each row: float32 and float64 give ops/dense.cpp's bits for the output and dx; bf16
+// activations give its float32 bits on the widened inputs, rounded once.
 //
 // Forward and the backward's dx: 16 threads (half a warp) per row, thread k holding lane k of
 // the CPU's 16 lanes; the lanes' tree is a shuffle down by 8, 4, 2, 1 within the half warp; each
-// thread then adds the row's tail itself (at most 15 terms). The backward's dg and db: one thread
-// per column, over the rows in order, as the CPU accumulates them. (That last pass is the exact
-// one, not the fast one: at 32k rows it has only C threads; a faster deterministic order would
-// change the CPU's bits, docs/gpu.md.)
+// thread then adds the row's tail itself (at most 15 terms). The backward's dg and db: sums over
+// the rows in chunks (cuda/colsum.cuh: a fixed order, not the CPU's sequential one, whose single
+// thread per column left the GPU idle at training's 32k rows).
+#include "cuda/colsum.cuh"
 #include "cuda/common.cuh"
 #include "ops/layernorm_order.h"
 
@@ -77,22 +77,17 @@ __global__ void __launch_bounds__(kThreads)
         store(d, c, A(d[c]) + ln_dx(A(dy[c]), g[c], A(xr[c]), m, r, s1, s2));
 }
 
+// dg's term of row n, column c (ops/layernorm_order.h ln_dg), for column_sums.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
-    ln_backward_params_kernel(Acc<T>* dg, Acc<T>* db, const T* dout, const T* x, const Acc<T>* mean,
-                              const Acc<T>* rstd, int64_t N, int64_t C) {
-    using A = Acc<T>;
-    const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    A sg = dg ? dg[c] : A(0), sb = db ? db[c] : A(0);
-    for (int64_t n = 0; n < N; ++n) {
-        const A dy = A(dout[n * C + c]);
-        if (dg) sg += ln_dg(dy, A(x[n * C + c]), mean[n], rstd[n]);
-        if (db) sb += dy;
+struct LnDgTerm {
+    const T *dout, *x;
+    const Acc<T>*mean, *rstd;
+    int64_t C;
+    __device__ Acc<T> operator()(int64_t n, int64_t c) const {
+        using A = Acc<T>;
+        return ln_dg(A(dout[n * C + c]), A(x[n * C + c]), mean[n], rstd[n]);
     }
-    if (dg) dg[c] = sg;
-    if (db) db[c] = sb;
-}
+};
 
 unsigned half_warp_blocks(int64_t N) {
     const int64_t rows_per_block = kThreads / kLnLanes;
@@ -118,12 +113,8 @@ void layernorm_backward(T* dx, Acc<T>* dg, Acc<T>* db, const T* dout, const T* x
                         int64_t C, Stream stream) {
     PLDR_REQUIRE(N >= 0 && C > 0, "layernorm: bad shape [", N, ", ", C, "]");
     if (N == 0) return;
-    if (dg || db) {
-        ln_backward_params_kernel<T>
-            <<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(dg, db, dout, x,
-                                                                               mean, rstd, N, C);
-        PLDR_CUDA_LAUNCHED("layernorm_backward (dg, db)");
-    }
+    if (dg) column_sums(dg, N, C, LnDgTerm<T>{dout, x, mean, rstd, C}, stream);
+    if (db) column_sums(db, N, C, PlainTerm<T, Acc<T>>{dout, C}, stream);
     if (dx) {
         ln_backward_dx_kernel<T>
             <<<half_warp_blocks(N), kThreads, 0, stream>>>(dx, dout, x, mean, rstd, g, N, C);

@@ -10,9 +10,9 @@
 // dag_loss_term runs on them as train/loss.cpp calls it, and the gradients go back up to enter
 // the backward where the CPU's DeductiveGrads enter it. A device DAG kernel (the matrix
 // exponential in both modes) is future work (docs/gpu.md).
-// Per-parameter sums run in the CPU's order where the CPU sums sequentially (the bias gradients
-// over rows, the operator's per-head parameters over sequences, the embedding over tokens); the
-// products' sums are cuBLASLt's.
+// Per-parameter sums over rows (the bias and LayerNorm gradients, the operator's per-head
+// parameters over sequences) run in cuda/colsum.cuh's fixed chunked order, the embedding's over
+// each id's tokens in the CPU's order; the products' sums are cuBLASLt's.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/colsum.cuh"
 #include "cuda_model/impl.cuh"
 
 namespace pldr::cuda {
@@ -28,19 +29,6 @@ namespace pldr::cuda {
 using namespace model_detail;
 
 namespace {
-
-// db[o] += Σ_n x[n, o] over the rows in order (ops/dense.cpp's bias gradient; also the operator's
-// b and b_a: [B, H·D·D] summed over the sequences in order, as the CPU's loop over b adds them).
-// One thread per column.
-template <class T>
-__global__ void __launch_bounds__(kThreads) colsum_kernel(T* db, const T* x, int64_t N, int64_t O) {
-    for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < O;
-         o += int64_t(gridDim.x) * blockDim.x) {
-        T acc = db[o];
-        for (int64_t n = 0; n < N; ++n) acc += x[n * O + o];
-        db[o] = acc;
-    }
-}
 
 // The softmax's backward over one row of a (b,h) block [S,S], in place: g = (0 + E ⊙ (g − Σ E⊙g))
 // / scale (ops/dense.cpp softmax_backward into zeros, then ops/attention.cpp's division). No
@@ -89,11 +77,11 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// db[o] += Σ_n x[n, o] (ops/dense.cpp's bias gradient; also the operator's b and b_a: [B, H·D·D]
+// summed over the sequences), in cuda/colsum.cuh's chunks.
 template <class T>
 void colsum(T* db, const T* x, int64_t N, int64_t O, Stream s) {
-    if (O == 0) return;
-    colsum_kernel<T><<<grid_for(O), kThreads, 0, s>>>(db, x, N, O);
-    PLDR_CUDA_LAUNCHED("colsum");
+    column_sums(db, N, O, PlainTerm<T, T>{x, O}, s);
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 // Every CUDA kernel, forward and backward, against the CPU op, for every case of the numeric case
 // list (tests/numeric_cases.h: the registered PLGA variants × the shapes × learned / fixed G ×
 // DAG), in float64, float32 and bf16 storage (gpu_util.h: the allowances). The kernels that share
-// the CPU's arithmetic and order (LayerNorm, RoPE, AdamW, clipping) must give its bits.
+// the CPU's arithmetic and order (LayerNorm, RoPE, AdamW, clipping) must give its bits; the
+// LayerNorm's dg and db the bits of the CPU's terms summed in the GPU's chunked order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -11,12 +13,14 @@
 
 #include "core/rng.h"
 #include "core/vmath.h"
+#include "cuda/colsum_order.h"
 #include "gpu_util.h"
 #include "numeric_cases.h"
 #include "ops/activation.h"
 #include "ops/cross_entropy.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"
+#include "ops/layernorm_order.h"
 #include "ops/plga_variants.h"
 #include "ops/rope.h"
 #include "train/adamw.h"
@@ -69,6 +73,13 @@ void layernorm_case(int64_t N, int64_t C, uint64_t seed) {
                             C, 1e-5);
     pldr::layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), mean.data(),
                              rstd.data(), g.data(), N, C);
+    // dg and db: the CPU's terms, summed in the GPU's order (cuda/colsum_order.h)
+    dg = dg0;
+    std::fill(db.begin(), db.end(), T(0));
+    cu::column_sums_host(dg.data(), N, C, [&](int64_t n, int64_t c) {
+        return pldr::ln_dg(dy[sz(n * C + c)], x[sz(n * C + c)], mean[sz(n)], rstd[sz(n)]);
+    });
+    cu::column_sums_host(db.data(), N, C, [&](int64_t n, int64_t c) { return dy[sz(n * C + c)]; });
     Buf<T> dX(x), dG(g), dB(b), dOut(x.size()), dMean(sz(N)), dRstd(sz(N)), dDy(dy), dDx(dx0),
         dDg(dg0), dDb(std::vector<T>(sz(C), T(0)));
     cu::layernorm_forward<T>(dOut.get(), dMean.get(), dRstd.get(), dX.get(), dG.get(), dB.get(), N,
@@ -96,6 +107,10 @@ void layernorm_bf16_case(int64_t N, int64_t C, uint64_t seed) {
                             C, 1e-5);
     pldr::layernorm_backward(dx.data(), dg.data(), static_cast<float*>(nullptr), dy.data(),
                              x.data(), mean.data(), rstd.data(), g.data(), N, C);
+    std::fill(dg.begin(), dg.end(), 0.f);  // in the GPU's order (cuda/colsum_order.h)
+    cu::column_sums_host(dg.data(), N, C, [&](int64_t n, int64_t c) {
+        return pldr::ln_dg(dy[sz(n * C + c)], x[sz(n * C + c)], mean[sz(n)], rstd[sz(n)]);
+    });
     Buf<bf16> dX(xb), dOut(xb.size()), dDy(dyb), dDx(dx0b);
     Buf<float> dG(g), dB(b), dMean(sz(N)), dRstd(sz(N)), dDg(std::vector<float>(sz(C)));
     cu::layernorm_forward<bf16>(dOut.get(), dMean.get(), dRstd.get(), dX.get(), dG.get(), dB.get(),
