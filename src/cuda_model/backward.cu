@@ -8,13 +8,16 @@
 // metric learner's units as the CPU's KeepActs::TRAINING does.
 // The DAG terms run on the HOST: the layers' A_LM, A_P and G_LM are downloaded, train/loss.h's
 // dag_loss_term runs on them as train/loss.cpp calls it, and the gradients go back up to enter
-// the backward where the CPU's DeductiveGrads enter it. A device DAG kernel (the matrix
-// exponential in both modes) is future work (docs/gpu.md).
-// Per-parameter sums over rows (the bias and LayerNorm gradients, the operator's per-head
-// parameters over sequences) run in cuda/colsum.cuh's fixed chunked order, the embedding's over
-// each id's tokens in the CPU's order; the products' sums are cuBLASLt's.
+// the backward where the CPU's DeductiveGrads enter it; without gradients (the metrics of zero
+// coefficients) on a thread of their own while the device runs the backward. A device DAG kernel
+// (the matrix exponential in both modes) is future work (docs/gpu.md). Per-parameter sums over rows
+// (the bias and LayerNorm gradients, the operator's per-head parameters over sequences) run in
+// cuda/colsum.cuh's fixed chunked order, the embedding's over each id's tokens in the CPU's order;
+// the products' sums are cuBLASLt's.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <future>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -170,30 +173,45 @@ void DeviceModel<T>::Impl::head_loss(const T* h, const std::vector<int64_t>& tgt
 // ---- the DAG terms, on the host (train/loss.cpp dag_terms) -------------------------------------
 
 template <class T>
-void DeviceModel<T>::Impl::dag_terms(DevActs<T>& da, int64_t B, const DagCoeffs& dag,
-                                     double grad_scale, LossResult& r, DagGrads& out) {
+std::future<void> DeviceModel<T>::Impl::dag_terms(DevActs<T>& da, int64_t B, const DagCoeffs& dag,
+                                                  double grad_scale, LossResult& r, DagGrads& out) {
     const Config& c = m.cfg;
     const int64_t L = c.num_layers, D = c.head_dim, per = B * c.num_heads * D * D;
     const int64_t count = L * B * c.num_heads;
     const bool want_grad = grad_scale != 0.0 && dag.any();
-    auto term = [&](Scratch<T> DevLayer<T>::*field, Scratch<T>& grad, double coeff,
-                    double* metric) {
-        std::vector<T> X(static_cast<size_t>(L * per));
+    // A_LM, A_P and G_LM of every layer, [L,B,H,D,D] each
+    auto X = std::make_shared<std::array<std::vector<T>, 3>>();
+    using Field = Scratch<T> DevLayer<T>::*;
+    const std::array<Field, 3> fields = {&DevLayer<T>::A_LM, &DevLayer<T>::A_P, &DevLayer<T>::G};
+    for (int t = 0; t < 3; ++t) {
+        (*X)[size_t(t)].resize(static_cast<size_t>(L * per));
         for (int64_t l = 0; l < L; ++l)
-            copy_to_host(X.data() + l * per, (da.layer(l).*field).get(), per, stream);
-        const bool g = want_grad && coeff > 0;
-        std::vector<T> dX(g ? X.size() : 0, T(0));
-        *metric = dag_loss_term(X, count, D, m.reference_numerics(), coeff, grad_scale,
-                                g ? dX.data() : nullptr, &r.dag_loss);
+            copy_to_host((*X)[size_t(t)].data() + l * per, (da.layer(l).*fields[size_t(t)]).get(),
+                         per, stream);
+    }
+    const double coeffs[3] = {dag.A, dag.Ap, dag.G};
+    double* metrics[3] = {&r.dagA, &r.dagAp, &r.dagG};
+    const bool reference = m.reference_numerics();
+    if (!want_grad) {  // the metrics (and the loss's parts) alone: on a thread of their own
+        return std::async(std::launch::async, [X, coeffs, metrics, reference, count, D, &r] {
+            for (int t = 0; t < 3; ++t)
+                *metrics[t] = dag_loss_term((*X)[size_t(t)], count, D, reference, coeffs[t], 0.0,
+                                            static_cast<T*>(nullptr), &r.dag_loss);
+        });
+    }
+    Scratch<T>* grads[3] = {&out.dA_LM, &out.dA_P, &out.dG};
+    for (int t = 0; t < 3; ++t) {
+        const bool g = coeffs[t] > 0;
+        std::vector<T> dX(g ? size_t(L * per) : 0, T(0));
+        *metrics[t] = dag_loss_term((*X)[size_t(t)], count, D, reference, coeffs[t], grad_scale,
+                                    g ? dX.data() : nullptr, &r.dag_loss);
         if (g) {  // [L,B,H,D,D]: layer l's at l·per, as the CPU's DeductiveGrads per layer
-            grad = Scratch<T>(L * per, stream);
-            copy_to_device(grad.get(), dX.data(), L * per, stream);
+            *grads[t] = Scratch<T>(L * per, stream);
+            copy_to_device(grads[t]->get(), dX.data(), L * per, stream);
             PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // before dX goes
         }
-    };
-    term(&DevLayer<T>::A_LM, out.dA_LM, dag.A, &r.dagA);
-    term(&DevLayer<T>::A_P, out.dA_P, dag.Ap, &r.dagAp);
-    term(&DevLayer<T>::G, out.dG, dag.G, &r.dagG);
+    }
+    return {};
 }
 
 // ---- the decoder layer's backward (model/plga_layer.cpp decoder_layer_backward) ----------------
@@ -469,14 +487,22 @@ LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B
     // gradient; then the DAG terms (learned G: as metrics always, in the loss for positive
     // coefficients); then the layers in reverse, LN_in and the embedding.
     head_loss(da.input_of(c.num_layers), tgt, N, grad_scale / denominator, g, dx.get(), r);
+    // Without their gradient (zero coefficients, or validation) the DAG terms run on the host
+    // while the device runs the backward; they write r's DAG fields only.
     DagGrads dg;
-    if (c.learned_g()) {
-        dag_terms(da, B, dag, want ? grad_scale : 0.0, r, dg);
+    std::future<void> dag_host;
+    if (c.learned_g()) dag_host = dag_terms(da, B, dag, want ? grad_scale : 0.0, r, dg);
+    const auto dag_done = [&] {
+        if (dag_host.valid()) dag_host.get();
         r.value += r.dag_loss;
+    };
+    if (!want) {
+        dag_done();
+        return r;
     }
-    if (!want) return r;
     for (int64_t l = c.num_layers - 1; l >= 0; --l) layer_backward(l, B, S, da, dg, g, dx);
     embed_backward(da, in, g, dx.get());
+    dag_done();
     if (resident) return r;
     std::vector<T> host(static_cast<size_t>(P));
     copy_to_host(host.data(), gd, P, s);
