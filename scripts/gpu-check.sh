@@ -164,14 +164,17 @@ run() {
     command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "nvidia-smi: not here"
     local P=$pkg/bin
     step gpu_tests 150 "$P/pldr_gpu_tests" --gtest_brief=1
-    step cpu_sanity 45 "$P/pldr_tests" --gtest_brief=1 \
+    # pldr serve on the GPU against the CPU's server: 4 concurrent greedy completions (their slots
+    # decode together), the texts equal and the log-probabilities within 1e-3.
+    step serve_cuda 30 python3 tests/serve/gpu_serve_check.py "$P/pldr"
+    step cpu_sanity 30 "$P/pldr_tests" --gtest_brief=1 \
         --gtest_filter='CudaDevice.*:CudaShared.*:Device.*:GoldenForward.*:GoldenGrad.*:AdamWGolden.*'
     # What the CUDA backend runs of the 110M shape so far, against the GPU's limits measured in
     # the same run: the prefill of 1,024 tokens (the line: 120,000 tok/s), greedy decode
     # in kvg at batch 1 (the line: 3,000 tok/s) and 8 (15,000), and training steps of 32 x 1024 in float32 and
     # bf16 mixed precision (the lines: 90,000 and 236,000 tok/s; the peak device memory beside
     # each).
-    step bench_cuda_110M 120 "$P/pldr" bench --config 110M --device cuda \
+    step bench_cuda_110M 110 "$P/pldr" bench --config 110M --device cuda \
         --only prefill,decode,train --caches kvg --precision fp32,bf16 --prompt-prefill 1024 \
         --train-batch 32 --train-seq 1024 --json "$LOGS/bench_cuda.json"
     bench_row bench_cuda_110M "$LOGS/bench_cuda.json"

@@ -43,8 +43,15 @@ TEST(Device, CudaWithoutABackendExitsOneWithOneLine) {
     std::vector<std::string> commands = {
         "generate " + kModel + " --ids 5,6 -n 2 --save-g-cache " + out + "/g.gcache",
         "audit " + kModel + " --out " + out + "/audit",
-        "serve " + kModel + " --port 0",
     };
+    if (gpu) {  // pldr serve runs there (tests/serve/gpu_serve_check.py), but not its cached echo
+        const auto r = cli_test::run("serve " + kModel + " --port 0 --mode cached --device cuda");
+        EXPECT_EQ(r.code, 1) << r.err;
+        EXPECT_EQ(cli_test::count_lines(r.err), 1) << r.err;
+        EXPECT_NE(r.err.find("--mode cached"), std::string::npos) << r.err;
+    } else {
+        commands.push_back("serve " + kModel + " --port 0");
+    }
     if (!gpu) {
         commands.push_back(
             "bench --config S --only decode");  // (with a GPU, train runs there: AModelOnTheGpu...

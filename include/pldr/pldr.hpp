@@ -378,6 +378,7 @@ class Session {
     // Off: later calls keep no deductive outputs (last_outputs and score_prompt then throw),
     // only the logits: less memory, and no copy of the operators per step (generation, servers).
     // On by default; decode_batch keeps a step's outputs when any of its sessions keeps them.
+    // A session of a model on a GPU keeps none: off is accepted, on refuses in one line.
     void keep_outputs(bool on);
     // The log-probability of every prefilled token after the first (context = the first token,
     // continuation = the rest), with top_logprobs alternatives each, read from the prefill's own

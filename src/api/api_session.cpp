@@ -207,6 +207,7 @@ void Session::save_g_cache(const std::string& path, bool force) const {
     });
 }
 void Session::keep_outputs(bool on) {
+    if (live(impl_)->dev && !on) return;  // a device session keeps none
     live(impl_)->visit([&](auto& s) { s.keep_activations(on); });
 }
 ScoreResult Session::score_prompt(int64_t top_logprobs) const {

@@ -27,6 +27,9 @@ DeviceRopeTable::DeviceRopeTable(const RopeTable& t) : max_pos_(t.max_pos), half
             upload(&cos64_, t.cos64);
             upload(&sin64_, t.sin64);
         }
+        // cudaMemcpy from pageable memory may return before its copy lands: complete it here,
+        // for the kernels of streams that do not wait for the legacy stream (a model's)
+        PLDR_CUDA_CALL(cudaStreamSynchronize(cudaStreamLegacy));
     } catch (...) {
         cudaFree(cos_);
         cudaFree(sin_);

@@ -178,11 +178,13 @@ struct Selected {
 };
 
 // The model's stream: created (a capture needs a stream of its own; the legacy default stream
-// cannot be captured into a CUDA graph), blocking with respect to the legacy stream, so that
-// work anywhere else on the device stays ordered with it. Destroyed after its last work.
+// cannot be captured into a CUDA graph) and non-blocking, so that another thread's work on the
+// legacy stream (a model being uploaded) neither waits for it nor breaks a capture on it: every
+// pass's work goes to this stream, and what is made on the legacy stream (the RoPE table) is
+// complete before its constructor returns. Destroyed after its last work.
 struct OwnedStream {
     Stream s = nullptr;
-    OwnedStream() { PLDR_CUDA_CALL(cudaStreamCreate(&s)); }
+    OwnedStream() { PLDR_CUDA_CALL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
     ~OwnedStream() {
         if (!s) return;
         cudaStreamSynchronize(s);

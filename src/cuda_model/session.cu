@@ -292,7 +292,7 @@ void step_rows(const std::vector<typename DeviceSession<T>::State*>& g) {
     copy_to_device(W.pos.get(), pos.data(), n, s);
     copy_to_device(W.rows.get(), rows.data(), L * n, s);
     if (im.decode_graphs && !W.captured) capture<T>(im, W, n, cap);
-    if (W.graph)
+    if (im.decode_graphs && W.graph)
         PLDR_CUDA_CALL(cudaGraphLaunch(W.graph, s));
     else
         run_decode_work<T>(im, W, n, cap);
@@ -380,17 +380,25 @@ void DeviceSession<T>::decode_batch(const std::vector<DeviceSession*>& ss,
         PLDR_REQUIRE(int64_t(st.ids.size()) < st.max_len, which, "the context is full (",
                      st.max_len, " tokens)");
     }
+    PLDR_REQUIRE(ss.size() <= 65535, "a batched decode step takes at most 65535 sessions (got ",
+                 ss.size(), ")");
     ss[0]->st_->im.on.select();
     std::vector<State*> cached;
-    for (size_t i = 0; i < ss.size(); ++i) {
-        State& st = *ss[i]->st_;
-        st.ids.push_back(ids[i]);
-        if (st.mode == CacheMode::NONE)
-            st.prefill(st.ids);  // the whole sequence again (prefill's forward, no cache)
-        else
-            cached.push_back(&st);
+    for (size_t i = 0; i < ss.size(); ++i) ss[i]->st_->ids.push_back(ids[i]);
+    try {
+        for (size_t i = 0; i < ss.size(); ++i) {
+            State& st = *ss[i]->st_;
+            if (st.mode == CacheMode::NONE)
+                st.prefill(st.ids);  // the whole sequence again (prefill's forward, no cache)
+            else
+                cached.push_back(&st);
+        }
+        if (!cached.empty()) step_rows<T>(cached);
+    } catch (...) {
+        // (a failed step leaves every session as it was: the rows past a length are never read)
+        for (DeviceSession* x : ss) x->st_->ids.pop_back();
+        throw;
     }
-    if (!cached.empty()) step_rows<T>(cached);
 }
 
 template <class T>

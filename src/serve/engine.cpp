@@ -88,23 +88,28 @@ const std::vector<int64_t>& Slot::tokens() const {
 
 namespace {
 
-// The model in float32 with the reference's numerics and its tokenizer (default
-// MODEL_DIR/tokenizer.model), which serving needs.
-// The model in float32 with the reference's numerics, and its tokenizer (MODEL_DIR's, or the one
-// given); whether it has one is checked after the context (serving needs it).
-api::Model load_for_serving(const std::string& model_dir, const std::string& tokenizer) {
+// The model in float32 with the reference's numerics, on `device`, and its tokenizer (MODEL_DIR's,
+// or the one given); whether it has one is checked after the context (serving needs it).
+api::Model load_for_serving(const std::string& model_dir, const std::string& tokenizer,
+                            const std::string& device, EchoMode echo) {
+    require(echo != EchoMode::CACHED || api::describe_device(device) == "cpu",
+            "--mode cached reads the prompt's scores from the prefill's outputs, which the CUDA "
+            "backend does not keep yet: use --mode block with --device ",
+            device);
     api::LoadOptions lo;
     lo.dtype = api::DType::F32;
     lo.reference_numerics = true;
     lo.tokenizer = tokenizer;
+    lo.device = device;
     return api::Model::load(model_dir, lo);
 }
 
 }  // namespace
 
 Engine::Engine(const std::string& model_dir, int64_t ctx, EchoMode echo,
-               const std::string& tokenizer)
-    : p_(std::make_unique<Impl>(Impl{load_for_serving(model_dir, tokenizer)})), echo_(echo) {
+               const std::string& tokenizer, const std::string& device)
+    : p_(std::make_unique<Impl>(Impl{load_for_serving(model_dir, tokenizer, device, echo)})),
+      echo_(echo) {
     const int64_t L = p_->m.info().max_position;
     require(ctx >= 0 && ctx <= L, "--ctx must be in [0, ", std::to_string(L),
             "] (max_position_embeddings; 0 = all of it), got ", std::to_string(ctx));

@@ -81,9 +81,10 @@ class Engine {
   public:
     // Loads MODEL_DIR (config.json, model.safetensors) and the tokenizer (default
     // MODEL_DIR/tokenizer.model). ctx: the context limit (0 = max_position_embeddings; larger is
-    // an error).
+    // an error). device: where the model runs ("cpu", "cuda[:N]": the slots' sessions and the
+    // block scoring there; cached echo, which reads the prefill's outputs, needs the CPU).
     Engine(const std::string& model_dir, int64_t ctx, EchoMode echo,
-           const std::string& tokenizer = {});
+           const std::string& tokenizer = {}, const std::string& device = "cpu");
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;

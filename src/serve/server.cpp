@@ -457,7 +457,7 @@ namespace {
 
 void check_options(const ServeOptions& o) {
     for_each_option(o, api::OptionRangeCheck{});
-    api::check_model_device(o.device);
+    api::check_device(o.device);  // (the model loads there; Engine)
 }
 
 }  // namespace

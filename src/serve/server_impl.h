@@ -48,7 +48,8 @@ class Server {
   public:
     Server(const std::string& dir, const ServeOptions& o)
         : o_(o),
-          e_(dir, o.ctx, o.mode == "cached" ? EchoMode::CACHED : EchoMode::BLOCK, o.tokenizer),
+          e_(dir, o.ctx, o.mode == "cached" ? EchoMode::CACHED : EchoMode::BLOCK, o.tokenizer,
+             o.device),
           sched_(e_, o.parallel, o.queue) {
         max_tokens_ = o.max_tokens > 0 ? std::min(o.max_tokens, e_.ctx()) : e_.ctx();
         routes_ = make_routes();

@@ -59,8 +59,9 @@ TEST_P(CudaSession, DecodingFollowsTheCpusSessionInEveryCacheMode) {
 
 // Several sessions stepping together (DeviceSession::decode_batch: the rows' products at once,
 // one attention kernel for all): prompts of different lengths in kvg, kv, none and kvg again,
+// every other one with a cache just long enough (the scores' stride is the largest capacity),
 // each against a CPU session of its own (float64 1e-12, float32 1e-4 of the float64 CPU, the
-// same greedy tokens); and a batch of one equals DeviceSession::decode.
+// same greedy tokens).
 TEST_P(CudaSession, ABatchedStepFollowsEachSequencesCpuSession) {
     PLDR_REQUIRE_GPU();
     const numeric::Case& k = GetParam();
@@ -82,9 +83,11 @@ TEST_P(CudaSession, ABatchedStepFollowsEachSequencesCpuSession) {
         auto prompt = numeric::make_tokens(s, 70 + uint64_t(i));
         prompt.resize(size_t(std::min<int64_t>(s.S, 1 + int64_t(i) % 4)));
         longest = std::max<int64_t>(longest, int64_t(prompt.size()));
-        cpu.push_back(std::make_unique<pldr::Session<double>>(m, modes[i]));
-        gpu.push_back(std::make_unique<pldr::cuda::DeviceSession<double>>(dm, modes[i]));
-        gpu32.push_back(std::make_unique<pldr::cuda::DeviceSession<float>>(dm32, modes[i]));
+        const int64_t cap =
+            i % 2 ? std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + 5) : 0;
+        cpu.push_back(std::make_unique<pldr::Session<double>>(m, modes[i], cap));
+        gpu.push_back(std::make_unique<pldr::cuda::DeviceSession<double>>(dm, modes[i], cap));
+        gpu32.push_back(std::make_unique<pldr::cuda::DeviceSession<float>>(dm32, modes[i], cap));
         g.push_back(gpu.back().get());
         g32.push_back(gpu32.back().get());
         cpu[i]->prefill(prompt);
@@ -110,16 +113,26 @@ TEST_P(CudaSession, ABatchedStepFollowsEachSequencesCpuSession) {
             EXPECT_EQ(gpu[i]->length(), cpu[i]->length());
         }
     }
-    // A batch of one is decode.
-    auto prompt = numeric::make_tokens(s, 80);
-    prompt.resize(size_t(std::min<int64_t>(s.S, 3)));
-    if (int64_t(prompt.size()) < m.cfg.max_position) {
-        pldr::cuda::DeviceSession<double> a(dm, pldr::CacheMode::KVG), b(dm, pldr::CacheMode::KVG);
-        const int64_t id = argmax(a.prefill(prompt));
-        b.prefill(prompt);
-        const std::vector<double> one = a.decode(id);
-        pldr::cuda::DeviceSession<double>::decode_batch({&b}, {id});
-        EXPECT_EQ(b.logits(), one);
+}
+
+// A head wider than a block of the decode attention kernel (D = 320 > 256 threads: each thread
+// its own output columns over all the keys) decodes as the CPU's Session, kvg and kv together.
+TEST(CudaSessionWide, AHeadWiderThanABlockDecodesAsTheCpus) {
+    PLDR_REQUIRE_GPU();
+    const numeric::Case k{"wide", {320, 2, 6, 11, 1, 1, 1, 1}};
+    const pldr::Model<double> m = numeric::make_model(k, 54);
+    pldr::cuda::DeviceModel<double> dm(m);
+    pldr::Session<double> c1(m, pldr::CacheMode::KVG), c2(m, pldr::CacheMode::KV);
+    pldr::cuda::DeviceSession<double> g1(dm, pldr::CacheMode::KVG), g2(dm, pldr::CacheMode::KV);
+    EXPECT_TRUE(gpu::f64_close(g1.prefill({1, 2, 3}), c1.prefill({1, 2, 3})));
+    EXPECT_TRUE(gpu::f64_close(g2.prefill({4}), c2.prefill({4})));
+    for (int t = 0; t < 3; ++t) {
+        const int64_t a = argmax(c1.logits()), b = argmax(c2.logits());
+        c1.decode(a);
+        c2.decode(b);
+        pldr::cuda::DeviceSession<double>::decode_batch({&g1, &g2}, {a, b});
+        EXPECT_TRUE(gpu::f64_close(g1.logits(), c1.logits())) << "step " << t;
+        EXPECT_TRUE(gpu::f64_close(g2.logits(), c2.logits())) << "step " << t;
     }
 }
 
