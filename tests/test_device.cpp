@@ -248,7 +248,8 @@ TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
 
 // pldr train --device cuda: the steps' forward and backward on the GPU (the Trainer's
 // StepBackend), the rest as on the CPU. Three float64 steps of the tiny preset from the same
-// init give the CPU's checkpoint: the trained models' logits within 1e-9 of each other.
+// init give the CPU's checkpoint: the trained models' logits within 1e-9 of each other; and a
+// stop and resume on the device gives the uninterrupted run's files, bit for bit.
 TEST(Device, TrainingOnTheGpuTakesTheCpusSteps) {
     if (!gpu_visible()) GTEST_SKIP() << "skipped: no CUDA device";
     const std::string root = cli_test::tmp_dir("device_train");
@@ -278,6 +279,23 @@ TEST(Device, TrainingOnTheGpuTakesTheCpusSteps) {
         return pldr::api::Tensor();
     };
     EXPECT_LE(rel_diff(logits(outs[1]), logits(outs[0])), 1e-9);
+    // Resume on the device is exact: 3 float32 steps at once, or 1 step, a stop and a resume to
+    // 3 (the moments downloaded into the checkpoint and uploaded again), give the same files.
+    const std::string args = "train --preset tiny --data " + root +
+                             "/data --batch 2 --steps 3 --warmup 1 --save-every 0 "
+                             "--eval-every 0 --device cuda --out ";
+    r = cli_test::run(args + root + "/full");
+    ASSERT_EQ(r.code, 0) << r.err;
+    r = cli_test::run(args + root + "/part --stop-at 1");
+    ASSERT_EQ(r.code, 0) << r.err;
+    r = cli_test::run("train --resume " + root + "/part --data " + root + "/data --out " + root +
+                      "/part --device cuda");
+    ASSERT_EQ(r.code, 0) << r.err;
+    for (const char* f : {"model.safetensors", "train_state.safetensors"}) {
+        const std::string a = cli_test::slurp(root + "/full/" + f);
+        ASSERT_FALSE(a.empty()) << f;
+        EXPECT_TRUE(a == cli_test::slurp(root + "/part/" + f)) << f << " differs";
+    }
 }
 
 }  // namespace
