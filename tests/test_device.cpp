@@ -246,6 +246,41 @@ TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
     EXPECT_GT(lim.bf16_gflops, lim.sgemm_gflops);
 }
 
+// pldr eval's benchmarks on the GPU (infer/tasks.h with the scoring passes there): TruthfulQA
+// in block and sequential scoring and PIQA in block, float64, every choice's log-likelihood
+// within 1e-10 of the CPU's and the same metrics.
+TEST(Device, EvaluationOnTheGpuScoresAsTheCpu) {
+    if (!gpu_visible()) GTEST_SKIP() << "skipped: no CUDA device";
+    const std::string dir =
+        std::string(PLDR_SOURCE_DIR) + "/tests/golden/eval/models/eval_v510_s2024";
+    const std::string data = std::string(PLDR_SOURCE_DIR) + "/data/eval/";
+    pldr::api::LoadOptions lo;
+    lo.dtype = pldr::api::DType::F64;
+    const pldr::api::Model cpu = pldr::api::Model::load(dir, lo);
+    lo.device = "cuda";
+    const pldr::api::Model gpu = pldr::api::Model::load(dir, lo);
+    const auto same = [](const pldr::api::McAccuracy& a, const pldr::api::McAccuracy& b) {
+        ASSERT_EQ(a.lls.size(), b.lls.size());
+        for (size_t i = 0; i < b.lls.size(); ++i) {
+            ASSERT_EQ(a.lls[i].size(), b.lls[i].size());
+            for (size_t c = 0; c < b.lls[i].size(); ++c)
+                EXPECT_NEAR(a.lls[i][c], b.lls[i][c], 1e-10 * std::fabs(b.lls[i][c]))
+                    << "item " << i << " choice " << c;
+        }
+        EXPECT_EQ(a.item_mc1, b.item_mc1);
+        EXPECT_EQ(a.item_acc, b.item_acc);
+        EXPECT_EQ(a.item_acc_norm, b.item_acc_norm);
+    };
+    for (const auto mode : {pldr::api::ScoreMode::BLOCK, pldr::api::ScoreMode::SEQUENTIAL}) {
+        const std::string tq = data + "truthfulqa/mc_task.dev.json";
+        same(pldr::api::eval_truthfulqa(gpu, tq, mode, 2),
+             pldr::api::eval_truthfulqa(cpu, tq, mode, 2));
+    }
+    const std::string pj = data + "piqa/valid.jsonl", pl = data + "piqa/valid-labels.lst";
+    same(pldr::api::eval_piqa(gpu, pj, pl, pldr::api::ScoreMode::BLOCK, 3),
+         pldr::api::eval_piqa(cpu, pj, pl, pldr::api::ScoreMode::BLOCK, 3));
+}
+
 // pldr train --device cuda: the steps' forward and backward on the GPU (the Trainer's
 // StepBackend), the rest as on the CPU. Three float64 steps of the tiny preset from the same
 // init give the CPU's checkpoint: the trained models' logits within 1e-9 of each other; and a

@@ -311,13 +311,11 @@ namespace {
 template <typename T>
 ScoreResult score_one(const ::pldr::Model<T>& m, const std::vector<int64_t>& ctx,
                       const std::vector<int64_t>& cont, const ScoreOptions& opt,
-                      const Model::Impl& im) {
+                      const ::pldr::DeviceScoring<T>* device) {
     PLDR_REQUIRE(!cont.empty(), "empty continuation");
     check_options(opt);
-    ::pldr::DeviceScoring<T> device;  // a model on a GPU: its passes there
-    if (im.dev) gpu::scoring(*im.dev, device);
-    const ::pldr::ScoreResult r = ::pldr::score_request(
-        m, {ctx, cont}, internal(opt.mode), opt.top_logprobs, im.dev ? &device : nullptr);
+    const ::pldr::ScoreResult r =
+        ::pldr::score_request(m, {ctx, cont}, internal(opt.mode), opt.top_logprobs, device);
     return to_score(r, ctx, cont);
 }
 
@@ -365,9 +363,9 @@ ScoreResult Model::score(const std::string& context, const std::string& continua
 ScoreResult Model::score_ids(const std::vector<int64_t>& context,
                              const std::vector<int64_t>& continuation,
                              const ScoreOptions& opt) const {
-    const Impl& im = impl_of(*this);
-    return im.visit_host(
-        [&](const auto& m) { return score_one(m, context, continuation, opt, im); });
+    return with_scoring(impl_of(*this), [&](const auto& m, const auto* device) {
+        return score_one(m, context, continuation, opt, device);
+    });
 }
 
 std::vector<ScoreResult> Model::score_batch(

@@ -34,7 +34,8 @@ std::string not_yet(const DeviceSpec& d) {
     return "--device " + d.name() +
            ": the CUDA backend runs the forward pass (Model::forward, pldr dump), the gradient "
            "(Model::loss_and_grads, pldr grad), generation, sessions (prefill, decode), scoring "
-           "and perplexity, pldr serve (--mode block), pldr train's steps and pldr bench's "
+           "and perplexity, evaluation (pldr eval), pldr serve (--mode block), pldr train's "
+           "steps and pldr bench's "
            "prefill, decode and training, but not yet this job; use --device cpu for it "
            "(docs/gpu.md)";
 }

@@ -107,6 +107,18 @@ struct Model::Impl {
 
 const Model::Impl& impl_of(const Model& m);
 
+// f(model, device) for a scoring job (infer/score.h): the host model of the loaded precision, and
+// its passes on the GPU where the model has a copy there (device null on the CPU).
+template <typename F>
+decltype(auto) with_scoring(const Model::Impl& im, F&& f) {
+    return im.visit_host([&](const auto& mm) {
+        using T = scalar_t<decltype(mm)>;
+        ::pldr::DeviceScoring<T> device;
+        if (im.dev) gpu::scoring(*im.dev, device);
+        return f(mm, im.dev ? &device : nullptr);
+    });
+}
+
 // ---- the public options and results as the internals' (and back) ----
 
 inline ::pldr::ScoreMode internal(ScoreMode m) {

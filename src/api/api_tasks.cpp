@@ -95,8 +95,9 @@ McAccuracy eval_truthfulqa(const Model& m, const std::string& path, ScoreMode mo
     load_truthfulqa(path, &mc1, &mc2);
     limit_items(mc1, limit);
     limit_items(mc2, limit);
-    const auto r = impl_of(m).visit(
-        [&](const auto& mm) { return ::pldr::eval_truthfulqa(mm, tok, mc1, mc2, internal(mode)); });
+    const auto r = with_scoring(impl_of(m), [&](const auto& mm, const auto* device) {
+        return ::pldr::eval_truthfulqa(mm, tok, mc1, mc2, internal(mode), device);
+    });
     McAccuracy a;
     a.items = int64_t(mc1.size());
     a.mc1 = r.mc1_mean;
@@ -114,8 +115,9 @@ McAccuracy eval_piqa(const Model& m, const std::string& jsonl, const std::string
     PLDR_REQUIRE(!labels.empty(), "piqa needs a labels file (valid-labels.lst)");
     auto items = load_piqa(jsonl, labels);
     limit_items(items, limit);
-    const auto r = impl_of(m).visit(
-        [&](const auto& mm) { return ::pldr::eval_piqa(mm, tok, items, internal(mode)); });
+    const auto r = with_scoring(impl_of(m), [&](const auto& mm, const auto* device) {
+        return ::pldr::eval_piqa(mm, tok, items, internal(mode), device);
+    });
     McAccuracy a;
     a.items = int64_t(items.size());
     a.acc = r.acc_mean;
@@ -128,12 +130,8 @@ McAccuracy eval_piqa(const Model& m, const std::string& jsonl, const std::string
 
 Perplexity perplexity(const Model& m, const std::string& text) {
     const ::pldr::Tokenizer& tok = tok_of(m);
-    const Model::Impl& im = impl_of(m);
-    const auto r = im.visit_host([&](const auto& mm) {
-        using T = scalar_t<decltype(mm)>;
-        ::pldr::DeviceScoring<T> device;  // a model on a GPU: its windows' forwards there
-        if (im.dev) gpu::scoring(*im.dev, device);
-        return ::pldr::perplexity(mm, tok, text, 0, im.dev ? &device : nullptr);
+    const auto r = with_scoring(impl_of(m), [&](const auto& mm, const auto* device) {
+        return ::pldr::perplexity(mm, tok, text, 0, device);  // (each window's forward there)
     });
     Perplexity p;
     p.loglikelihood = r.loglikelihood;

@@ -134,7 +134,8 @@ namespace pldr {
 
 template <typename T>
 ChoiceScores score_choices(const Model<T>& m, const Tokenizer& tok,
-                           const std::vector<McItem>& items, ScoreMode mode) {
+                           const std::vector<McItem>& items, ScoreMode mode,
+                           const DeviceScoring<T>* device) {
     ChoiceScores out;
     out.lls.resize(items.size());
     out.requests.resize(items.size());
@@ -149,11 +150,12 @@ ChoiceScores score_choices(const Model<T>& m, const Tokenizer& tok,
     }
     const int64_t n = int64_t(flat.size());
     std::string error;
-#pragma omp parallel for schedule(dynamic, 1)
+    // (on a device the requests take turns there: no host threads)
+#pragma omp parallel for schedule(dynamic, 1) if (!device)
     for (int64_t k = 0; k < n; ++k) {
         const auto [i, c] = flat[size_t(k)];
         try {
-            out.lls[i][c] = score_request(m, out.requests[i][c], mode).logprob;
+            out.lls[i][c] = score_request(m, out.requests[i][c], mode, 0, device).logprob;
         } catch (const Error& e) {
 #pragma omp critical
             if (error.empty()) error = cat("item ", i, " choice ", c, ": ", e.what());
@@ -181,13 +183,13 @@ PerplexityResult perplexity(const Model<T>& m, const Tokenizer& tok, const std::
 template <typename T>
 TruthfulQAScores eval_truthfulqa(const Model<T>& m, const Tokenizer& tok,
                                  const std::vector<McItem>& mc1, const std::vector<McItem>& mc2,
-                                 ScoreMode mode) {
+                                 ScoreMode mode, const DeviceScoring<T>* device) {
     PLDR_REQUIRE(mc1.size() == mc2.size(), "TruthfulQA: ", mc1.size(), " MC1 items but ",
                  mc2.size(), " MC2 items");
     PLDR_REQUIRE(!mc1.empty(), "TruthfulQA: no items");
     TruthfulQAScores r;
-    r.mc1_scores = score_choices(m, tok, mc1, mode);
-    r.mc2_scores = score_choices(m, tok, mc2, mode);
+    r.mc1_scores = score_choices(m, tok, mc1, mode, device);
+    r.mc2_scores = score_choices(m, tok, mc2, mode, device);
     for (size_t i = 0; i < mc1.size(); ++i) {
         r.mc1.push_back(argmax_first(r.mc1_scores.lls[i]) == 0 ? 1.0 : 0.0);
         r.mc2.push_back(mc2_score(r.mc2_scores.lls[i], mc2[i].labels));
@@ -201,10 +203,10 @@ TruthfulQAScores eval_truthfulqa(const Model<T>& m, const Tokenizer& tok,
 
 template <typename T>
 PiqaScores eval_piqa(const Model<T>& m, const Tokenizer& tok, const std::vector<McItem>& items,
-                     ScoreMode mode) {
+                     ScoreMode mode, const DeviceScoring<T>* device) {
     PLDR_REQUIRE(!items.empty(), "PIQA: no items");
     PiqaScores r;
-    r.scores = score_choices(m, tok, items, mode);
+    r.scores = score_choices(m, tok, items, mode, device);
     for (size_t i = 0; i < items.size(); ++i) {
         r.acc.push_back(argmax_first(r.scores.lls[i]) == items[i].gold ? 1.0 : 0.0);
         r.acc_norm.push_back(argmax_norm(r.scores.lls[i], items[i].choices) == items[i].gold ? 1.0
@@ -217,20 +219,19 @@ PiqaScores eval_piqa(const Model<T>& m, const Tokenizer& tok, const std::vector<
     return r;
 }
 
-template TruthfulQAScores eval_truthfulqa<float>(const Model<float>&, const Tokenizer&,
-                                                 const std::vector<McItem>&,
-                                                 const std::vector<McItem>&, ScoreMode);
-template TruthfulQAScores eval_truthfulqa<double>(const Model<double>&, const Tokenizer&,
-                                                  const std::vector<McItem>&,
-                                                  const std::vector<McItem>&, ScoreMode);
-template PiqaScores eval_piqa<float>(const Model<float>&, const Tokenizer&,
-                                     const std::vector<McItem>&, ScoreMode);
-template PiqaScores eval_piqa<double>(const Model<double>&, const Tokenizer&,
-                                      const std::vector<McItem>&, ScoreMode);
-template ChoiceScores score_choices<float>(const Model<float>&, const Tokenizer&,
-                                           const std::vector<McItem>&, ScoreMode);
-template ChoiceScores score_choices<double>(const Model<double>&, const Tokenizer&,
-                                            const std::vector<McItem>&, ScoreMode);
+#define PLDR_INSTANTIATE(T)                                                                        \
+    template TruthfulQAScores eval_truthfulqa<T>(                                                  \
+        const Model<T>&, const Tokenizer&, const std::vector<McItem>&, const std::vector<McItem>&, \
+        ScoreMode, const DeviceScoring<T>*);                                                       \
+    template PiqaScores eval_piqa<T>(const Model<T>&, const Tokenizer&,                            \
+                                     const std::vector<McItem>&, ScoreMode,                        \
+                                     const DeviceScoring<T>*);                                     \
+    template ChoiceScores score_choices<T>(const Model<T>&, const Tokenizer&,                      \
+                                           const std::vector<McItem>&, ScoreMode,                  \
+                                           const DeviceScoring<T>*);
+PLDR_INSTANTIATE(float)
+PLDR_INSTANTIATE(double)
+#undef PLDR_INSTANTIATE
 template PerplexityResult perplexity<float>(const Model<float>&, const Tokenizer&,
                                             const std::string&, int64_t,
                                             const DeviceScoring<float>*);

@@ -43,9 +43,11 @@ struct ChoiceScores {
     std::vector<std::vector<double>> lls;
     std::vector<std::vector<ScoreRequest>> requests;
 };
+// device: the passes there (score_request), one request at a time.
 template <typename T>
 ChoiceScores score_choices(const Model<T>& m, const Tokenizer& tok,
-                           const std::vector<McItem>& items, ScoreMode mode);
+                           const std::vector<McItem>& items, ScoreMode mode,
+                           const DeviceScoring<T>* device = nullptr);
 
 struct PerplexityResult {
     double loglikelihood = 0;  // Σ log p (nats)
@@ -70,7 +72,7 @@ struct TruthfulQAScores {
 template <typename T>
 TruthfulQAScores eval_truthfulqa(const Model<T>& m, const Tokenizer& tok,
                                  const std::vector<McItem>& mc1, const std::vector<McItem>& mc2,
-                                 ScoreMode mode);
+                                 ScoreMode mode, const DeviceScoring<T>* device = nullptr);
 struct PiqaScores {
     ChoiceScores scores;
     std::vector<double> acc, acc_norm;  // per item
@@ -78,6 +80,6 @@ struct PiqaScores {
 };
 template <typename T>
 PiqaScores eval_piqa(const Model<T>& m, const Tokenizer& tok, const std::vector<McItem>& items,
-                     ScoreMode mode);
+                     ScoreMode mode, const DeviceScoring<T>* device = nullptr);
 
 }  // namespace pldr
