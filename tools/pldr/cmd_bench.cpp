@@ -441,8 +441,8 @@ void add_bench(CLI::App& app) {
                     "pldr bench DIR then measures it loaded from the file")
         ->check(output_path());
     cmd->add_option("--only", a->only,
-                    "workloads: prefill,decode,train (the default on the CPU; prefill on CUDA); "
-                    "and the commands end to end, each whole with its peak RSS: cmd-train, "
+                    "workloads: prefill,decode,train (the default, on either device); and the "
+                    "commands end to end on the CPU, each whole with its peak RSS: cmd-train, "
                     "cmd-generate, cmd-serve, or product (all three)");
     cmd->add_option("--tokenizer", a->tokenizer,
                     "cmd-serve: the tokenizer (its vocabulary the model's) when the model "
