@@ -295,7 +295,7 @@ namespace {
 
 // A resident StepBackend (train/step.h) on the CPU: its own copy of the parameters, the
 // gradient and the AdamW moments, the CPU's kernels on them, the parameters written back into
-// the host model after each update, as the CUDA backend does on the device.
+// the host model when the Trainer asks (download_params), as the CUDA backend does on the device.
 class ResidentBackend final : public pldr::StepBackend<double> {
   public:
     explicit ResidentBackend(pldr::Model<double>& m)
@@ -326,7 +326,11 @@ class ResidentBackend final : public pldr::StepBackend<double> {
     void adamw(int64_t t, double lr, const pldr::AdamWConfig& cfg) override {
         pldr::adamw_update(copy_.params.data(), g_.data(), mom_.m.data(), mom_.v.data(), n(), t, lr,
                            cfg);
-        std::copy(copy_.params.begin(), copy_.params.end(), host_.params.begin());
+        stale_ = true;
+    }
+    void download_params() override {
+        if (stale_) std::copy(copy_.params.begin(), copy_.params.end(), host_.params.begin());
+        stale_ = false;
     }
     void set_moments(const pldr::AdamWState<double>& s) override {
         std::copy(s.m.begin(), s.m.end(), mom_.m.begin());
@@ -344,6 +348,7 @@ class ResidentBackend final : public pldr::StepBackend<double> {
     pldr::Model<double> copy_;
     std::vector<double> g_;
     pldr::AdamWState<double> mom_;
+    bool stale_ = false;
 };
 
 // A resident backend takes the CPU Trainer's steps bit for bit, clipping by value and by norm:
@@ -376,6 +381,9 @@ TEST(TrainStep, AResidentStepBackendTakesTheSameSteps) {
         ta.set_optimizer(std::move(resume));
         tb.set_optimizer(std::move(copy));
         expect_same_steps(ta, tb, 50, false);
+        // the parameters stay in the backend until the Trainer syncs them (model() does)
+        EXPECT_FALSE(std::equal(a.params.begin(), a.params.end(), b.params.begin()));
+        tb.sync_params();
         EXPECT_EQ(a.params, b.params);
         EXPECT_EQ(backend->accumulated, 6);
         pldr::AdamWState<double> sa, sb;

@@ -82,8 +82,11 @@ class DeviceModel {
     void clip_grads_by_value(T limit);
     void scale_grads_to_norm(double max_norm, double norm);
     // AdamW step t on the device parameters with the device moments (zero until set_moments),
-    // then the parameters downloaded into `host` (the model's, m.num_params() values).
+    // then, unless host is null, the parameters downloaded into it (the model's, m.num_params()
+    // values).
     void adamw(int64_t t, double lr, const AdamWConfig& cfg, T* host);
+    // The device's parameters into host (m.num_params() values). Waits for the device.
+    void download_params(T* host);
     void set_moments(const T* m, const T* v);
     // The precision of the training passes (loss_and_grads, accumulate): BF16 runs the linear
     // layers' products with bf16 operands and float32 accumulation (float32 models), as the

@@ -65,14 +65,19 @@ void DeviceModel<T>::adamw(int64_t t, double lr, const AdamWConfig& cfg, T* host
     Impl& im = *impl_;
     im.on.select();
     const int64_t P = im.m.num_params();
-    PLDR_REQUIRE(host, "adamw on the GPU: no host parameter buffer (null)");
     T* mm1 = sized(im.adam_m, P, im.stream);  // (zero when new: set_moments was never called)
     T* mm2 = sized(im.adam_v, P, im.stream);
     adamw_update<T>(im.params.get(), im.grad_buffer(), mm1, mm2, P, t, lr, cfg, im.stream);
     im.params16_fresh = false;  // the bf16 weights follow the new parameters
-    copy_to_host(host, im.params.get(), P, im.stream);
     // The float32 model's operator reads its parameters in float64 (op64): widened again.
     im.upload_op64();
+    if (host) download_params(host);
+}
+template <class T>
+void DeviceModel<T>::download_params(T* host) {
+    Impl& im = *impl_;
+    im.on.select();
+    copy_to_host(host, im.params.get(), im.m.num_params(), im.stream);
 }
 template <class T>
 void DeviceModel<T>::set_precision(Precision p) {
@@ -128,8 +133,16 @@ class DeviceStep final : public StepBackend<T> {
     void scale_to_norm(double max_norm, double norm) override {
         dm_.scale_grads_to_norm(max_norm, norm);
     }
+    // The parameters stay on the device after a step (440 MB at 110M: a download per step
+    // would cost about as much as a tenth of the step); download_params brings them.
     void adamw(int64_t t, double lr, const AdamWConfig& cfg) override {
-        dm_.adamw(t, lr, cfg, host_.params.data());
+        dm_.adamw(t, lr, cfg, nullptr);
+        stale_ = true;
+    }
+    void download_params() override {
+        if (!stale_) return;
+        dm_.download_params(host_.params.data());
+        stale_ = false;
     }
     void set_moments(const AdamWState<T>& s) override {
         PLDR_REQUIRE(s.size() == host_.num_params(), "optimizer state has ", s.size(),
@@ -149,6 +162,7 @@ class DeviceStep final : public StepBackend<T> {
     Model<T>& host_;
     DeviceModel<T> dm_;
     std::string name_;
+    bool stale_ = false;  // a step changed the device's parameters since the last download
 };
 
 }  // namespace
@@ -170,6 +184,7 @@ template std::shared_ptr<StepBackend<double>> make_step_backend(Model<double>&, 
     template void DeviceModel<T>::clip_grads_by_value(T);                             \
     template void DeviceModel<T>::scale_grads_to_norm(double, double);                \
     template void DeviceModel<T>::adamw(int64_t, double, const AdamWConfig&, T*);     \
+    template void DeviceModel<T>::download_params(T*);                                \
     template void DeviceModel<T>::set_moments(const T*, const T*);                    \
     template void DeviceModel<T>::set_precision(Precision);                           \
     template void DeviceModel<T>::get_moments(T*, T*);

@@ -259,6 +259,7 @@ template <typename T>
 void Trainer<T>::refuse_non_finite(const LossResult& loss, bool non_finite_grad,
                                    const std::vector<TokenBatch>& micro, const T* g) {
     if (!std::isfinite(loss.value)) {
+        sync_params();  // (the forward below runs on the host model)
         // Where in this rank's forward passes (as the step ran them) the non-finite values
         // appear first.
         const Bf16Autocast cast(cfg_.precision);
@@ -398,6 +399,7 @@ LossResult Trainer<T>::evaluate(const TokenBatch& b) {
                             : loss_and_grads<T>(model_, b.tokens, b.B, b.S1, cfg_.dag, acts_,
                                                 nullptr, 1.0, 0, keep_of(cfg_.recompute));
     if (!std::isfinite(l.value)) {
+        sync_params();
         const std::string bad = non_finite_origin(model_, b.tokens, b.B, b.S1);
         fail("non-finite validation loss (", l.value, ")",
              bad.empty() ? std::string() : "; non-finite values first appear in " + bad);

@@ -119,8 +119,11 @@ class StepBackend {
     virtual void download_grads(T*) { step_backend_not_resident(name()); }
     virtual void clip_by_value(T) { step_backend_not_resident(name()); }
     virtual void scale_to_norm(double, double) { step_backend_not_resident(name()); }
-    // AdamW step t (1-based) at lr, then the parameters into the host model.
+    // AdamW step t (1-based) at lr. The host model's parameters are stale after it, until
+    // download_params brings them (the Trainer calls it before anything reads them).
     virtual void adamw(int64_t, double, const AdamWConfig&) { step_backend_not_resident(name()); }
+    // The parameters into the host model, when a step changed them since the last download.
+    virtual void download_params() { step_backend_not_resident(name()); }
     virtual void set_moments(const AdamWState<T>&) { step_backend_not_resident(name()); }
     virtual void get_moments(AdamWState<T>&) { step_backend_not_resident(name()); }
 };
@@ -143,7 +146,18 @@ class Trainer {
     // tensor where non-finite values first appear.
     LossResult evaluate(const TokenBatch& b);
 
-    Model<T>& model() { return model_; }
+    // The model, its parameters current (a resident backend's downloaded first, when a step
+    // changed them: sync_params).
+    Model<T>& model() {
+        sync_params();
+        return model_;
+    }
+    // A resident backend's parameters into the host model where a step changed them since (the
+    // steps leave them on the device; every read of the host model's parameters comes after
+    // this: the checkpoint, the audit, model(), the naming of a non-finite loss).
+    void sync_params() {
+        if (backend_ && backend_->resident()) backend_->download_params();
+    }
     // This rank's optimizer state: the whole buffer, or with zero1 the rank's shard
     // [shard_begin(), shard_begin() + optimizer().size()). With a resident backend the moments
     // live there, and only full_optimizer() brings them back (step is always current).

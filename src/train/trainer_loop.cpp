@@ -416,6 +416,7 @@ void Run<T>::audit(int64_t step) {
     ();
     if (!f) return;
     const auto ts = std::chrono::steady_clock::now();
+    trainer_->sync_params();  // (the audit reads the host model)
     ojson a;
     try {
         a = ojson::parse(f(model_, tokenizer_src_));
@@ -455,6 +456,7 @@ void Run<T>::require_finite(const T* base, const char* what) const {
 // stops every rank).
 template <typename T>
 void Run<T>::checkpoint() {
+    trainer_->sync_params();
     require_finite(model_.params.data(), "parameter ");
     CheckpointInfo info;
     info.step = trainer_->steps_done();
