@@ -20,6 +20,7 @@
 #include <future>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -275,6 +276,7 @@ void DeviceModel<T>::Impl::attention_backward(int64_t l, int64_t B, int64_t S, D
     const int64_t SS = S * S, SD = S * D, n = B * HDD;
     Stream s = stream;
     const T *q = L.q.get(), *k = L.k.get(), *v = L.v.get(), *QG = L.QG.get();
+    std::optional<Tf32Scope> tf32(std::in_place, gemm, autocast);  // (ends before the learner's)
     const Strides rows_bsd{S * d, D};  // q, k, v, dO and their gradients: [B,S,H,D]
     Scratch<T> dE(B * H * SS, s), dQG(B * H * SD, s);
     // Per (b,h): dE = dO·Vᵀ; dV = Eᵀ·dO
@@ -295,6 +297,7 @@ void DeviceModel<T>::Impl::attention_backward(int64_t l, int64_t B, int64_t S, D
              dq, d, rows_bsd);
     if (!c.learned_g()) return;  // a fixed G is a constant
     dE.reset();
+    tf32.reset();
 
     // dG = Qᵀ·dQG (+ the DAG's), then the operator and the metric learner.
     Scratch<T> dG(n, s), dA(n, s);

@@ -291,6 +291,7 @@ void DeviceModel<T>::Impl::attention(const T* q, const T* k, const T* v, const T
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, DD = D * D;
     const int64_t SD = S * D, SS = S * S;
+    const Tf32Scope tf32(gemm, autocast);
     mm_heads(gemm, B, H, false, false, S, D, D, q, d, {S * d, D}, G, D, {H * DD, DD}, QG, D,
              {H * SD, SD});
     scores(QG, k, ids, B, S, Ep, E);
@@ -304,6 +305,7 @@ void DeviceModel<T>::Impl::scores(const T* QG, const T* k, const int64_t* ids, i
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, H = c.num_heads, D = c.head_dim, SD = S * D, SS = S * S;
     Stream s = stream;
+    const Tf32Scope tf32(gemm, autocast);
     mm_heads(gemm, B, H, false, true, S, S, D, QG, D, {H * SD, SD}, k, d, {S * d, D}, E, S,
              {H * SS, SS});
     // the raw scores are in E; the kernel writes Ep (kept) and E from them, row by row
