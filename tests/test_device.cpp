@@ -149,7 +149,23 @@ TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
         EXPECT_LE(rel_diff(ga.grads[i].second, gb.grads[i].second), 1e-12);
     }
     // every other job: one line that says which jobs run there
-    // generation: the CPU's greedy tokens in every cache mode
+    // a preset G-cache file (another prompt's), in a session and in generation
+    const std::string gfile = cli_test::tmp_dir("device_gcache") + "/g.gcache";
+    {
+        pldr::api::Session src(cpu, pldr::api::CacheMode::KVG, 8);
+        src.prefill({9, 8, 7, 6});
+        src.save_g_cache(gfile);
+        pldr::api::Session sg(gpu, pldr::api::CacheMode::KV, 8),
+            sc(cpu, pldr::api::CacheMode::KV, 8);
+        sg.load_g_cache(gfile);
+        sc.load_g_cache(gfile);
+        EXPECT_LE(rel_diff(sg.prefill({5, 6, 7}), sc.prefill({5, 6, 7})), 1e-12);
+        EXPECT_LE(rel_diff(sg.decode(9), sc.decode(9)), 1e-12);
+        sg.reset();  // the preset stays
+        sc.reset();
+        EXPECT_LE(rel_diff(sg.prefill({4, 5}), sc.prefill({4, 5})), 1e-12);
+    }
+    // generation: the CPU's greedy tokens in every cache mode, with and without a preset
     for (const auto mode :
          {pldr::api::CacheMode::KVG, pldr::api::CacheMode::KV, pldr::api::CacheMode::NONE}) {
         pldr::api::GenerateOptions go;
@@ -157,6 +173,8 @@ TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
         go.max_tokens = 6;
         go.stop_at_eos = false;
         go.cache = mode;
+        EXPECT_EQ(gpu.generate_ids({5, 6, 7}, go).ids, cpu.generate_ids({5, 6, 7}, go).ids);
+        go.g_cache_file = gfile;
         EXPECT_EQ(gpu.generate_ids({5, 6, 7}, go).ids, cpu.generate_ids({5, 6, 7}, go).ids);
     }
     // scoring in every mode, with its alternatives: the CPU's log-probabilities

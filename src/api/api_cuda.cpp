@@ -120,6 +120,10 @@ class GpuDecoder final : public ::pldr::DeviceDecoder<T> {
         return s_->decode(id);
     }
     const std::vector<T>& logits() const override { return s_->logits(); }
+    void set_g_cache(const ::pldr::GCache<T>& g) override {
+        std::lock_guard<std::mutex> lock(c_.mu);
+        s_->set_g_cache(g);
+    }
     // Every decoder of the group is a GpuDecoder of this copy (one DeviceDecoders made them).
     void decode_group(const std::vector<::pldr::DeviceDecoder<T>*>& group,
                       const std::vector<int64_t>& ids) override {

@@ -3,7 +3,9 @@
 // Sampler.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "api_impl.h"
@@ -22,16 +24,21 @@ struct DeviceSessionState {
     ::pldr::CacheMode mode = ::pldr::CacheMode::KVG;
     int64_t cap = 0;
     std::vector<int64_t> ids;
+    // A preset G-cache (load_g_cache), given to each new device session; it stays over resets.
+    std::optional<::pldr::GCache<float>> preset32;
+    std::optional<::pldr::GCache<double>> preset64;
     // Starts the sequence (each prefill): a new session on the device.
     void open(const Model::Impl& mi) {
         if (mi.m32) {
             ::pldr::DeviceDecoders<float> make;
             gpu::decoders(*mi.dev, make);
             d32 = make(mode, cap);
+            if (preset32) d32->set_g_cache(*preset32);
         } else {
             ::pldr::DeviceDecoders<double> make;
             gpu::decoders(*mi.dev, make);
             d64 = make(mode, cap);
+            if (preset64) d64->set_g_cache(*preset64);
         }
         ids.clear();
     }
@@ -194,6 +201,19 @@ std::vector<GCacheLayer> Session::g_cache() const {
     });
 }
 void Session::load_g_cache(const std::string& path) {
+    if (DeviceSessionState* d = live(impl_)->dev.get()) {  // kept for each prefill's session
+        PLDR_REQUIRE(d->ids.empty(), "set_g_cache must come before the prefill");
+        impl_of(impl_->model).visit_host([&](const auto& m) {
+            using T = scalar_t<decltype(m)>;
+            auto g = ::pldr::load_g_cache<T>(path, m.cfg);
+            ::pldr::check_g_cache(g, m.cfg);
+            if constexpr (std::is_same_v<T, float>)
+                d->preset32 = std::move(g);
+            else
+                d->preset64 = std::move(g);
+        });
+        return;
+    }
     live(impl_)->visit([&](auto& s) {
         using T = scalar_t<decltype(s.model())>;
         s.set_g_cache(::pldr::load_g_cache<T>(path, s.model().cfg));

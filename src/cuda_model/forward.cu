@@ -343,8 +343,8 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
 
     // 4-6. G_LM: the model's fixed G, or the metric learner and the operator.
     T* G = sized(L.G, B * HDD, s);
-    if (!c.learned_g()) {
-        const T* Gf = G_fixed.get() + l * HDD;
+    if (!c.learned_g() || !da.preset_G.empty()) {  // the model's fixed G, or a preset one
+        const T* Gf = da.preset_G.empty() ? G_fixed.get() + l * HDD : da.preset_G[size_t(l)];
         tile_kernel<T><<<grid_for(B * HDD), kThreads, 0, s>>>(G, Gf, B * HDD, HDD);
         PLDR_CUDA_LAUNCHED("tile");
     } else {

@@ -257,6 +257,9 @@ struct DevActs {
     Scratch<T> E_work, attn_work, ffn_work;
     // Called after each layer with its buffers (a session's prefill copies K, V and G from them).
     std::function<void(int64_t, DevLayer<T>&)> after_layer;
+    // A session's preset G-cache: layer l's G_LM [H,D,D] on the device, for every sequence (the
+    // metric learner and the operator skipped); empty: the model's own.
+    std::vector<const T*> preset_G;
     DevLayer<T>& layer(int64_t l) { return layers[train ? size_t(l) : 0]; }
     // Layer l's input: the previous layer's output, or LN_in's.
     const T* input_of(int64_t l) { return l == 0 ? embed_ln.get() : layer(l - 1).hidden.get(); }

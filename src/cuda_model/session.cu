@@ -113,6 +113,9 @@ struct DeviceSession<T>::State {
     // Per layer: keys and values [max_len, d] (rotated keys), and the operator's cache [H,D,D]:
     // G (kvg) or the metric A (kv, learned G).
     std::vector<Scratch<T>> K, V, Gc;
+    // A preset G-cache's G_LM per layer [H,D,D] (set_g_cache): every call runs with it.
+    std::vector<Scratch<T>> Gpre;
+    bool preset = false;
 
     State(DeviceModel<T>& d, CacheMode m, int64_t len)
         : dm(d), im(d.impl()), mode(m), max_len(len > 0 ? len : d.model().cfg.max_position) {
@@ -260,14 +263,17 @@ void step_rows(const std::vector<typename DeviceSession<T>::State*>& g) {
     int64_t nkv = 0;
     if (c.learned_g())
         for (int64_t i = 0; i < n; ++i)
-            if (g[size_t(i)]->mode == CacheMode::KV) kv_at[size_t(i)] = nkv++;
+            if (g[size_t(i)]->mode == CacheMode::KV && !g[size_t(i)]->preset)
+                kv_at[size_t(i)] = nkv++;
     Scratch<T> Gkv(L * nkv * HDD, s);
     std::vector<DecodeRow<T>> rows(static_cast<size_t>(L * n));
     for (int64_t l = 0; l < L; ++l)
         for (int64_t i = 0; i < n; ++i) {
             auto& st = *g[size_t(i)];
             const T* G = nullptr;
-            if (!c.learned_g()) {
+            if (st.preset) {
+                G = st.Gpre[size_t(l)].get();
+            } else if (!c.learned_g()) {
                 G = im.G_fixed.get() + l * HDD;
             } else if (kv_at[size_t(i)] < 0) {
                 G = st.Gc[size_t(l)].get();
@@ -321,10 +327,12 @@ void DeviceSession<T>::State::prefill(const std::vector<int64_t>& p) {
             copy_on_device(sized(V[size_t(l)], max_len * d, s), Lr.v.get(), S * d, s);
             if (mode == CacheMode::KVG)
                 copy_on_device(sized(Gc[size_t(l)], HDD, s), Lr.G.get(), HDD, s);
-            else if (c.learned_g())  // kv: the frozen metric
+            else if (c.learned_g() && !preset)  // kv: the frozen metric
                 copy_on_device(sized(Gc[size_t(l)], HDD, s), Lr.A.get(), HDD, s);
         };
     }
+    if (preset)
+        for (const Scratch<T>& g : Gpre) da.preset_G.push_back(g.get());
     Activations<T> none;
     im.layers(p.data(), 1, S, da, none, false);
     // The head over the last row; its logits to the host.
@@ -339,6 +347,23 @@ DeviceSession<T>::DeviceSession(DeviceModel<T>& dm, CacheMode mode, int64_t max_
     : st_(std::make_unique<State>(dm, mode, max_len)) {}
 template <class T>
 DeviceSession<T>::~DeviceSession() = default;
+
+template <class T>
+void DeviceSession<T>::set_g_cache(const GCache<T>& g) {
+    State& s = *st_;
+    const Config& c = s.im.m.cfg;
+    check_g_cache(g, c);
+    PLDR_REQUIRE(s.ids.empty(), "set_g_cache must come before the prefill");
+    s.im.on.select();
+    const int64_t HDD = c.num_heads * c.head_dim * c.head_dim;
+    s.Gpre.clear();
+    for (const GCacheLayer<T>& l : g) {
+        s.Gpre.emplace_back(HDD, s.im.stream);
+        copy_to_device(s.Gpre.back().get(), l.G.ptr(), HDD, s.im.stream);
+    }
+    PLDR_CUDA_CALL(cudaStreamSynchronize(s.im.stream));  // before the host's tensors may go
+    s.preset = true;
+}
 
 template <class T>
 const std::vector<T>& DeviceSession<T>::prefill(const std::vector<int64_t>& ids) {

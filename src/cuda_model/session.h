@@ -29,6 +29,10 @@ class DeviceSession {
     DeviceSession(const DeviceSession&) = delete;
     DeviceSession& operator=(const DeviceSession&) = delete;
 
+    // A preset G-cache (infer/session.h Session::set_g_cache, its checks and messages; before the
+    // prefill): every layer's attention runs with its G_LM from the prefill on, in every cache
+    // mode (the metric learner is skipped).
+    void set_g_cache(const GCache<T>& g);
     // Starts the sequence with ids (≥ 1 token); the logits [V] of its last position.
     const std::vector<T>& prefill(const std::vector<int64_t>& ids);
     // Appends one token; the logits [V] of the new last position (decode_batch of this one).

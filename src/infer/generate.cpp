@@ -30,8 +30,8 @@ class Sequence {
         const int64_t len =
             std::min<int64_t>(m.cfg.max_position, int64_t(prompt.size()) + o.max_new);
         if (device) {
-            PLDR_REQUIRE(!preset, "a preset G-cache runs on the CPU only so far");
             dev_ = (*device)(o.cache, len);
+            if (preset) dev_->set_g_cache(*preset);
         } else {
             s_.emplace(m, o.cache, len);
             s_->keep_activations(false);  // only the logits are read

@@ -53,8 +53,7 @@ void Session<T>::reset() {
 }
 
 template <typename T>
-void Session<T>::set_g_cache(const GCache<T>& g) {
-    const Config& c = m_.cfg;
+void check_g_cache(const GCache<T>& g, const Config& c) {
     const Shape want{c.num_heads, c.head_dim, c.head_dim};
     PLDR_REQUIRE(int64_t(g.size()) == c.num_layers, "G-cache has ", g.size(),
                  " layers but the model has ", c.num_layers);
@@ -64,6 +63,13 @@ void Session<T>::set_g_cache(const GCache<T>& g) {
         PLDR_REQUIRE(!c.learned_g() || (l.A.shape == want && l.A_LM.shape == want),
                      "G-cache A/A_LM must have shape ", shape_str(want));
     }
+}
+template void check_g_cache<float>(const GCache<float>&, const Config&);
+template void check_g_cache<double>(const GCache<double>&, const Config&);
+
+template <typename T>
+void Session<T>::set_g_cache(const GCache<T>& g) {
+    check_g_cache(g, m_.cfg);
     PLDR_REQUIRE(ids_.empty(), "set_g_cache must come before the prefill");
     g_ = g;
     preset_g_ = true;

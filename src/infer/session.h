@@ -123,6 +123,11 @@ class DeviceDecoder {
     virtual const std::vector<T>& prefill(const std::vector<int64_t>& ids) = 0;
     virtual const std::vector<T>& decode(int64_t id) = 0;
     virtual const std::vector<T>& logits() const = 0;
+    // A preset G-cache (Session::set_g_cache: before the prefill; every call then runs with
+    // its G_LM). By default a decoder takes none.
+    virtual void set_g_cache(const GCache<T>&) {
+        fail("a preset G-cache does not run on this device's sessions");
+    }
     // Appends ids[i] to group[i] for each i (this decoder among them, all made by one
     // DeviceDecoders): one batched step where the backend has it (the CUDA one does), else each
     // decodes alone.
@@ -134,6 +139,11 @@ class DeviceDecoder {
 // Makes a sequence's decoder: its cache mode and capacity (at most the context).
 template <typename T>
 using DeviceDecoders = std::function<std::unique_ptr<DeviceDecoder<T>>(CacheMode, int64_t)>;
+
+// A preset G-cache's checks against the model (Session::set_g_cache's, and every backend's):
+// one layer per model layer, each G_LM [H,dk,dk], and A, A_LM of that shape for a learned G.
+template <typename T>
+void check_g_cache(const GCache<T>& g, const Config& c);
 
 // G-cache files (safetensors): gcache.layer{i}.{A,A_LM,G_LM[,A_P]} [H,dk,dk], metadata with
 // the model shape; load checks the shapes against the model.

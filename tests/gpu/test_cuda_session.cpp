@@ -3,7 +3,8 @@
 // none), a prompt's prefill and 6 decode steps in float64 give logits within 1e-12 of the CPU's
 // at every step and the same greedy tokens; float32 within 1e-4 of the float64 CPU; several
 // sessions stepping together (decode_batch) likewise, each against its own CPU session; the
-// decode step's CUDA graph against the eager step, bit for bit; and the CPU's one-line errors.
+// decode step's CUDA graph against the eager step, bit for bit; a preset G-cache in every mode;
+// and the CPU's one-line errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -133,6 +134,52 @@ TEST(CudaSessionWide, AHeadWiderThanABlockDecodesAsTheCpus) {
         pldr::cuda::DeviceSession<double>::decode_batch({&g1, &g2}, {a, b});
         EXPECT_TRUE(gpu::f64_close(g1.logits(), c1.logits())) << "step " << t;
         EXPECT_TRUE(gpu::f64_close(g2.logits(), c2.logits())) << "step " << t;
+    }
+}
+
+// A preset G-cache (set_g_cache: the G-cache of another prompt's prefill on the CPU) runs every
+// cache mode as the CPU's Session with the same preset: the prefill and 4 steps, float64 within
+// 1e-12, the same greedy tokens; and its checks are the CPU's.
+TEST_P(CudaSession, APresetGCacheRunsEveryModeAsTheCpus) {
+    PLDR_REQUIRE_GPU();
+    const numeric::Case& k = GetParam();
+    const numeric::Shape& s = k.shape;
+    const pldr::Model<double> m = numeric::make_model(k, 55);
+    pldr::cuda::DeviceModel<double> dm(m);
+    auto other = numeric::make_tokens(s, 95), prompt = numeric::make_tokens(s, 96);
+    other.resize(size_t(std::min<int64_t>(s.S, 5)));
+    prompt.resize(size_t(std::min<int64_t>(s.S, 3)));
+    pldr::Session<double> source(m, pldr::CacheMode::KVG);
+    source.prefill(other);
+    const pldr::GCache<double> g = source.g_cache();
+    for (const pldr::CacheMode mode :
+         {pldr::CacheMode::KVG, pldr::CacheMode::KV, pldr::CacheMode::NONE}) {
+        SCOPED_TRACE(pldr::cache_mode_name(mode));
+        pldr::Session<double> cpu(m, mode);
+        pldr::cuda::DeviceSession<double> gpu(dm, mode);
+        cpu.set_g_cache(g);
+        gpu.set_g_cache(g);
+        EXPECT_TRUE(gpu::f64_close(gpu.prefill(prompt), cpu.prefill(prompt)));
+        for (int t = 0; t < 4; ++t) {
+            const int64_t next = argmax(cpu.logits());
+            EXPECT_EQ(argmax(gpu.logits()), next);
+            cpu.decode(next);
+            EXPECT_TRUE(gpu::f64_close(gpu.decode(next), cpu.logits())) << "step " << t;
+        }
+        try {
+            gpu.set_g_cache(g);
+            ADD_FAILURE() << "a G-cache after the prefill";
+        } catch (const pldr::Error& e) {
+            EXPECT_EQ(std::string(e.what()), "set_g_cache must come before the prefill");
+        }
+    }
+    pldr::cuda::DeviceSession<double> bad(dm, pldr::CacheMode::KVG);
+    const pldr::GCache<double> short_g(g.begin(), g.end() - 1);
+    try {
+        bad.set_g_cache(short_g);
+        ADD_FAILURE() << "a G-cache of too few layers";
+    } catch (const pldr::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("layers but the model has"), std::string::npos);
     }
 }
 
