@@ -33,7 +33,8 @@ TEST(Device, CudaWithoutABackendExitsOneWithOneLine) {
     const std::vector<std::string> runs = {
         "dump " + kModel + " --tokens 5,6,7 --out " + out + "/d.safetensors",
         "grad " + kModel + " --tokens 5,6,7,8 --out " + out + "/g.safetensors",
-        "generate " + kModel + " --ids 5,6 -n 2"};
+        "generate " + kModel + " --ids 5,6 -n 2",
+        "generate " + kModel + " --ids 5,6 -n 2 --save-g-cache " + out + "/g.gcache"};
     if (gpu) {  // they run there; the other commands below refuse
         for (const auto& c : runs) {
             const auto r = cli_test::run(c + " --device cuda");
@@ -41,7 +42,6 @@ TEST(Device, CudaWithoutABackendExitsOneWithOneLine) {
         }
     }
     std::vector<std::string> commands = {
-        "generate " + kModel + " --ids 5,6 -n 2 --save-g-cache " + out + "/g.gcache",
         "audit " + kModel + " --out " + out + "/audit",
     };
     if (gpu) {  // pldr serve runs there (tests/serve/gpu_serve_check.py), but not its cached echo
@@ -164,6 +164,19 @@ TEST(Device, AModelOnTheGpuRunsItsJobsThereAndRefusesTheRest) {
         sg.reset();  // the preset stays
         sc.reset();
         EXPECT_LE(rel_diff(sg.prefill({4, 5}), sc.prefill({4, 5})), 1e-12);
+        // a session's own G-cache, as the CPU's (and saved the same)
+        pldr::api::Session og(gpu, pldr::api::CacheMode::KVG, 8);
+        og.prefill({9, 8, 7, 6});
+        const auto own = og.g_cache(), want = src.g_cache();
+        ASSERT_EQ(own.size(), want.size());
+        for (size_t l = 0; l < want.size(); ++l) {
+            EXPECT_LE(rel_diff(own[l].G_LM, want[l].G_LM), 1e-12);
+            EXPECT_LE(rel_diff(own[l].A_LM, want[l].A_LM), 1e-12);
+        }
+        og.save_g_cache(gfile + ".gpu");
+        pldr::api::Session back(cpu, pldr::api::CacheMode::KVG, 8);
+        back.load_g_cache(gfile + ".gpu");
+        EXPECT_LE(rel_diff(back.prefill({5, 6}), sc.prefill({5, 6})), 1e-12);
     }
     // generation: the CPU's greedy tokens in every cache mode, with and without a preset
     for (const auto mode :

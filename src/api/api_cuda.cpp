@@ -124,6 +124,10 @@ class GpuDecoder final : public ::pldr::DeviceDecoder<T> {
         std::lock_guard<std::mutex> lock(c_.mu);
         s_->set_g_cache(g);
     }
+    ::pldr::GCache<T> g_cache() const override {
+        std::lock_guard<std::mutex> lock(c_.mu);
+        return s_->g_cache();
+    }
     // Every decoder of the group is a GpuDecoder of this copy (one DeviceDecoders made them).
     void decode_group(const std::vector<::pldr::DeviceDecoder<T>*>& group,
                       const std::vector<int64_t>& ids) override {

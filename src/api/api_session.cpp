@@ -186,19 +186,31 @@ int64_t Session::capacity() const {
 const Model& Session::model() const {
     return live(impl_)->model;
 }
+namespace {
+// A device session's operator cache (its decoder's; empty before the prefill, or the preset).
+template <typename T>
+::pldr::GCache<T> device_g_cache(const std::unique_ptr<::pldr::DeviceDecoder<T>>& d,
+                                 const std::optional<::pldr::GCache<T>>& preset) {
+    if (d) return d->g_cache();
+    return preset ? *preset : ::pldr::GCache<T>{};
+}
+template <typename T>
+std::vector<GCacheLayer> api_g_cache(const ::pldr::GCache<T>& g) {
+    std::vector<GCacheLayer> out;
+    auto copy = [](const ::pldr::Tensor<T>& t) {
+        ::pldr::Tensor<T> c = t;
+        return c.numel() ? make_tensor<T>(std::move(c)) : Tensor{};
+    };
+    for (const auto& l : g) out.push_back({copy(l.A), copy(l.A_LM), copy(l.A_P), copy(l.G)});
+    return out;
+}
+}  // namespace
+
 std::vector<GCacheLayer> Session::g_cache() const {
-    return live(impl_)->visit([](const auto& s) {
-        std::vector<GCacheLayer> out;
-        for (const auto& l : s.g_cache()) {
-            using T = scalar_t<decltype(l.G)>;
-            auto copy = [](const ::pldr::Tensor<T>& t) {
-                ::pldr::Tensor<T> c = t;
-                return c.numel() ? make_tensor<T>(std::move(c)) : Tensor{};
-            };
-            out.push_back({copy(l.A), copy(l.A_LM), copy(l.A_P), copy(l.G)});
-        }
-        return out;
-    });
+    if (const DeviceSessionState* d = live(impl_)->dev.get())
+        return d->d64 || d->preset64 ? api_g_cache(device_g_cache(d->d64, d->preset64))
+                                     : api_g_cache(device_g_cache(d->d32, d->preset32));
+    return live(impl_)->visit([](const auto& s) { return api_g_cache(s.g_cache()); });
 }
 void Session::load_g_cache(const std::string& path) {
     if (DeviceSessionState* d = live(impl_)->dev.get()) {  // kept for each prefill's session
@@ -221,6 +233,17 @@ void Session::load_g_cache(const std::string& path) {
 }
 void Session::save_g_cache(const std::string& path, bool force) const {
     require_output_file(path, inputs_of(live(impl_)->model), "the G-cache path", force);
+    if (const DeviceSessionState* d = live(impl_)->dev.get()) {
+        PLDR_REQUIRE(!d->ids.empty(), "no G-cache before prefill");
+        impl_of(impl_->model).visit_host([&](const auto& m) {
+            using T = scalar_t<decltype(m)>;
+            if constexpr (std::is_same_v<T, float>)
+                ::pldr::save_g_cache(device_g_cache(d->d32, d->preset32), m.cfg, path);
+            else
+                ::pldr::save_g_cache(device_g_cache(d->d64, d->preset64), m.cfg, path);
+        });
+        return;
+    }
     live(impl_)->visit([&](const auto& s) {
         PLDR_REQUIRE(s.length() > 0, "no G-cache before prefill");
         ::pldr::save_g_cache(s.g_cache(), s.model().cfg, path);

@@ -348,7 +348,7 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
         tile_kernel<T><<<grid_for(B * HDD), kThreads, 0, s>>>(G, Gf, B * HDD, HDD);
         PLDR_CUDA_LAUNCHED("tile");
     } else {
-        learned_g(l, B, S, L, da.train, la, all);
+        learned_g(l, B, S, L, da.train || da.keep_operator, la, all);
     }
     keep_t(la.G, G, {B, H, D, D});
 

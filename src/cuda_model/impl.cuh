@@ -260,6 +260,9 @@ struct DevActs {
     // A session's preset G-cache: layer l's G_LM [H,D,D] on the device, for every sequence (the
     // metric learner and the operator skipped); empty: the model's own.
     std::vector<const T*> preset_G;
+    // Keep the operator's A_LM and A_P (a float32 model's rounded copies) in the layer's buffers
+    // for after_layer, as a training forward does (a session's prefill: its G-cache).
+    bool keep_operator = false;
     DevLayer<T>& layer(int64_t l) { return layers[train ? size_t(l) : 0]; }
     // Layer l's input: the previous layer's output, or LN_in's.
     const T* input_of(int64_t l) { return l == 0 ? embed_ln.get() : layer(l - 1).hidden.get(); }

@@ -113,9 +113,14 @@ struct DeviceSession<T>::State {
     // Per layer: keys and values [max_len, d] (rotated keys), and the operator's cache [H,D,D]:
     // G (kvg) or the metric A (kv, learned G).
     std::vector<Scratch<T>> K, V, Gc;
-    // A preset G-cache's G_LM per layer [H,D,D] (set_g_cache): every call runs with it.
+    // A preset G-cache's G_LM per layer [H,D,D] (set_g_cache): every cached call runs with it
+    // (mode none runs the model's own forward, as the CPU's), and g_cache() returns it.
     std::vector<Scratch<T>> Gpre;
+    GCache<T> preset_host;
     bool preset = false;
+    // The prefill's operator per layer (the first pass's in mode none), for g_cache(): A, A_LM,
+    // A_P (learned G) and G, [H,D,D] each.
+    std::vector<Scratch<T>> gA, gALM, gAP, gG;
 
     State(DeviceModel<T>& d, CacheMode m, int64_t len)
         : dm(d), im(d.impl()), mode(m), max_len(len > 0 ? len : d.model().cfg.max_position) {
@@ -124,7 +129,9 @@ struct DeviceSession<T>::State {
                      " exceeds max_position_embeddings (", c.max_position, ")");
     }
 
-    void prefill(const std::vector<int64_t>& p);
+    // first: the sequence's prefill (its operator kept for g_cache); else mode none's pass
+    // over the whole sequence again.
+    void prefill(const std::vector<int64_t>& p, bool first = true);
 };
 
 // A decode step's device buffers for n rows and caches of at most cap positions (the scores'
@@ -271,7 +278,7 @@ void step_rows(const std::vector<typename DeviceSession<T>::State*>& g) {
         for (int64_t i = 0; i < n; ++i) {
             auto& st = *g[size_t(i)];
             const T* G = nullptr;
-            if (st.preset) {
+            if (st.preset) {  // (a cached session: mode none never steps here)
                 G = st.Gpre[size_t(l)].get();
             } else if (!c.learned_g()) {
                 G = im.G_fixed.get() + l * HDD;
@@ -311,27 +318,44 @@ void step_rows(const std::vector<typename DeviceSession<T>::State*>& g) {
 }  // namespace
 
 template <class T>
-void DeviceSession<T>::State::prefill(const std::vector<int64_t>& p) {
+void DeviceSession<T>::State::prefill(const std::vector<int64_t>& p, bool first) {
     const Config& c = im.m.cfg;
     const int64_t S = int64_t(p.size()), d = c.hidden_size, nv = c.vocab_size;
     const int64_t HDD = c.num_heads * c.head_dim * c.head_dim;
     const int64_t L = c.num_layers;
     Stream s = im.stream;
     DevActs<T> da;
-    if (mode != CacheMode::NONE) {
+    const bool cached = mode != CacheMode::NONE;
+    const bool keep_g = first && !preset;  // the operator for g_cache()
+    const bool learned = c.learned_g() && !(preset && cached);
+    if (cached) {
         K.resize(size_t(L));
         V.resize(size_t(L));
         Gc.resize(size_t(L));
-        da.after_layer = [&](int64_t l, DevLayer<T>& Lr) {
+    }
+    if (keep_g) {
+        for (auto* v : {&gA, &gALM, &gAP, &gG}) v->clear();
+        for (auto* v : {&gA, &gALM, &gAP, &gG}) v->resize(size_t(L));
+        da.keep_operator = c.learned_g();  // (the float32 operator's rounded A_LM, A_P)
+    }
+    da.after_layer = [&](int64_t l, DevLayer<T>& Lr) {
+        if (cached) {
             copy_on_device(sized(K[size_t(l)], max_len * d, s), Lr.k.get(), S * d, s);
             copy_on_device(sized(V[size_t(l)], max_len * d, s), Lr.v.get(), S * d, s);
             if (mode == CacheMode::KVG)
                 copy_on_device(sized(Gc[size_t(l)], HDD, s), Lr.G.get(), HDD, s);
-            else if (c.learned_g() && !preset)  // kv: the frozen metric
+            else if (learned)  // kv: the frozen metric
                 copy_on_device(sized(Gc[size_t(l)], HDD, s), Lr.A.get(), HDD, s);
-        };
-    }
-    if (preset)
+        }
+        if (!keep_g) return;
+        const size_t i = size_t(l);
+        copy_on_device(sized(gG[i], HDD, s), Lr.G.get(), HDD, s);
+        if (!c.learned_g()) return;
+        copy_on_device(sized(gA[i], HDD, s), Lr.A.get(), HDD, s);
+        copy_on_device(sized(gALM[i], HDD, s), Lr.A_LM.get(), HDD, s);
+        copy_on_device(sized(gAP[i], HDD, s), Lr.A_P.get(), HDD, s);
+    };
+    if (preset && cached)  // (mode none: the model's own forward, as the CPU's run_uncached)
         for (const Scratch<T>& g : Gpre) da.preset_G.push_back(g.get());
     Activations<T> none;
     im.layers(p.data(), 1, S, da, none, false);
@@ -362,7 +386,33 @@ void DeviceSession<T>::set_g_cache(const GCache<T>& g) {
         copy_to_device(s.Gpre.back().get(), l.G.ptr(), HDD, s.im.stream);
     }
     PLDR_CUDA_CALL(cudaStreamSynchronize(s.im.stream));  // before the host's tensors may go
+    s.preset_host = g;
     s.preset = true;
+}
+
+template <class T>
+GCache<T> DeviceSession<T>::g_cache() const {
+    const State& s = *st_;
+    if (s.preset) return s.preset_host;
+    const Config& c = s.im.m.cfg;
+    const Shape sh{c.num_heads, c.head_dim, c.head_dim};
+    const int64_t HDD = c.num_heads * c.head_dim * c.head_dim;
+    GCache<T> g;
+    if (s.gG.empty()) return g;  // before the prefill
+    s.im.on.select();
+    const auto get = [&](const Scratch<T>& src, Tensor<T>& dst) {
+        if (!src.get()) return;
+        dst.resize_for_overwrite(sh);
+        copy_to_host(dst.ptr(), src.get(), HDD, s.im.stream);
+    };
+    g.resize(size_t(c.num_layers));
+    for (size_t l = 0; l < g.size(); ++l) {
+        get(s.gA[l], g[l].A);
+        get(s.gALM[l], g[l].A_LM);
+        get(s.gAP[l], g[l].A_P);
+        get(s.gG[l], g[l].G);
+    }
+    return g;
 }
 
 template <class T>
@@ -414,7 +464,7 @@ void DeviceSession<T>::decode_batch(const std::vector<DeviceSession*>& ss,
         for (size_t i = 0; i < ss.size(); ++i) {
             State& st = *ss[i]->st_;
             if (st.mode == CacheMode::NONE)
-                st.prefill(st.ids);  // the whole sequence again (prefill's forward, no cache)
+                st.prefill(st.ids, false);  // the whole sequence again (no cache)
             else
                 cached.push_back(&st);
         }

@@ -33,6 +33,10 @@ class DeviceSession {
     // prefill): every layer's attention runs with its G_LM from the prefill on, in every cache
     // mode (the metric learner is skipped).
     void set_g_cache(const GCache<T>& g);
+    // The operator cache (infer/session.h Session::g_cache): the preset one, or the prefill's (in
+    // mode none its first pass's): per layer A, A_LM, A_P (learned G) and G_LM [H,D,D]; empty
+    // before the prefill. Downloads them.
+    GCache<T> g_cache() const;
     // Starts the sequence with ids (≥ 1 token); the logits [V] of its last position.
     const std::vector<T>& prefill(const std::vector<int64_t>& ids);
     // Appends one token; the logits [V] of the new last position (decode_batch of this one).

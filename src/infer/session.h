@@ -128,6 +128,8 @@ class DeviceDecoder {
     virtual void set_g_cache(const GCache<T>&) {
         fail("a preset G-cache does not run on this device's sessions");
     }
+    // The operator cache (Session::g_cache): the preset one, or the prefill's.
+    virtual GCache<T> g_cache() const { fail("this device's sessions keep no G-cache"); }
     // Appends ids[i] to group[i] for each i (this decoder among them, all made by one
     // DeviceDecoders): one batched step where the backend has it (the CUDA one does), else each
     // decodes alone.

@@ -137,6 +137,45 @@ TEST(CudaSessionWide, AHeadWiderThanABlockDecodesAsTheCpus) {
     }
 }
 
+// The G-cache a session keeps (g_cache(): the prefill's operator; in mode none its first pass's,
+// after decode steps too) is the CPU Session's: A, A_LM, A_P and G per layer within 1e-12.
+TEST_P(CudaSession, ItsGCacheIsTheCpus) {
+    PLDR_REQUIRE_GPU();
+    const numeric::Case& k = GetParam();
+    const numeric::Shape& s = k.shape;
+    const pldr::Model<double> m = numeric::make_model(k, 56);
+    pldr::cuda::DeviceModel<double> dm(m);
+    auto prompt = numeric::make_tokens(s, 97);
+    prompt.resize(size_t(std::min<int64_t>(s.S, 4)));
+    for (const pldr::CacheMode mode :
+         {pldr::CacheMode::KVG, pldr::CacheMode::KV, pldr::CacheMode::NONE}) {
+        SCOPED_TRACE(pldr::cache_mode_name(mode));
+        pldr::Session<double> cpu(m, mode);
+        pldr::cuda::DeviceSession<double> gpu(dm, mode);
+        EXPECT_TRUE(gpu.g_cache().empty());
+        cpu.prefill(prompt);
+        gpu.prefill(prompt);
+        cpu.decode(1);
+        gpu.decode(1);
+        const pldr::GCache<double> a = gpu.g_cache(), b = cpu.g_cache();
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t l = 0; l < b.size(); ++l) {
+            const auto same = [&](const pldr::Tensor<double>& x, const pldr::Tensor<double>& y,
+                                  const char* what) {
+                ASSERT_EQ(x.numel(), y.numel()) << what << " layer " << l;
+                if (y.numel() == 0) return;
+                EXPECT_TRUE(gpu::f64_close(std::vector<double>(x.ptr(), x.ptr() + x.numel()),
+                                           std::vector<double>(y.ptr(), y.ptr() + y.numel())))
+                    << what << " layer " << l;
+            };
+            same(a[l].A, b[l].A, "A");
+            same(a[l].A_LM, b[l].A_LM, "A_LM");
+            same(a[l].A_P, b[l].A_P, "A_P");
+            same(a[l].G, b[l].G, "G");
+        }
+    }
+}
+
 // A preset G-cache (set_g_cache: the G-cache of another prompt's prefill on the CPU) runs every
 // cache mode as the CPU's Session with the same preset: the prefill and 4 steps, float64 within
 // 1e-12, the same greedy tokens; and its checks are the CPU's.
