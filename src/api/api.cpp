@@ -340,7 +340,7 @@ void Model::check_generation(const std::vector<int64_t>& prompt, const GenerateO
     const Impl& im = impl_of(*this);
     check_options(opt);
     internal(opt.sampling);
-    im.visit([&](const auto& m) {
+    im.visit_host([&](const auto& m) {  // (checks only: generation runs on the device too)
         using T = scalar_t<decltype(m)>;
         ::pldr::check_generation_fits(m, prompt, opt.max_tokens);
         if (!opt.g_cache_file.empty()) ::pldr::load_g_cache<T>(opt.g_cache_file, m.cfg);
@@ -441,7 +441,7 @@ std::vector<std::string> Model::parameter_names() const {
 }
 
 Tensor Model::parameter(const std::string& name) const {
-    return impl_of(*this).visit([&](const auto& m) {
+    return impl_of(*this).visit_host([&](const auto& m) {  // (the host copy: a read, not a job)
         using T = scalar_t<decltype(m)>;
         const auto* e = m.layout.find(name);
         PLDR_REQUIRE(e, "model has no parameter '", name, "'");

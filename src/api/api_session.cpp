@@ -214,11 +214,11 @@ std::vector<GCacheLayer> Session::g_cache() const {
 }
 void Session::load_g_cache(const std::string& path) {
     if (DeviceSessionState* d = live(impl_)->dev.get()) {  // kept for each prefill's session
-        PLDR_REQUIRE(d->ids.empty(), "set_g_cache must come before the prefill");
         impl_of(impl_->model).visit_host([&](const auto& m) {
             using T = scalar_t<decltype(m)>;
-            auto g = ::pldr::load_g_cache<T>(path, m.cfg);
+            auto g = ::pldr::load_g_cache<T>(path, m.cfg);  // (the CPU's order of checks)
             ::pldr::check_g_cache(g, m.cfg);
+            PLDR_REQUIRE(d->ids.empty(), "set_g_cache must come before the prefill");
             if constexpr (std::is_same_v<T, float>)
                 d->preset32 = std::move(g);
             else

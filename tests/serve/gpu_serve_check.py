@@ -51,6 +51,7 @@ def main():
                 worst = max(worst, abs(x - y))
         check(worst <= 1e-3, f"log-probabilities differ by {worst}")
         decoded = gpu.metric("pldr_decode_batched_tokens_total")
+        check(decoded > 0, "the GPU server's slots never decoded together")
     finally:
         cpu.stop()
         gpu.stop()
