@@ -10,12 +10,14 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_util.h"
 #include "pldr/bench.hpp"
 #include "pldr/pldr.h"
 #include "pldr/pldr.hpp"
+#include "train/shard.h"
 
 namespace {
 
@@ -310,6 +312,31 @@ TEST(Device, EvaluationOnTheGpuScoresAsTheCpu) {
     const std::string pj = data + "piqa/valid.jsonl", pl = data + "piqa/valid-labels.lst";
     same(pldr::api::eval_piqa(gpu, pj, pl, pldr::api::ScoreMode::BLOCK, 3),
          pldr::api::eval_piqa(cpu, pj, pl, pldr::api::ScoreMode::BLOCK, 3));
+}
+
+// pldr perplexity on a shard with the model on the GPU (the Trainer's validation through the
+// device's loss): float64, the loss, cross-entropy, accuracy and DAG metrics as the CPU's.
+TEST(Device, AShardsPerplexityOnTheGpuIsTheCpus) {
+    if (!gpu_visible()) GTEST_SKIP() << "skipped: no CUDA device";
+    const std::string d = cli_test::tmp_dir("device_shard");
+    std::vector<int64_t> t;
+    for (int i = 0; i < 9 * 6; ++i) t.push_back((7 * i + 3) % 50);
+    pldr::write_shard(d + "/valid.pldrtok", t, 50, 9);
+    pldr::api::LoadOptions lo;
+    lo.dtype = pldr::api::DType::F64;
+    const pldr::api::Model cpu = pldr::api::Model::load(kModel, lo);
+    lo.device = "cuda";
+    const pldr::api::Model gpu = pldr::api::Model::load(kModel, lo);
+    const pldr::api::ShardEval a = pldr::api::evaluate_shard(gpu, d + "/valid.pldrtok", 4);
+    const pldr::api::ShardEval b = pldr::api::evaluate_shard(cpu, d + "/valid.pldrtok", 4);
+    EXPECT_EQ(a.chunks, b.chunks);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.accuracy, b.accuracy);
+    for (const auto& [x, y] :
+         {std::pair{a.loss, b.loss}, std::pair{a.ce, b.ce}, std::pair{a.dagA, b.dagA},
+          std::pair{a.dagAp, b.dagAp}, std::pair{a.dagG, b.dagG}})
+        EXPECT_NEAR(x, y, 1e-10 * std::fabs(y));
+    EXPECT_GT(b.dagA, 0);  // (a learned-G model: the DAG metrics are compared, not zeros)
 }
 
 // pldr train --device cuda: the steps' forward and backward on the GPU (the Trainer's

@@ -163,6 +163,27 @@ PrepareStats prepare_corpus(const PrepareOptions& opt) {
     return r;
 }
 
+namespace {
+// The losses of a model's copy on a GPU (gpu::loss_and_grads, under the copy's lock) as a
+// Trainer's step backend for validation only: evaluate_shard on the device.
+template <typename T>
+class CopyLoss final : public StepBackend<T> {
+  public:
+    CopyLoss(const gpu::Copy& c, std::string name) : c_(c), name_(std::move(name)) {}
+    LossResult loss_and_grads(const TokenBatch& b, const DagCoeffs& dag, T* grads, double,
+                              double) override {
+        PLDR_CHECK(!grads);  // (validation: the loss alone)
+        return gpu::loss_and_grads(c_, b.tokens, b.B, b.S1, dag, grads);
+    }
+    void parameters_changed() override { fail("internal: a model's GPU copy takes no steps"); }
+    std::string name() const override { return name_; }
+
+  private:
+    const gpu::Copy& c_;
+    std::string name_;
+};
+}  // namespace
+
 ShardEval evaluate_shard(const Model& model, const std::string& path, int64_t batch,
                          int64_t batches, int64_t ctx_opt) {
     ShardReader shard(path);
@@ -175,13 +196,16 @@ ShardEval evaluate_shard(const Model& model, const std::string& path, int64_t ba
     PLDR_REQUIRE(ctx - 1 <= mi.max_position, "the context (", ctx - 1,
                  " tokens) is longer than max_position_embeddings = ", mi.max_position);
     PLDR_REQUIRE(batch > 0 && batches >= 0, "--batch must be > 0 and --batches >= 0");
-    return impl_of(model).visit([&](const auto& m) {
+    const Model::Impl& im = impl_of(model);
+    return im.visit_host([&](const auto& m) {
         using T = scalar_t<decltype(m)>;
         // Evaluation reads the parameters only (Trainer::evaluate runs no optimizer step), so
-        // the shared immutable model serves.
+        // the shared immutable model serves; on a GPU its copy there computes the losses.
         auto& mm = const_cast<::pldr::Model<T>&>(m);
         TrainConfig tc;
-        Trainer<T> tr(mm, tc);
+        std::shared_ptr<StepBackend<T>> on_device;
+        if (im.dev) on_device = std::make_shared<CopyLoss<T>>(*im.dev, im.device.name());
+        Trainer<T> tr(mm, tc, {}, on_device);
         const int64_t nb =
             batches > 0
                 ? batches
