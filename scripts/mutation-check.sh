@@ -51,8 +51,8 @@ model-emb-grad @@ src/model/backward.cpp @@ e[j] += dx0[n * d + j] * scale; @@ e
 ops-rope-sign @@ src/ops/rope.cpp @@ v[i0] = x0 * c - x1 * s; @@ v[i0] = x0 * c + x1 * s; @@ RoPE (interleaved) rotates the wrong way
 ops-rope-grad @@ src/ops/rope.cpp @@ g1 = d1 * c - d0 * s; @@ g1 = d1 * c + d0 * s; @@ RoPE backward sign (exact numerics)
 ops-ce-count @@ src/ops/cross_entropy.cpp @@ ++scored; @@ scored += 2; @@ masked cross-entropy divides by the wrong token count
-ops-dag-taylor @@ src/ops/dag_torch.cpp @@ S(1 / 2.0), S(1 / 6.0), S(1 / 24.0) @@ S(1 / 2.0), S(1 / 6.0), S(1 / 20.0) @@ expm T4 Taylor coefficient
-ops-dag-grad @@ src/ops/dag_exact.cpp @@ const double g = scale * sg * 2.0; @@ const double g = scale * sg; @@ exact DAG gradient halved
+ops-dag-taylor @@ src/ops/dag_expm.h @@ S(1 / 2.0), S(1 / 6.0), S(1 / 24.0) @@ S(1 / 2.0), S(1 / 6.0), S(1 / 20.0) @@ expm T4 Taylor coefficient
+ops-dag-grad @@ src/ops/dag_expm.h @@ const double g = scale * sg * 2.0; @@ const double g = scale * sg; @@ exact DAG gradient halved
 ops-ln-eps @@ src/ops/dense.cpp @@ std::sqrt(v + T(eps)) @@ std::sqrt(v + T(10 * eps)) @@ LayerNorm epsilon ×10
 ops-glu-swap @@ src/ops/dense.cpp @@ gated[i] = silu(h1[i]) * h2[i] @@ gated[i] = silu(h2[i]) * h1[i] @@ GLU gates the wrong branch
 ops-alm-floor @@ src/ops/plga_elementwise.h @@ z * silu(z) + T(1e-9) @@ z * silu(z) + T(1e-8) @@ A_LM floor 1e-8 instead of 1e-9

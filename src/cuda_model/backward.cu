@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <numeric>
@@ -27,12 +28,23 @@
 
 #include "cuda/colsum.cuh"
 #include "cuda_model/impl.cuh"
+#include "ops/dag_expm.h"
 
 namespace pldr::cuda {
 
 using namespace model_detail;
 
 namespace {
+
+// PLDR_CUDA_DAG=host: the DAG terms with their gradient on the host, as before the device
+// kernel (for comparisons; the device's are the default).
+bool dag_on_host() {
+    static const bool host = [] {
+        const char* v = std::getenv("PLDR_CUDA_DAG");
+        return v && std::string(v) == "host";
+    }();
+    return host;
+}
 
 // The softmax's backward over one row of a (b,h) block [S,S], in place: g = (0 + E ⊙ (g − Σ E⊙g))
 // / scale (ops/dense.cpp softmax_backward into zeros, then ops/attention.cpp's division). No
@@ -171,7 +183,8 @@ void DeviceModel<T>::Impl::head_loss(const T* h, const std::vector<int64_t>& tgt
     r.value = r.ce;
 }
 
-// ---- the DAG terms, on the host (train/loss.cpp dag_terms) -------------------------------------
+// ---- the DAG terms (train/loss.cpp dag_terms): with their gradient on the device (cuda/dag.cu);
+// the metrics alone on a host thread while the device runs the backward ------------------------
 
 template <class T>
 std::future<void> DeviceModel<T>::Impl::dag_terms(DevActs<T>& da, int64_t B, const DagCoeffs& dag,
@@ -180,19 +193,50 @@ std::future<void> DeviceModel<T>::Impl::dag_terms(DevActs<T>& da, int64_t B, con
     const int64_t L = c.num_layers, D = c.head_dim, per = B * c.num_heads * D * D;
     const int64_t count = L * B * c.num_heads;
     const bool want_grad = grad_scale != 0.0 && dag.any();
-    // A_LM, A_P and G_LM of every layer, [L,B,H,D,D] each
-    auto X = std::make_shared<std::array<std::vector<T>, 3>>();
     using Field = Scratch<T> DevLayer<T>::*;
     const std::array<Field, 3> fields = {&DevLayer<T>::A_LM, &DevLayer<T>::A_P, &DevLayer<T>::G};
+    const double coeffs[3] = {dag.A, dag.Ap, dag.G};
+    double* metrics[3] = {&r.dagA, &r.dagAp, &r.dagG};
+    const bool reference = m.reference_numerics();
+    if (want_grad && D <= kDagMaxSide && !dag_on_host()) {
+        // With their gradient, on the device (cuda/dag.cu): each term's instances back to back,
+        // the CPU's per-instance steps, the mean and the mode's fallback as the CPU's.
+        Scratch<T> Xd(L * per, stream);
+        Scratch<double> vals(count, stream);
+        std::vector<double> vh(static_cast<size_t>(count));
+        Scratch<T>* grads[3] = {&out.dA_LM, &out.dA_P, &out.dG};
+        for (int t = 0; t < 3; ++t) {
+            for (int64_t l = 0; l < L; ++l)
+                copy_on_device(Xd.get() + l * per, (da.layer(l).*fields[size_t(t)]).get(), per,
+                               stream);
+            const bool g = coeffs[t] > 0;
+            if (g) {  // [L,B,H,D,D]: layer l's at l·per, as the CPU's DeductiveGrads per layer
+                *grads[t] = Scratch<T>(L * per, stream);
+                zero(grads[t]->get(), L * per, stream);
+            }
+            const double scale = coeffs[t] * grad_scale;
+            *metrics[t] = dag_term_with_fallback(
+                reference, coeffs[t], &r.dag_loss, [&](DagMode md, bool clear) {
+                    if (g && clear) zero(grads[t]->get(), L * per, stream);
+                    dag_instances<T>(Xd.get(), count, D, md == DagMode::REFERENCE_F32,
+                                     g ? grads[t]->get() : nullptr, float(scale) / float(count),
+                                     scale / double(count), vals.get(), stream);
+                    copy_to_host(vh.data(), vals.get(), count, stream);
+                    if (md == DagMode::REFERENCE_F32)  // y per instance (kernels.h)
+                        for (double& v : vh) v = double(dag_detail::dag_ref_value(float(v)));
+                    return dag_mean_of(vh.data(), count, md);
+                });
+        }
+        return {};
+    }
+    // A_LM, A_P and G_LM of every layer, [L,B,H,D,D] each
+    auto X = std::make_shared<std::array<std::vector<T>, 3>>();
     for (int t = 0; t < 3; ++t) {
         (*X)[size_t(t)].resize(static_cast<size_t>(L * per));
         for (int64_t l = 0; l < L; ++l)
             copy_to_host((*X)[size_t(t)].data() + l * per, (da.layer(l).*fields[size_t(t)]).get(),
                          per, stream);
     }
-    const double coeffs[3] = {dag.A, dag.Ap, dag.G};
-    double* metrics[3] = {&r.dagA, &r.dagAp, &r.dagG};
-    const bool reference = m.reference_numerics();
     if (!want_grad) {  // the metrics (and the loss's parts) alone: on a thread of their own
         return std::async(std::launch::async, [X, coeffs, metrics, reference, count, D, &r] {
             for (int t = 0; t < 3; ++t)

@@ -86,6 +86,17 @@ double dag_term(const T* X, int64_t n, DagMode mode, T* dX, double scale) {
     return double(dag_ref_one(X, n, dX, float(scale)));
 }
 
+double dag_mean_of(const double* vals, int64_t count, DagMode mode) {
+    PLDR_REQUIRE(count >= 1, "dag_mean_of: need count >= 1, got ", count);
+    if (mode == DagMode::EXACT) {
+        double sum = 0;
+        for (int64_t c = 0; c < count; ++c) sum += vals[c];
+        return sum / double(count);
+    }
+    std::vector<float> fv(vals, vals + count);
+    return double(torch_sum_f32(fv.data(), count, 1) / float(count));
+}
+
 template <typename T>
 double dag_mean(const T* X, int64_t count, int64_t n, DagMode mode, T* dX, double scale) {
     PLDR_REQUIRE(n >= 1 && count >= 1, "dag_mean: need count >= 1 and n >= 1, got count=", count,
@@ -97,16 +108,13 @@ double dag_mean(const T* X, int64_t count, int64_t n, DagMode mode, T* dX, doubl
 #pragma omp parallel for schedule(dynamic, 1) if (count > 1)
         for (int64_t c = 0; c < count; ++c)
             vals[c] = dag_exact_one(X + c * nn, n, dX ? dX + c * nn : nullptr, g);
-        double sum = 0;
-        for (int64_t c = 0; c < count; ++c) sum += vals[c];
-        return sum / double(count);
-    }
-    const float seed = float(scale) / float(count);
+    } else {
+        const float seed = float(scale) / float(count);
 #pragma omp parallel for schedule(dynamic, 1) if (count > 1)
-    for (int64_t c = 0; c < count; ++c)
-        vals[c] = double(dag_ref_one(X + c * nn, n, dX ? dX + c * nn : nullptr, seed));
-    std::vector<float> fv(vals.begin(), vals.end());
-    return double(torch_sum_f32(fv.data(), count, 1) / float(count));
+        for (int64_t c = 0; c < count; ++c)
+            vals[c] = double(dag_ref_one(X + c * nn, n, dX ? dX + c * nn : nullptr, seed));
+    }
+    return dag_mean_of(vals.data(), count, mode);
 }
 
 template double dag_term<float>(const float*, int64_t, DagMode, float*, double);

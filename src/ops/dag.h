@@ -35,6 +35,10 @@ template <typename T>
 double dag_mean(const T* X, int64_t count, int64_t n, DagMode mode, T* dX = nullptr,
                 double scale = 1.0);
 
+// The mean that dag_mean returns, of `count` per-instance values (any backend's): in float32 and
+// torch's order with REFERENCE_F32 (the values are float32 results), in double otherwise.
+double dag_mean_of(const double* vals, int64_t count, DagMode mode);
+
 // The matrix exponential (exposed for tests): out = expm(A), A [n,n] row-major, any real A.
 // This is torch's linalg_matrix_exp algorithm in the given precision (float: float32 thresholds,
 // double: float64 thresholds). `out` must not alias `A`.

@@ -6,6 +6,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/dag_expm.h"
+
 namespace pldr {
 namespace dag_detail {
 
@@ -43,23 +45,41 @@ void matmul_fma(const S* A, const S* B, S* C, int64_t n) {
     matmul_impl<true>(A, B, C, n);
 }
 
-// out = Σ_j coef[j]·in[j] (elementwise), accumulated from zero in the order j = 0, 1, ...
-// (the order torch's _compute_linear_combination uses), with fused multiply-adds.
+// The CPU's executor of the per-instance algorithms (ops/dag_expm.h): one thread, the steps in
+// order, kDagSlots scratch matrices of side `side` (the largest matrix of the instance).
 template <typename S>
-void lincomb(const std::vector<const S*>& in, const S* coef, int64_t nn, S* out) {
-    std::fill(out, out + nn, S(0));
-    for (size_t j = 0; j < in.size(); ++j) {
-        const S cj = coef[j];
-        const S* x = in[j];
-        for (int64_t e = 0; e < nn; ++e) out[e] = std::fma(x[e], cj, out[e]);
+class HostEx {
+  public:
+    explicit HostEx(int64_t side) : nn_(side * side), buf_(size_t(kDagSlots) * size_t(nn_)) {}
+    S* slot(int i) { return buf_.data() + size_t(i) * size_t(nn_); }
+    void mm(const S* A, const S* B, S* C, int64_t n) { matmul_fma(A, B, C, n); }
+    void mm_plain(const S* A, const S* B, S* C, int64_t n) { matmul(A, B, C, n); }
+    template <class F>
+    void each(int64_t count, F f) {
+        for (int64_t e = 0; e < count; ++e) f(e);
     }
-}
+    S norm1(const S* A, int64_t n) {
+        col_.assign(size_t(n), S(0));
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < n; ++j) col_[size_t(j)] += std::abs(A[i * n + j]);
+        S best = col_[0];
+        for (int64_t j = 1; j < n; ++j) {
+            if (std::isnan(col_[size_t(j)])) return col_[size_t(j)];
+            best = best < col_[size_t(j)] ? col_[size_t(j)] : best;
+        }
+        return best;
+    }
+    S max_entry(const S* A, int64_t count) {
+        S m = 0;
+        for (int64_t e = 0; e < count; ++e) m = m < A[e] ? A[e] : m;
+        return m;
+    }
 
-template <typename S>
-void set_identity(S* I, int64_t n) {
-    std::fill(I, I + n * n, S(0));
-    for (int64_t i = 0; i < n; ++i) I[i * n + i] = S(1);
-}
+  private:
+    int64_t nn_;
+    std::vector<S> buf_;
+    std::vector<S> col_;
+};
 
 // EXACT mode, one instance (ops/dag_exact.cpp): |log tr expm(X∘X)/n| in double; accumulates
 // scale·d/dX into dX when not null.
@@ -70,9 +90,6 @@ double dag_exact_one(const T* X, int64_t n, T* dX, double scale);
 // autograd backward seeded with `seed`.
 template <typename T>
 float dag_ref_one(const T* X, int64_t n, T* dX, float seed);
-
-// torch's float32 CPU sum order for small sizes (ops/dag_torch.cpp).
-float torch_sum_f32(const float* x, int64_t size, int64_t stride);
 
 }  // namespace dag_detail
 }  // namespace pldr

@@ -16,18 +16,10 @@ namespace pldr {
 template <typename T>
 double dag_loss_term(const std::vector<T>& X, int64_t count, int64_t D, bool reference,
                      double coeff, double grad_scale, T* dX, double* loss_part) {
-    DagMode md = reference ? DagMode::REFERENCE_F32 : DagMode::EXACT;
-    double v = dag_mean(X.data(), count, D, md, dX, coeff * grad_scale);
-    if (!std::isfinite(v) && md == DagMode::REFERENCE_F32) {  // reference overflow
-        md = DagMode::EXACT;
-        if (dX) std::fill(dX, dX + X.size(), T(0));
-        v = dag_mean(X.data(), count, D, md, dX, coeff * grad_scale);
-    }
-    if (coeff > 0) {
-        // The reference adds float32(coeff · dag) (a float32 tensor times a Python float).
-        *loss_part += md == DagMode::REFERENCE_F32 ? double(float(coeff) * float(v)) : coeff * v;
-    }
-    return v;
+    return dag_term_with_fallback(reference, coeff, loss_part, [&](DagMode md, bool clear) {
+        if (dX && clear) std::fill(dX, dX + X.size(), T(0));
+        return dag_mean(X.data(), count, D, md, dX, coeff * grad_scale);
+    });
 }
 template double dag_loss_term<float>(const std::vector<float>&, int64_t, int64_t, bool, double,
                                      double, float*, double*);

@@ -1,11 +1,13 @@
 // The training objective (spec §5.1, §3.2): masked cross-entropy over tokens[:,1:] given
 // tokens[:,:-1], plus the optional DAG regularizer, with its gradient.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "model/backward.h"
+#include "ops/dag.h"
 
 namespace pldr {
 
@@ -52,6 +54,26 @@ int64_t loss_head_rows(int64_t N, int64_t d, int64_t V);
 template <typename T>
 double dag_loss_term(const std::vector<T>& X, int64_t count, int64_t D, bool reference,
                      double coeff, double grad_scale, T* dX, double* loss_part);
+
+// dag_loss_term's choice of mode and its loss part, for any backend's DAG term:
+// mean_in(mode, clear) runs the term in the mode (with its gradient where the backend asked for
+// one; clear: zero first what an overflowed reference pass left in the gradient) and returns the
+// mean. Reference numerics run the reference's float32 algorithm, and the exact one where it
+// overflows.
+template <class MeanIn>
+double dag_term_with_fallback(bool reference, double coeff, double* loss_part, MeanIn mean_in) {
+    DagMode md = reference ? DagMode::REFERENCE_F32 : DagMode::EXACT;
+    double v = mean_in(md, false);
+    if (!std::isfinite(v) && md == DagMode::REFERENCE_F32) {  // reference overflow
+        md = DagMode::EXACT;
+        v = mean_in(md, true);
+    }
+    if (coeff > 0) {
+        // The reference adds float32(coeff · dag) (a float32 tensor times a Python float).
+        *loss_part += md == DagMode::REFERENCE_F32 ? double(float(coeff) * float(v)) : coeff * v;
+    }
+    return v;
+}
 
 // A batch of B rows of S1 tokens as the model's inputs (all but the last token of each row) and
 // their targets (all but the first).

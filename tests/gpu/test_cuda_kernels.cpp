@@ -18,6 +18,8 @@
 #include "numeric_cases.h"
 #include "ops/activation.h"
 #include "ops/cross_entropy.h"
+#include "ops/dag.h"
+#include "ops/dag_expm.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"
 #include "ops/layernorm_order.h"
@@ -413,6 +415,72 @@ TEST_P(CudaKernels, PlgaPositiveMapAndCoupling) {
         EXPECT_TRUE(gpu::f32_close(gd.download(), dalmf, dalm)) << "float32 dA_LM";
         EXPECT_TRUE(gpu::f32_close(gp.download(), dPf, dP)) << "float32 dP";
     }
+}
+
+// The DAG terms per instance (cuda/dag.cu) against the CPU's (ops/dag.h dag_term), in both
+// modes, with and without the gradient, from float64 and float32 X: instances whose 1-norms pick
+// each of the reference's polynomials (T2 to T18 with squarings) and, in the exact mode, one whose
+// trace overflows float32. Reference numerics: the CPU's steps in the same order, so its float32
+// dag (from the kernel's y) and gradient to the bit, but for log2's rounding in the choice of the
+// squarings (an allowance of 2^-20); the exact mode within 1e-12 (CUDA's exp, log and pow against
+// glibc's).
+TEST_P(CudaKernels, DagTermsPerInstanceAsTheCpus) {
+    const numeric::Case& c = GetParam();
+    if (c.g != pldr::GType::LEARNED) GTEST_SKIP() << "fixed G: no operator";
+    const int64_t n = s().dk, nn = n * n;
+    // X∘X's 1-norm about n·scale²: targets in the ranges of T1, T2, T4, T8, T12, T18 (with 4
+    // squarings), and past float32's exponent range
+    const std::vector<double> norms = {1e-9, 3e-4, 0.02, 0.3, 1.0, 30.0, 600.0};
+    const int64_t count = int64_t(norms.size());
+    std::vector<double> X(sz(count * nn));
+    for (int64_t i = 0; i < count; ++i) {
+        const double sc = std::sqrt(norms[size_t(i)] / double(n));
+        const auto x = randn<double>(sz(nn), seed() + 10 + uint64_t(i), sc);
+        std::copy(x.begin(), x.end(), X.begin() + i * nn);
+    }
+    const double scale = 0.37;
+    for (const bool reference : {true, false})
+        for (const bool grad : {false, true}) {
+            const pldr::DagMode md =
+                reference ? pldr::DagMode::REFERENCE_F32 : pldr::DagMode::EXACT;
+            const std::string what = std::string(reference ? "reference" : "exact") +
+                                     (grad ? ", gradient" : "") + ", n " + std::to_string(n);
+            // the last instance overflows float32 in the reference's algorithm: exact mode only
+            const int64_t k = reference ? count - 1 : count;
+            const auto run = [&](auto zero_like) {
+                using T = decltype(zero_like);
+                const std::vector<T> Xt(X.begin(), X.begin() + k * nn);
+                std::vector<double> want(sz(k));
+                std::vector<T> dwant(sz(k * nn), T(0));
+                for (int64_t i = 0; i < k; ++i)
+                    want[size_t(i)] = pldr::dag_term(Xt.data() + i * nn, n, md,
+                                                     grad ? dwant.data() + i * nn : nullptr, scale);
+                Buf<T> xd(Xt), dxd(std::vector<T>(sz(k * nn), T(0)));
+                Buf<double> vd(sz(k));
+                cu::dag_instances<T>(xd.get(), k, n, reference, grad ? dxd.get() : nullptr,
+                                     float(scale), scale, vd.get(), nullptr);
+                std::vector<double> got = vd.download();
+                if (reference)
+                    for (double& v : got) v = double(pldr::dag_detail::dag_ref_value(float(v)));
+                const double tol = reference ? std::ldexp(1.0, -20) : 1e-12;
+                // (the exact mode's gradient rounds its float64 value to T once)
+                const double gtol =
+                    !reference && std::is_same_v<T, float> ? std::ldexp(1.0, -23) : tol;
+                for (int64_t i = 0; i < k; ++i) {
+                    SCOPED_TRACE(what + ", instance " + std::to_string(i));
+                    const double w = want[size_t(i)];
+                    ASSERT_TRUE(std::isfinite(w));
+                    EXPECT_LE(std::fabs(got[size_t(i)] - w), tol * std::fabs(w) + 1e-300);
+                    if (!grad) continue;
+                    const auto dg = dxd.download();
+                    const std::vector<T> a(dg.begin() + i * nn, dg.begin() + (i + 1) * nn),
+                        b(dwant.begin() + i * nn, dwant.begin() + (i + 1) * nn);
+                    EXPECT_TRUE(gpu::within(gpu::rel_err(a, b), gtol, "gradient"));
+                }
+            };
+            run(double(0));
+            run(float(0));
+        }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaKernels, ::testing::ValuesIn(numeric::cases()),
