@@ -2,7 +2,9 @@
 // one thread block per instance, with the block as the executor: each whole-matrix step spread
 // over the block's threads, a barrier after it; the products one chain of (fused, for the
 // reference's float32) multiply-adds over k per element, as the CPU's; the column sums top to
-// bottom. The scratch is global memory (17 matrices per block, L2-resident at these sizes).
+// bottom. The scratch is global memory: 17 matrices per block (about 0.3 MB a block at D = 64 and
+// the reference's gradient; at most 256 MB in all, the grid capped to fit).
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/common.cuh"
@@ -13,6 +15,10 @@ namespace pldr::cuda {
 namespace {
 
 constexpr int kDagThreads = 256;
+// norm1 keeps one column sum per thread slot: the reference's gradient works on 2n × 2n blocks.
+static_assert(2 * kDagMaxSide <= kDagThreads, "norm1's red holds one value per column");
+// The scratch of all the blocks together, at most (the grid is capped to fit; at least 1 block).
+constexpr int64_t kDagScratchBytes = int64_t(256) << 20;
 
 // ops/dag_expm.h's executor over one block. red: kDagThreads values of shared memory.
 template <typename S>
@@ -121,9 +127,10 @@ void dag_instances(const T* X, int64_t count, int64_t n, bool reference, T* dX, 
     int device = 0, sms = 1;
     PLDR_CUDA_CALL(cudaGetDevice(&device));
     PLDR_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const int64_t blocks = count < 2 * int64_t(sms) ? count : 2 * int64_t(sms);
-    Scratch<unsigned char> scratch(int64_t(blocks * dag_detail::kDagSlots * slot_elems * elem),
-                                   stream);
+    const int64_t per_block = dag_detail::kDagSlots * slot_elems * int64_t(elem);
+    const int64_t blocks =
+        std::max<int64_t>(1, std::min({count, 2 * int64_t(sms), kDagScratchBytes / per_block}));
+    Scratch<unsigned char> scratch(blocks * per_block, stream);
     dag_kernel<T><<<unsigned(blocks), kDagThreads, 0, stream>>>(
         X, count, n, reference, dX, seed, scale, vals, scratch.get(), slot_elems);
     PLDR_CUDA_LAUNCHED("dag_instances");

@@ -168,14 +168,15 @@ void coupling_backward(const std::string& name, T* dA_LM, T* dP, const T* dA_P, 
 
 // ---- The DAG terms (ops/dag.h) per instance: `count` n×n matrices X back to back (n ≤
 // kDagMaxSide), one thread block each running ops/dag_expm.h's algorithm, the CPU's steps in the
-// same order (the same bits, up to the float rounding of log2, and of exp, log and pow in the
-// exact mode). vals [count] (device) receives each instance's dag in the exact mode, and with
-// reference numerics its y = tr(expm(X∘X)) / dk, whose dag is dag_detail::dag_ref_value(y) on
-// the host (the CPU's float32 log, so the CPU's bits). When dX is not null each instance's gradient
-// is ACCUMULATED into it, seeded as ops/dag.cpp's dag_mean seeds it: `seed` (float32) with
-// reference numerics (torch's float32 algorithm and its autograd backward), `scale` (the
-// instance's d mean / d dag times the coefficient) in the exact mode (float64). T = float or
-// double. ----------------------------------------------------------------------------------------
+// same order (the same bits, up to the float rounding of log2, of exp, log and pow in the exact
+// mode, and of expf for n = 1 in the reference one). vals [count] (device) receives each instance's
+// dag in the exact mode, and with reference numerics its y = tr(expm(X∘X)) / dk, whose dag is
+// dag_detail::dag_ref_value(y) on the host (the CPU's float32 log, so the CPU's bits). When dX is
+// not null each instance's gradient is ACCUMULATED into it, seeded as ops/dag.cpp's dag_mean seeds
+// it: `seed` (float32) with reference numerics (torch's float32 algorithm and its autograd
+// backward), `scale` (the instance's d mean / d dag times the coefficient) in the exact mode
+// (float64). T = float or double.
+// ----------------------------------------------------------------------------------------
 constexpr int64_t kDagMaxSide = 128;
 template <class T>
 void dag_instances(const T* X, int64_t count, int64_t n, bool reference, T* dX, float seed,

@@ -6,11 +6,12 @@
 // softmax) step for step in the CPU's order, from the activations that the training forward keeps
 // on the device (impl.cuh, DevActs::train), recomputing the attention's probabilities and the
 // metric learner's units as the CPU's KeepActs::TRAINING does.
-// The DAG terms run on the HOST: the layers' A_LM, A_P and G_LM are downloaded, train/loss.h's
-// dag_loss_term runs on them as train/loss.cpp calls it, and the gradients go back up to enter
-// the backward where the CPU's DeductiveGrads enter it; without gradients (the metrics of zero
-// coefficients) on a thread of their own while the device runs the backward. A device DAG kernel
-// (the matrix exponential in both modes) is future work (docs/gpu.md). Per-parameter sums over rows
+// The DAG terms with their gradient run on the device (cuda/dag.cu, ops/dag_expm.h's algorithm,
+// one block per instance), their values reduced on the host as train/loss.cpp's dag_loss_term
+// does, the gradients entering the backward where the CPU's DeductiveGrads enter it; without
+// gradients (the metrics of zero coefficients), or with PLDR_CUDA_DAG=host, the layers' A_LM, A_P
+// and G_LM are downloaded and dag_loss_term runs on the host (the metrics on a thread of their
+// own while the device runs the backward). Per-parameter sums over rows
 // (the bias and LayerNorm gradients, the operator's per-head parameters over sequences) run in
 // cuda/colsum.cuh's fixed chunked order, the embedding's over each id's tokens in the CPU's order;
 // the products' sums are cuBLASLt's.

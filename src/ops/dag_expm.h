@@ -12,9 +12,9 @@
 //   void mm(A, B, C, n)                  C = A·B, per element fma(A[i,k], B[k,j], c) over k from 0
 //   void mm_plain(A, B, C, n)            the same with a separate multiply and add
 //   void each(count, f)                  f(e) for e < count, then a barrier
-//   S norm1(A, n)                        max over columns of Σ_i |A[i,j]| (top to bottom), NaN if
-//   any S max_entry(A, count)                max(0, the largest of count values) (no NaN among
-//   them)
+//   S norm1(A, n)                        max over columns of Σ_i |A[i,j]| (top to bottom), NaN
+//                                        if any is NaN
+//   S max_entry(A, count)                max(0, the largest of count values) (no NaN among them)
 // Scalar steps (the degree, the trace, the logs) run on every thread alike.
 #pragma once
 #include <cmath>

@@ -483,6 +483,52 @@ TEST_P(CudaKernels, DagTermsPerInstanceAsTheCpus) {
         }
 }
 
+// More instances than the grid has blocks (each block's scratch reused by the instances after
+// its first), and the largest side the kernel takes (the reference's gradient then works on
+// 256 × 256 blocks: one column sum per thread), with gradients accumulated onto values already
+// there, in both modes, as the CPU's.
+TEST(CudaDag, ManyInstancesAndTheLargestSideAsTheCpus) {
+    PLDR_REQUIRE_GPU();
+    int device = 0, sms = 1;
+    gpu::check(cudaGetDevice(&device), "cudaGetDevice");
+    gpu::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SMs");
+    const struct { int64_t n, count; } shapes[] = {{3, 2 * int64_t(sms) + 5}, {cu::kDagMaxSide, 2}};
+    for (const auto& sh : shapes)
+        for (const bool reference : {true, false}) {
+            const int64_t n = sh.n, nn = n * n, count = sh.count;
+            const pldr::DagMode md =
+                reference ? pldr::DagMode::REFERENCE_F32 : pldr::DagMode::EXACT;
+            SCOPED_TRACE(std::string(reference ? "reference" : "exact") + ", n " +
+                         std::to_string(n) + ", " + std::to_string(count) + " instances");
+            // X∘X's 1-norm from about 0.01 to 3 across the instances
+            std::vector<double> X(sz(count * nn));
+            for (int64_t i = 0; i < count; ++i) {
+                const double norm = 0.01 * std::pow(300.0, double(i) / double(count));
+                const auto x =
+                    randn<double>(sz(nn), 900 + uint64_t(i), std::sqrt(norm / double(n)));
+                std::copy(x.begin(), x.end(), X.begin() + i * nn);
+            }
+            const auto d0 = randn<double>(sz(count * nn), 77, 0.01);
+            const double scale = 0.61;
+            std::vector<double> want(sz(count)), dwant = d0;
+            for (int64_t i = 0; i < count; ++i)
+                want[size_t(i)] =
+                    pldr::dag_term(X.data() + i * nn, n, md, dwant.data() + i * nn, scale);
+            Buf<double> xd(X), dxd(d0), vd(sz(count));
+            cu::dag_instances<double>(xd.get(), count, n, reference, dxd.get(), float(scale), scale,
+                                      vd.get(), nullptr);
+            std::vector<double> got = vd.download();
+            if (reference)
+                for (double& v : got) v = double(pldr::dag_detail::dag_ref_value(float(v)));
+            const double tol = reference ? std::ldexp(1.0, -20) : 1e-12;
+            for (int64_t i = 0; i < count; ++i)
+                EXPECT_LE(std::fabs(got[size_t(i)] - want[size_t(i)]),
+                          tol * std::fabs(want[size_t(i)]) + 1e-300)
+                    << "instance " << i;
+            EXPECT_TRUE(gpu::within(gpu::rel_err(dxd.download(), dwant), tol, "gradients"));
+        }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, CudaKernels, ::testing::ValuesIn(numeric::cases()),
                          numeric::CaseName());
 
