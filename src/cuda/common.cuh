@@ -119,4 +119,55 @@ void copy_to_host(U* host, const U* dev, int64_t n, Stream s) {
     PLDR_CUDA_CALL(cudaStreamSynchronize(s));
 }
 
+// Page-locked host memory (cudaMallocHost), grown on demand: copies from the device into it run
+// asynchronously (into pageable memory cudaMemcpyAsync returns only once the copy is done).
+template <class U>
+class PinnedHost {
+  public:
+    PinnedHost() = default;
+    ~PinnedHost() {
+        if (p_) cudaFreeHost(p_);
+    }
+    PinnedHost(const PinnedHost&) = delete;
+    PinnedHost& operator=(const PinnedHost&) = delete;
+    // Room for n values (the contents are not kept when it grows).
+    U* sized(int64_t n) {
+        if (n > n_) {
+            if (p_) PLDR_CUDA_CALL(cudaFreeHost(p_));
+            p_ = nullptr;
+            n_ = 0;
+            PLDR_CUDA_CALL(cudaMallocHost(reinterpret_cast<void**>(&p_), size_t(n) * sizeof(U)));
+            n_ = n;
+        }
+        return p_;
+    }
+
+  private:
+    U* p_ = nullptr;
+    int64_t n_ = 0;
+};
+
+// Copies n values back without waiting (host: page-locked, see PinnedHost; read it after the
+// stream, or an Event recorded after this, has been waited for).
+template <class U>
+void copy_to_host_async(U* host, const U* dev, int64_t n, Stream s) {
+    if (n > 0)
+        PLDR_CUDA_CALL(
+            cudaMemcpyAsync(host, dev, size_t(n) * sizeof(U), cudaMemcpyDeviceToHost, s));
+}
+
+// An event without timing: recorded on a stream, waited for by any host thread.
+class Event {
+  public:
+    Event() { PLDR_CUDA_CALL(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
+    ~Event() { cudaEventDestroy(e_); }
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+    void record(Stream s) { PLDR_CUDA_CALL(cudaEventRecord(e_, s)); }
+    void wait() const { PLDR_CUDA_CALL(cudaEventSynchronize(e_)); }
+
+  private:
+    cudaEvent_t e_{};
+};
+
 }  // namespace pldr::cuda

@@ -292,6 +292,10 @@ struct DeviceModel<T>::Impl {
     Scratch<T> grads;
     // The AdamW moments of a resident step backend (allocated, zero, on first use).
     Scratch<T> adam_m, adam_v;
+    // The DAG terms' inputs on the host (dag_terms' host path: A_LM, A_P, G_LM of every layer),
+    // copied while the device goes on, and the event that says they have arrived.
+    PinnedHost<T> dag_stage;
+    std::unique_ptr<Event> dag_staged;
     // Mixed precision (train/step.h TrainConfig::precision, core/gemm_bf16.h): with autocast on,
     // the linear layers' products (projections, FFN, head; not the metric learner's chain, the
     // operator or the attention) take bf16 operands with float32 accumulation, as the CPU's

@@ -14,17 +14,17 @@
 namespace pldr {
 
 template <typename T>
-double dag_loss_term(const std::vector<T>& X, int64_t count, int64_t D, bool reference,
-                     double coeff, double grad_scale, T* dX, double* loss_part) {
+double dag_loss_term(const T* X, int64_t count, int64_t D, bool reference, double coeff,
+                     double grad_scale, T* dX, double* loss_part) {
     return dag_term_with_fallback(reference, coeff, loss_part, [&](DagMode md, bool clear) {
-        if (dX && clear) std::fill(dX, dX + X.size(), T(0));
-        return dag_mean(X.data(), count, D, md, dX, coeff * grad_scale);
+        if (dX && clear) std::fill(dX, dX + count * D * D, T(0));
+        return dag_mean(X, count, D, md, dX, coeff * grad_scale);
     });
 }
-template double dag_loss_term<float>(const std::vector<float>&, int64_t, int64_t, bool, double,
-                                     double, float*, double*);
-template double dag_loss_term<double>(const std::vector<double>&, int64_t, int64_t, bool, double,
-                                      double, double*, double*);
+template double dag_loss_term<float>(const float*, int64_t, int64_t, bool, double, double, float*,
+                                     double*);
+template double dag_loss_term<double>(const double*, int64_t, int64_t, bool, double, double,
+                                      double*, double*);
 
 namespace {
 
@@ -50,7 +50,7 @@ std::vector<DeductiveGrads<T>> dag_terms(const Model<T>& m, const Activations<T>
         }
         const bool g = want_grad && coeff > 0;
         std::vector<T> dX(g ? X.size() : 0, T(0));
-        *metric = dag_loss_term(X, count, D, m.reference_numerics(), coeff, grad_scale,
+        *metric = dag_loss_term(X.data(), count, D, m.reference_numerics(), coeff, grad_scale,
                                 g ? dX.data() : nullptr, &r.dag_loss);
         if (g)
             for (int64_t l = 0; l < L; ++l) {

@@ -52,8 +52,8 @@ int64_t loss_head_rows(int64_t N, int64_t d, int64_t V);
 // reference's float32 algorithm, and the exact one where it overflows (ops/dag.h); every
 // backend's loss calls this.
 template <typename T>
-double dag_loss_term(const std::vector<T>& X, int64_t count, int64_t D, bool reference,
-                     double coeff, double grad_scale, T* dX, double* loss_part);
+double dag_loss_term(const T* X, int64_t count, int64_t D, bool reference, double coeff,
+                     double grad_scale, T* dX, double* loss_part);
 
 // dag_loss_term's choice of mode and its loss part, for any backend's DAG term:
 // mean_in(mode, clear) runs the term in the mode (with its gradient where the backend asked for
