@@ -104,6 +104,11 @@ for r in j["results"]:
     extra = ""
     if "x_batch1_pairs" in r: extra = ", %.2fx batch 1" % r["x_batch1_pairs"]["median"]
     if r.get("device_peak_bytes"): extra += ", peak %.1f GB" % (r["device_peak_bytes"] / 1e9)
+    ph = r.get("device_phases") or []
+    top = sum(p["ms"] for p in ph if p["depth"] == 0)
+    if top > 0 and r["workload"] == "train":
+        extra += " [" + ", ".join("%s %.0f%%" % (p["phase"], 100 * p["ms"] / top)
+                                  for p in ph if p["depth"] <= 1) + "]"
     out.append("%s %s: %.0f tok/s (%.0f-%.0f), %.2f of %s%s" % (r["model"], w, t["median"],
                t["min"], t["max"], r.get("fraction", 0), r.get("bound", "?"), extra))
 out.append("limits: read %.0f GB/s, sgemm %.0f, bf16 %.0f GFLOP/s" % (lim["read_gbs"],
@@ -173,8 +178,9 @@ run() {
     # the same run: the prefill of 1,024 tokens (the line: 120,000 tok/s), greedy decode
     # in kvg at batch 1 (the line: 3,000 tok/s) and 8 (15,000), and training steps of 32 x 1024 in float32 and
     # bf16 mixed precision (the lines: 90,000 and 236,000 tok/s; the peak device memory beside
-    # each).
-    step bench_cuda_110M 110 "$P/pldr" bench --config 110M --device cuda \
+    # each). PLDR_CUDA_PROFILE=1: each workload's device time per phase too (two events a phase,
+    # no synchronisation: docs/gpu.md "Where the time goes").
+    step bench_cuda_110M 110 env PLDR_CUDA_PROFILE=1 "$P/pldr" bench --config 110M --device cuda \
         --only prefill,decode,train --caches kvg --precision fp32,bf16 --prompt-prefill 1024 \
         --train-batch 32 --train-seq 1024 --json "$LOGS/bench_cuda.json"
     bench_row bench_cuda_110M "$LOGS/bench_cuda.json"

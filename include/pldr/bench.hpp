@@ -97,6 +97,15 @@ struct BenchStats {
     int n = 0;
 };
 
+// The device time of one phase of the model's passes during a workload (pldr bench
+// --device cuda with PLDR_CUDA_PROFILE=1; docs/gpu.md "Where the time goes").
+struct BenchPhase {
+    std::string name;  // "forward", "fwd.attention", "backward", "adamw", ...
+    int depth = 0;     // nesting: a phase's time includes those below it of greater depth
+    int64_t calls = 0;
+    double ms = 0;  // summed over the calls (warm-up repetitions included)
+};
+
 struct BenchResult {
     std::string model;            // the config name or the model directory
     std::string weights = "f32";  // what the products read: "f32", "bf16" or "q8_0"
@@ -123,6 +132,7 @@ struct BenchResult {
     // On a CUDA device: the peak of pldr's device arrays during the workload (parameters,
     // activations, gradients, moments; cuBLASLt's 32 MiB workspace aside).
     double device_peak_bytes = 0;
+    std::vector<BenchPhase> device_phases;   // with PLDR_CUDA_PROFILE=1, else empty
     double load_before = 0, load_after = 0;  // 1-minute load average around the timed part
     double loss = 0;                         // train: the last step's loss
 };

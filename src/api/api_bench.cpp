@@ -174,6 +174,7 @@ BenchResult bench(const BenchOptions& o) {
     const double floor_s = o.min_time >= 0 ? o.min_time : o.reps == 0 ? 2.0 : 0.0;
     r.load_before = perf::load_avg1();
     if (on_gpu) gpu::pool_peak_bytes(dev, true);  // the workload's own peak
+    if (on_gpu) gpu::phase_times(dev, true);      // and its own phases
     switch (o.workload) {
         case BenchWorkload::PREFILL: {
             const int64_t P = o.prompt ? o.prompt : 128;
@@ -241,6 +242,7 @@ BenchResult bench(const BenchOptions& o) {
     r.tok_s = stats(r.tok_s_reps);
     r.load_after = perf::load_avg1();
     if (on_gpu) r.device_peak_bytes = double(gpu::pool_peak_bytes(dev, false));
+    if (on_gpu) r.device_phases = gpu::phase_times(dev, true);
     r.peak_rss_bytes = perf::peak_rss_bytes();
     return r;
 }

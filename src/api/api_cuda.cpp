@@ -12,6 +12,7 @@
 
 #if PLDR_WITH_CUDA
 #include "cuda/limits.h"
+#include "cuda/profile.h"
 #include "cuda_model/forward.h"
 #include "cuda_model/session.h"
 #endif
@@ -276,6 +277,15 @@ int64_t pool_peak_bytes(const DeviceSpec& d, bool reset) {
     return cuda::pool_peak_bytes(require_cuda(d).index, reset);
 }
 
+std::vector<BenchPhase> phase_times(const DeviceSpec& d, bool reset) {
+    require_cuda(d);
+    std::vector<BenchPhase> out;
+    if (!cuda::profile_on()) return out;
+    for (const cuda::PhaseTime& t : cuda::profile_take(reset))
+        out.push_back({t.name, t.depth, t.calls, t.ms});
+    return out;
+}
+
 double limit(const std::string& which, const DeviceSpec& d) {
     require_cuda(d);
     if (which == "read") return cuda::read_bandwidth_gbs(d.index);
@@ -354,6 +364,10 @@ std::vector<double> run_prefill(const ::pldr::Model<float>&, const DeviceSpec& d
 int64_t pool_peak_bytes(const DeviceSpec& d, bool) {
     require_cuda(d);
     return 0;
+}
+std::vector<BenchPhase> phase_times(const DeviceSpec& d, bool) {
+    require_cuda(d);
+    return {};
 }
 double limit(const std::string&, const DeviceSpec& d) {
     require_cuda(d);

@@ -14,6 +14,7 @@
 #include "model/activations.h"
 #include "model/model.h"
 #include "perf/workloads.h"
+#include "pldr/bench.hpp"
 #include "train/loss.h"
 #include "train/step.h"
 
@@ -83,6 +84,10 @@ std::vector<double> run_prefill(const ::pldr::Model<float>& m, const DeviceSpec&
 // The high-water mark of pldr's device arrays on the device (cuda::pool_peak_bytes); reset
 // starts a new one.
 int64_t pool_peak_bytes(const DeviceSpec& d, bool reset);
+
+// The device time per phase of the model's passes since the last take (cuda/profile.h), when
+// PLDR_CUDA_PROFILE=1; empty otherwise. reset: start a new table.
+std::vector<BenchPhase> phase_times(const DeviceSpec& d, bool reset);
 
 // The device's limits (cuda/limits.h): "read" (GB/s), "sgemm" (float32, TF32 off), "tf32" and
 // "bf16" (GFLOP/s), and the line that names what was measured ("cuBLASLt on cuda:0 (NVIDIA

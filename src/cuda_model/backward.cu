@@ -282,6 +282,7 @@ void DeviceModel<T>::Impl::layer_backward(int64_t l, int64_t B, int64_t S, DevAc
     DevLayer<T>& L = da.layer(l);
     const T* x_in = da.input_of(l);
     Scratch<T> dr1(N * d, s);
+    std::optional<Phase> phase(std::in_place, "bwd.ln_ffn_ln", s);
     {
         // hidden = LN2(r2), r2 = ffn_out + out1
         Scratch<T> dout1(N * d, s), dr2(N * d, s), sc(2 * N * F, s);
@@ -299,6 +300,8 @@ void DeviceModel<T>::Impl::layer_backward(int64_t l, int64_t B, int64_t S, DevAc
     }
     // attn_out = O·Woᵀ + bo; then PLGA attention: E·V, the softmax, the scores, the operator,
     // the metric learner.
+    phase.reset();
+    phase.emplace("bwd.out_attention", s);
     Scratch<T> dO(N * d, s), dq(N * d, s), dk(N * d, s), dv(N * d, s);
     linear_backward(dO.get(), false, gw.wo, gw.bo, dr1.get(), L.O.get(), dev(w.wo), N, d, d);
     // the probabilities again, from the kept Q·G and K (the forward's products: the same bits)
@@ -307,6 +310,8 @@ void DeviceModel<T>::Impl::layer_backward(int64_t l, int64_t B, int64_t S, DevAc
     attention_backward(l, B, S, L, dg, g, dO.get(), E, dq.get(), dk.get(), dv.get());
     // RoPE (the transpose rotation), then the three projections; d(x_in) is the residual's dr1
     // plus theirs.
+    phase.reset();
+    phase.emplace("bwd.rope_qkv", s);
     rope_backward<T>(dq.get(), da.pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(),
                      nullptr, s);
     rope_backward<T>(dk.get(), da.pos.get(), N, H, D, rope, c.reference_rope, m.round_f32(),
@@ -358,8 +363,12 @@ void DeviceModel<T>::Impl::attention_backward(int64_t l, int64_t B, int64_t S, D
     const int64_t at = l * n;  // layer l's part of the DAG's [L,B,H,D,D] gradients
     if (dg.dG.get()) add(dG.get(), dG.get(), dg.dG.get() + at, n, s);
     const LayerView<T>& gw = g.layers[size_t(l)];
-    operator_backward(l, B, L, dG.get(), dg.dA_LM.get() ? dg.dA_LM.get() + at : nullptr,
-                      dg.dA_P.get() ? dg.dA_P.get() + at : nullptr, gw, dA.get());
+    {
+        const Phase phase("bwd.operator", s);
+        operator_backward(l, B, L, dG.get(), dg.dA_LM.get() ? dg.dA_LM.get() + at : nullptr,
+                          dg.dA_P.get() ? dg.dA_P.get() + at : nullptr, gw, dA.get());
+    }
+    const Phase phase("bwd.metric_learner", s);
     learner_backward(l, B, S, L, dA.get(), gw, dq);
 }
 
@@ -541,12 +550,18 @@ LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B
     // The head over chunks of rows with the cross-entropy: d(final hidden) and the head's
     // gradient; then the DAG terms (learned G: as metrics always, in the loss for positive
     // coefficients); then the layers in reverse, LN_in and the embedding.
-    head_loss(da.input_of(c.num_layers), tgt, N, grad_scale / denominator, g, dx.get(), r);
+    {
+        const Phase phase("head_loss", s);
+        head_loss(da.input_of(c.num_layers), tgt, N, grad_scale / denominator, g, dx.get(), r);
+    }
     // Without their gradient (zero coefficients, or validation) the DAG terms run on the host
     // while the device runs the backward; they write r's DAG fields only.
     DagGrads dg;
     std::future<void> dag_host;
-    if (c.learned_g()) dag_host = dag_terms(da, B, dag, want ? grad_scale : 0.0, r, dg);
+    if (c.learned_g()) {
+        const Phase phase("dag_terms", s);
+        dag_host = dag_terms(da, B, dag, want ? grad_scale : 0.0, r, dg);
+    }
     const auto dag_done = [&] {
         if (dag_host.valid()) dag_host.get();
         r.value += r.dag_loss;
@@ -555,8 +570,11 @@ LossResult DeviceModel<T>::Impl::loss_and_grads(const int64_t* tokens, int64_t B
         dag_done();
         return r;
     }
-    for (int64_t l = c.num_layers - 1; l >= 0; --l) layer_backward(l, B, S, da, dg, g, dx);
-    embed_backward(da, in, g, dx.get());
+    {
+        const Phase phase("backward", s);
+        for (int64_t l = c.num_layers - 1; l >= 0; --l) layer_backward(l, B, S, da, dg, g, dx);
+        embed_backward(da, in, g, dx.get());
+    }
     dag_done();
     if (resident) return r;
     std::vector<T> host(static_cast<size_t>(P));

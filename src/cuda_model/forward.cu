@@ -331,6 +331,7 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
     keep_t(la.x_in, x, {B, S, d});
 
     // 1-3. Projections and RoPE on q, k.
+    std::optional<Phase> phase(std::in_place, "fwd.qkv_rope", s);
     T *q = sized(L.q, N * d, s), *k = sized(L.k, N * d, s), *v = sized(L.v, N * d, s);
     proj(q, x, w.wq, w.bq, N, d, d);
     proj(k, x, w.wk, w.bk, N, d, d);
@@ -342,6 +343,8 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
     keep_t(la.v, v, {B, S, d});
 
     // 4-6. G_LM: the model's fixed G, or the metric learner and the operator.
+    phase.reset();
+    phase.emplace("fwd.metric_learner_operator", s);
     T* G = sized(L.G, B * HDD, s);
     if (!c.learned_g() || !da.preset_G.empty()) {  // the model's fixed G, or a preset one
         const T* Gf = da.preset_G.empty() ? G_fixed.get() + l * HDD : da.preset_G[size_t(l)];
@@ -353,6 +356,8 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
     keep_t(la.G, G, {B, H, D, D});
 
     // 7. Ep = (Q·G)·Kᵀ / √dk; E = softmax(Ep + mask·(−1e9)); O = E·V.
+    phase.reset();
+    phase.emplace("fwd.attention", s);
     // (training: E in the shared work buffer, recomputed by the layer's backward)
     T *QG = sized(L.QG, Hs * D, s), *O = sized(L.O, N * d, s);
     T* E = sized(da.train ? da.E_work : L.E, Hs * S, s);
@@ -364,6 +369,8 @@ void DeviceModel<T>::Impl::layer(int64_t l, int64_t B, int64_t S, DevActs<T>& da
     keep_t(la.O, O, {B, S, d});
 
     // The output projection, + x, LN1; the FFN, + out1, LN2.
+    phase.reset();
+    phase.emplace("fwd.out_ln_ffn_ln", s);
     T *attn = sized(da.train ? da.attn_work : L.attn, N * d, s), *r1 = sized(L.r1, N * d, s);
     T *out1 = sized(L.out1, N * d, s), *mean1 = sized(L.mean1, N, s), *rstd1 = sized(L.rstd1, N, s);
     proj(attn, O, w.wo, w.bo, N, d, d);
@@ -420,6 +427,7 @@ void DeviceModel<T>::Impl::layers(const int64_t* ids_host, int64_t B, int64_t S,
     copy_to_device(sized(da.ids, N, s), out.ids.data(), N, s);
     copy_to_device(sized(da.pos, N, s), out.pos.data(), N, s);
 
+    const Phase whole("forward", s);
     // Embedding·√d, then the input LayerNorm.
     T* x0 = sized(da.x0, N * d, s);
     embed_kernel<T><<<grid_for(N * d), kThreads, 0, s>>>(x0, dev(m.w.emb), da.ids.get(), N, d,

@@ -8,11 +8,13 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/gemm.h"
+#include "cuda/profile.h"
 #include "cuda_model/forward.h"
 #include "model/forward.h"
 

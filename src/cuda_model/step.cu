@@ -52,6 +52,7 @@ void DeviceModel<T>::download_grads(T* host) {
 template <class T>
 void DeviceModel<T>::clip_grads_by_value(T limit) {
     impl_->on.select();
+    const cuda::Phase phase("clip", impl_->stream);
     cuda::clip_by_value<T>(impl_->grad_buffer(), impl_->m.num_params(), limit, impl_->stream);
 }
 template <class T>
@@ -64,6 +65,7 @@ template <class T>
 void DeviceModel<T>::adamw(int64_t t, double lr, const AdamWConfig& cfg, T* host) {
     Impl& im = *impl_;
     im.on.select();
+    const cuda::Phase phase("adamw", im.stream);
     const int64_t P = im.m.num_params();
     T* mm1 = sized(im.adam_m, P, im.stream);  // (zero when new: set_moments was never called)
     T* mm2 = sized(im.adam_v, P, im.stream);

@@ -8,10 +8,13 @@
 // chunks, and the CPU's one-line errors for bad inputs.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "cuda/profile.h"
 #include "cuda_model/forward.h"
 #include "gpu_util.h"
 #include "numeric_cases.h"
@@ -246,3 +249,66 @@ TEST(CudaBackwardErrors, RefusesWhatTheCpuRefuses) {
 }
 
 }  // namespace
+
+// PLDR_CUDA_PROFILE's phases (cuda/profile.h): with the profile on, a training pass times its
+// phases, each layer's once per layer, nested as the code nests them (a phase's time at least
+// its children's); the profile's values do not change (the same bits with and without it); off,
+// nothing is recorded.
+TEST(CudaProfile, ATrainingPassTimesItsPhasesNested) {
+    PLDR_REQUIRE_GPU();
+    const numeric::Case k = dag_case();
+    const auto m = numeric::make_model(k, 5);
+    const auto tok = numeric::make_tokens(k.shape, 5);
+    const int64_t B = k.shape.B, S1 = k.shape.S + 1, L = m.cfg.num_layers;
+    const pldr::DagCoeffs dag = dag_of(k);
+    pldr::cuda::DeviceModel<double> dm(m);
+    namespace cu = pldr::cuda;
+    cu::profile_enable(false);
+    const Grad plain = gpu_grad(dm, tok, B, S1, dag, 1.0);
+    EXPECT_TRUE(cu::profile_take(true).empty());
+    cu::profile_enable(true);
+    const Grad timed = gpu_grad(dm, tok, B, S1, dag, 1.0);
+    const std::vector<cu::PhaseTime> t = cu::profile_take(true);
+    cu::profile_enable(false);
+    EXPECT_EQ(timed.g, plain.g);
+    std::map<std::string, cu::PhaseTime> by;
+    for (const cu::PhaseTime& p : t) by[p.name] = p;
+    const struct {
+        const char* name;
+        int depth;
+        int64_t calls;
+    } want[] = {{"forward", 0, 1},
+                {"fwd.qkv_rope", 1, L},
+                {"fwd.metric_learner_operator", 1, L},
+                {"fwd.attention", 1, L},
+                {"fwd.out_ln_ffn_ln", 1, L},
+                {"head_loss", 0, 1},
+                {"dag_terms", 0, 1},
+                {"backward", 0, 1},
+                {"bwd.ln_ffn_ln", 1, L},
+                {"bwd.out_attention", 1, L},
+                {"bwd.operator", 2, L},
+                {"bwd.metric_learner", 2, L},
+                {"bwd.rope_qkv", 1, L}};
+    for (const auto& w : want) {
+        SCOPED_TRACE(w.name);
+        ASSERT_TRUE(by.count(w.name));
+        EXPECT_EQ(by[w.name].depth, w.depth);
+        EXPECT_EQ(by[w.name].calls, w.calls);
+        EXPECT_GT(by[w.name].ms, 0.0);
+    }
+    // (event timestamps resolve to about half a microsecond per phase)
+    const auto sum = [&](std::initializer_list<const char*> names) {
+        double s = 0;
+        for (const char* n : names) s += by[n].ms;
+        return s;
+    };
+    EXPECT_GE(
+        by["forward"].ms + 1e-3 * double(4 * L),
+        sum({"fwd.qkv_rope", "fwd.metric_learner_operator", "fwd.attention", "fwd.out_ln_ffn_ln"}));
+    EXPECT_GE(by["backward"].ms + 1e-3 * double(3 * L),
+              sum({"bwd.ln_ffn_ln", "bwd.out_attention", "bwd.rope_qkv"}));
+    EXPECT_GE(by["bwd.out_attention"].ms + 1e-3 * double(2 * L),
+              sum({"bwd.operator", "bwd.metric_learner"}));
+    EXPECT_TRUE(cu::profile_take(true).empty());  // taken with reset: a new table
+}

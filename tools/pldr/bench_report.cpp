@@ -52,6 +52,34 @@ double limit_of(const json& r, double read_gbs, double sgemm_gflops, double bf16
     return sgemm_gflops * 1e9 / r["flops_per_token"].get<double>();
 }
 
+// With PLDR_CUDA_PROFILE=1 on a GPU: each workload's device time per phase (docs/gpu.md "Where
+// the time goes"), a phase's children indented below it, their shares of the outermost phases'.
+void print_device_phases(const json& results) {
+    for (const auto& r : results) {
+        if (!r.contains("device_phases")) continue;
+        double top = 0;
+        for (const auto& p : r["device_phases"])
+            if (p["depth"].get<int>() == 0) top += p["ms"].get<double>();
+        std::string what = r["workload"].get<std::string>();
+        if (r.value("precision", "fp32") != "fp32") what += " " + r["precision"].get<std::string>();
+        std::printf(
+            "\ndevice time per phase, %s %s (warm-up repetitions included; a phase includes "
+            "the indented ones below it):\n\n| phase | calls | ms | ms per call | share |\n"
+            "|---|---|---|---|---|\n",
+            r["model"].get<std::string>().c_str(), what.c_str());
+        for (const auto& p : r["device_phases"]) {
+            const double ms = p["ms"].get<double>();
+            const int64_t calls = p["calls"].get<int64_t>();
+            const std::string indent(size_t(2 * p["depth"].get<int>()), '.');
+            std::printf("| %s%s | %lld | %s | %s | %s |\n", indent.c_str(),
+                        p["phase"].get<std::string>().c_str(), static_cast<long long>(calls),
+                        fmt("%.2f", ms).c_str(),
+                        fmt("%.3f", calls ? ms / double(calls) : 0).c_str(),
+                        fmt("%.1f %%", top > 0 ? 100 * ms / top : 0).c_str());
+        }
+    }
+}
+
 }  // namespace
 
 void add_limit_fractions(json& r, const api::BenchLimits& lim) {
@@ -188,6 +216,7 @@ void print_report(const json& out, bool adjacent) {
                     fmt("%.1f", r["limit_tok_s"].get<double>()).c_str(), frac.c_str(),
                     peak.c_str());
     }
+    print_device_phases(out["results"]);
     if (device != "cpu")
         std::printf(
             "\nprefill on CUDA: the forward over the prompt with the head over its last "

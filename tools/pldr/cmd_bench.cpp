@@ -98,6 +98,13 @@ json to_json(const api::BenchResult& r, const api::BenchOptions& o) {
     if (r.device != "cpu") {
         j["device_param_bytes"] = r.device_param_bytes;
         j["device_peak_bytes"] = r.device_peak_bytes;
+        if (!r.device_phases.empty()) {
+            json phases = json::array();
+            for (const auto& p : r.device_phases)
+                phases.push_back(
+                    {{"phase", p.name}, {"depth", p.depth}, {"calls", p.calls}, {"ms", p.ms}});
+            j["device_phases"] = phases;
+        }
     }
     j["load"] = {r.load_before, r.load_after};
     return j;
