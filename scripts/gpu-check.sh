@@ -9,6 +9,9 @@
 #       Ubuntu 24.04 has in newer versions, the CUDA driver, and cuBLASLt, which torch's
 #       nvidia-cublas wheel brings there). Prints its size (the device tool carries at most 64 MiB
 #       with the working tree).
+#   bash scripts/gpu-check.sh size | slim | unslim   HERE: what would travel; moving what `run`
+#       does not read (the bundled models, corpora, fuzz corpus: SLIM_PATHS) out of the working
+#       tree and back, when the tree and .gpu exceed the device tool's 64 MiB.
 #   bash scripts/gpu-check.sh run    THERE (device tool: carry [".gpu"], this command): unpacks,
 #       finds the CUDA 13 libraries inside the nvidia-* Python wheels, runs the GPU tests, a few
 #       CPU golden tests as a check of the carried build, `pldr bench --device cuda` when the tool
@@ -45,6 +48,8 @@ pack() {
     rm -rf "$PACK/stage"
     mkdir -p "$stage/bin" "$stage/lib"
     cp "$build/pldr" "$build/tests/pldr_tests" "$build/tests/gpu/pldr_gpu_tests" "$stage/bin/"
+    # Without their symbol tables (the tarball travels within 64 MiB with the working tree)
+    strip --strip-unneeded "$stage"/bin/*
     # The libraries to carry: every resolved dependency but the C and C++ runtimes (the GPU
     # machine's Ubuntu 24.04 has newer ones), the CUDA driver and cuBLASLt (from the wheels).
     local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libstdc\+\+|libgcc_s|libcuda\.so|libcublas)'
@@ -167,6 +172,22 @@ run() {
     if [ -n "$lt" ]; then note_row cublaslt passed "$lt"
     else note_row cublaslt "FAILED" "libcublasLt.so.13 is in no folder of LD_LIBRARY_PATH"; fi
     command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "nvidia-smi: not here"
+    # A slimmed tree (slim) leaves tests/golden/trajectory behind: the golden tests then read a
+    # set without trajectories (its manifest says so, and they skip), a copy of the rest.
+    if [ -d "$ROOT/tests/golden" ] && [ ! -e "$ROOT/tests/golden/trajectory" ]; then
+        local gold=$work/golden
+        rm -rf "$gold"
+        cp -r "$ROOT/tests/golden" "$gold"
+        python3 - "$ROOT/tests/golden/manifest.json" "$gold/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["trajectory"] = []
+m["model_dirs"] = [d for d in m.get("model_dirs", []) if not d.startswith("trajectory/")]
+json.dump(m, open(sys.argv[2], "w"), indent=1)
+PY
+        export PLDR_GOLDEN_DIR=$gold
+        note_row golden_set partial "tests/golden/trajectory left behind (slim): its tests skip"
+    fi
     local P=$pkg/bin
     step gpu_tests 150 "$P/pldr_gpu_tests" --gtest_brief=1
     # pldr serve on the GPU against the CPU's server: 4 concurrent greedy completions (their slots
@@ -209,8 +230,60 @@ run() {
     done
 }
 
+# ---- what travels --------------------------------------------------------------------------------
+# The device tool sends the working tree (the files there, tracked or untracked-not-ignored) and
+# the carried paths, at most 64 MiB together. The tracked tree is larger than that (84 MB on
+# 2026-12-06), so `slim` moves what `run` does not read (the bundled models, the fuzz corpus,
+# the training corpora but tinyshakespeare's validation text, the two paper tokenizers, the
+# golden trajectories, which `run` then leaves out of the golden set it tests; not the rest of
+# tests/golden/, data/eval/ or data/tokenizer/'s own model, which the tests there read) into
+# .gpu-offload/ (ignored: it does not travel) for the run, and `unslim` puts them back. `size`
+# prints what would travel.
+OFFLOAD=.gpu-offload
+SLIM_PATHS=(models fuzz/corpus data/corpus/sotu data/corpus/tinyshakespeare/train.txt
+            data/tokenizer/pldr-llm-v1-paper data/tokenizer/pldr-llm-v1-ablation
+            tests/golden/trajectory)
+travel_bytes() {  # the files of the working tree that exist and are not ignored, plus .gpu
+    { git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s -- 2>/dev/null
+      if [ -d "$PACK" ]; then find "$PACK" -type f -printf '%s\n'; fi; } | awk '{ s += $1 } END { print s + 0 }'
+}
+size() {
+    local b
+    b=$(travel_bytes)
+    echo "gpu-check: $((b / 1048576)) MiB would travel with .gpu carried (the limit is 64 MiB)"
+    ((b <= 64 * 1048576)) || { echo "gpu-check: over the limit: bash scripts/gpu-check.sh slim"; return 1; }
+}
+slim() {
+    [ ! -e "$OFFLOAD" ] || { echo "gpu-check slim: $OFFLOAD exists: unslim first"; exit 1; }
+    mkdir -p "$OFFLOAD"
+    local p
+    for p in "${SLIM_PATHS[@]}"; do
+        [ -e "$p" ] || continue
+        mkdir -p "$OFFLOAD/$(dirname "$p")"
+        mv "$p" "$OFFLOAD/$p"
+    done
+    echo "gpu-check slim: moved ${SLIM_PATHS[*]} into $OFFLOAD (bash scripts/gpu-check.sh unslim puts them back)"
+    size
+}
+unslim() {
+    [ -d "$OFFLOAD" ] || { echo "gpu-check unslim: nothing to put back"; return 0; }
+    local p
+    for p in "${SLIM_PATHS[@]}"; do
+        [ -e "$OFFLOAD/$p" ] || continue
+        [ ! -e "$p" ] || { echo "gpu-check unslim: $p exists here and in $OFFLOAD: left both"; exit 1; }
+        mkdir -p "$(dirname "$p")"
+        mv "$OFFLOAD/$p" "$p"
+    done
+    rm -rf "$OFFLOAD"
+    git status --short -- "${SLIM_PATHS[@]}" | head -5
+    echo "gpu-check unslim: ${SLIM_PATHS[*]} are back"
+}
+
 case "${1:-}" in
-    pack) pack ;;
+    pack) pack; size || true ;;
     run) run ;;
-    *) echo "usage: bash scripts/gpu-check.sh pack|run (docs/gpu.md)" >&2; exit 2 ;;
+    size) size ;;
+    slim) slim ;;
+    unslim) unslim ;;
+    *) echo "usage: bash scripts/gpu-check.sh pack|size|slim|run|unslim (docs/gpu.md)" >&2; exit 2 ;;
 esac
