@@ -72,6 +72,12 @@ struct BlockEx {
         __syncthreads();  // (before red is written again)
         return best;
     }
+    // Every thread checks its share, the block's answer reaches all (a barrier).
+    __device__ bool all_finite(const S* A, int64_t count) {
+        int ok = 1;
+        for (int64_t e = threadIdx.x; e < count; e += blockDim.x) ok &= isfinite(A[e]) ? 1 : 0;
+        return __syncthreads_and(ok) != 0;
+    }
     __device__ S max_entry(const S* A, int64_t count) {
         S m = S(0);
         for (int64_t e = threadIdx.x; e < count; e += blockDim.x) m = m < A[e] ? A[e] : m;

@@ -74,6 +74,11 @@ class HostEx {
         for (int64_t e = 0; e < count; ++e) m = m < A[e] ? A[e] : m;
         return m;
     }
+    bool all_finite(const S* A, int64_t count) {
+        for (int64_t e = 0; e < count; ++e)
+            if (!std::isfinite(A[e])) return false;
+        return true;
+    }
 
   private:
     int64_t nn_;

@@ -15,6 +15,7 @@
 //   S norm1(A, n)                        max over columns of Σ_i |A[i,j]| (top to bottom), NaN
 //                                        if any is NaN
 //   S max_entry(A, count)                max(0, the largest of count values) (no NaN among them)
+//   bool all_finite(A, count)            whether every one of count values is finite
 // Scalar steps (the degree, the trace, the logs) run on every thread alike.
 #pragma once
 #include <cmath>
@@ -472,8 +473,7 @@ PLDR_HD double dag_exact_instance(Ex& ex, const T* X, int64_t n, T* dX, double s
         const double x = double(X[e]);
         M[e] = x * x;
     });
-    bool finite = true;
-    for (int64_t e = 0; e < nn && finite; ++e) finite = std::isfinite(M[e]);
+    const bool finite = ex.all_finite(M, nn);
     const double v = finite ? log_mean_trace_expm_steps(ex, M, n, dX ? P : nullptr) : double(NAN);
     if (dX) {
         // d|v|/dX = sign(v) · 2·X ∘ (expm(M)ᵀ / tr expm(M)); sign(0) = 0.
