@@ -6,17 +6,15 @@
 // softmax) step for step in the CPU's order, from the activations that the training forward keeps
 // on the device (impl.cuh, DevActs::train), recomputing the attention's probabilities and the
 // metric learner's units as the CPU's KeepActs::TRAINING does.
-// The DAG terms with their gradient run on the device (cuda/dag.cu, ops/dag_expm.h's algorithm,
-// one block per instance), their values reduced on the host as train/loss.cpp's dag_loss_term
-// does, the gradients entering the backward where the CPU's DeductiveGrads enter it; without
-// gradients (the metrics of zero coefficients), or with PLDR_CUDA_DAG=host, the layers' A_LM, A_P
-// and G_LM are downloaded and dag_loss_term runs on the host (the metrics on a thread of their
-// own while the device runs the backward). Per-parameter sums over rows
-// (the bias and LayerNorm gradients, the operator's per-head parameters over sequences) run in
-// cuda/colsum.cuh's fixed chunked order, the embedding's over each id's tokens in the CPU's order;
-// the products' sums are cuBLASLt's.
-#include <omp.h>
-
+// The DAG terms (dag_terms.cu) with their gradient run on the device (cuda/dag.cu, ops/dag_expm.h's
+// algorithm, one block per instance), their values reduced on the host as train/loss.cpp's
+// dag_loss_term does, the gradients entering the backward where the CPU's DeductiveGrads enter it;
+// without gradients (the metrics of zero coefficients), or with PLDR_CUDA_DAG=host, the layers'
+// A_LM, A_P and G_LM are downloaded and dag_loss_term runs on the host (the metrics on a thread of
+// their own while the device runs the backward). Per-parameter sums over rows (the bias and
+// LayerNorm gradients, the operator's per-head parameters over sequences) run in cuda/colsum.cuh's
+// fixed chunked order, the embedding's over each id's tokens in the CPU's order; the products' sums
+// are cuBLASLt's.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -26,29 +24,17 @@
 #include <numeric>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "cuda/colsum.cuh"
 #include "cuda_model/impl.cuh"
-#include "ops/dag_expm.h"
 
 namespace pldr::cuda {
 
 using namespace model_detail;
 
 namespace {
-
-// PLDR_CUDA_DAG=host: the DAG terms with their gradient on the host, as before the device
-// kernel (for comparisons; the device's are the default).
-bool dag_on_host() {
-    static const bool host = [] {
-        const char* v = std::getenv("PLDR_CUDA_DAG");
-        return v && std::string(v) == "host";
-    }();
-    return host;
-}
 
 // The softmax's backward over one row of a (b,h) block [S,S], in place: g = (0 + E ⊙ (g − Σ E⊙g))
 // / scale (ops/dense.cpp softmax_backward into zeros, then ops/attention.cpp's division). No
@@ -185,94 +171,6 @@ void DeviceModel<T>::Impl::head_loss(const T* h, const std::vector<int64_t>& tgt
     r.ce = r.scored > 0 ? total / double(r.scored) : 0.0;
     r.accuracy = r.scored > 0 ? double(r.correct) / double(r.scored) : 0.0;
     r.value = r.ce;
-}
-
-// ---- the DAG terms (train/loss.cpp dag_terms): with their gradient on the device (cuda/dag.cu);
-// the metrics alone on a host thread while the device runs the backward ------------------------
-
-template <class T>
-std::future<void> DeviceModel<T>::Impl::dag_terms(DevActs<T>& da, int64_t B, const DagCoeffs& dag,
-                                                  double grad_scale, LossResult& r, DagGrads& out) {
-    const Config& c = m.cfg;
-    const int64_t L = c.num_layers, D = c.head_dim, per = B * c.num_heads * D * D;
-    const int64_t count = L * B * c.num_heads;
-    const bool want_grad = grad_scale != 0.0 && dag.any();
-    using Field = Scratch<T> DevLayer<T>::*;
-    const std::array<Field, 3> fields = {&DevLayer<T>::A_LM, &DevLayer<T>::A_P, &DevLayer<T>::G};
-    const double coeffs[3] = {dag.A, dag.Ap, dag.G};
-    double* metrics[3] = {&r.dagA, &r.dagAp, &r.dagG};
-    const bool reference = m.reference_numerics();
-    if (want_grad && D <= kDagMaxSide && !dag_on_host()) {
-        // With their gradient, on the device (cuda/dag.cu): each term's instances back to back,
-        // the CPU's per-instance steps, the mean and the mode's fallback as the CPU's.
-        Scratch<T> Xd(L * per, stream);
-        Scratch<double> vals(count, stream);
-        std::vector<double> vh(static_cast<size_t>(count));
-        Scratch<T>* grads[3] = {&out.dA_LM, &out.dA_P, &out.dG};
-        for (int t = 0; t < 3; ++t) {
-            for (int64_t l = 0; l < L; ++l)
-                copy_on_device(Xd.get() + l * per, (da.layer(l).*fields[size_t(t)]).get(), per,
-                               stream);
-            const bool g = coeffs[t] > 0;
-            if (g) {  // [L,B,H,D,D]: layer l's at l·per, as the CPU's DeductiveGrads per layer
-                *grads[t] = Scratch<T>(L * per, stream);
-                zero(grads[t]->get(), L * per, stream);
-            }
-            const double scale = coeffs[t] * grad_scale;
-            *metrics[t] = dag_term_with_fallback(
-                reference, coeffs[t], &r.dag_loss, [&](DagMode md, bool clear) {
-                    if (g && clear) zero(grads[t]->get(), L * per, stream);
-                    dag_instances<T>(Xd.get(), count, D, md == DagMode::REFERENCE_F32,
-                                     g ? grads[t]->get() : nullptr, float(scale) / float(count),
-                                     scale / double(count), vals.get(), stream);
-                    copy_to_host(vh.data(), vals.get(), count, stream);
-                    if (md == DagMode::REFERENCE_F32)  // y per instance (kernels.h)
-                        for (double& v : vh) v = double(dag_detail::dag_ref_value(float(v)));
-                    return dag_mean_of(vh.data(), count, md);
-                });
-        }
-        return {};
-    }
-    // A_LM, A_P and G_LM of every layer, [L,B,H,D,D] each, copied into page-locked memory while
-    // the device goes on with the backward (a pageable copy would stall it: 110 MB at 110M,
-    // 32 x 1024)
-    const int64_t term = L * per;
-    T* X = dag_stage.sized(3 * term);
-    for (int t = 0; t < 3; ++t)
-        for (int64_t l = 0; l < L; ++l)
-            copy_to_host_async(X + t * term + l * per, (da.layer(l).*fields[size_t(t)]).get(), per,
-                               stream);
-    if (!dag_staged) dag_staged = std::make_unique<Event>();
-    dag_staged->record(stream);
-    const Event* staged = dag_staged.get();
-    if (!want_grad) {  // the metrics (and the loss's parts) alone: on a thread of their own
-        // with the host's cores but the one that launches the device's work (the process's
-        // --threads sizes the CPU's own work; the host is otherwise idle while the device
-        // trains: 6,720 instances a step at 110M, 32 x 1024, about 30 us each on one core)
-        return std::async(
-            std::launch::async, [X, term, staged, coeffs, metrics, reference, count, D, &r] {
-                const unsigned cores = std::thread::hardware_concurrency();  // (0: unknown)
-                omp_set_num_threads(cores > 1 ? int(cores - 1) : 1);
-                staged->wait();
-                for (int t = 0; t < 3; ++t)
-                    *metrics[t] = dag_loss_term(X + t * term, count, D, reference, coeffs[t], 0.0,
-                                                static_cast<T*>(nullptr), &r.dag_loss);
-            });
-    }
-    staged->wait();
-    Scratch<T>* grads[3] = {&out.dA_LM, &out.dA_P, &out.dG};
-    for (int t = 0; t < 3; ++t) {
-        const bool g = coeffs[t] > 0;
-        std::vector<T> dX(g ? size_t(term) : 0, T(0));
-        *metrics[t] = dag_loss_term(X + t * term, count, D, reference, coeffs[t], grad_scale,
-                                    g ? dX.data() : nullptr, &r.dag_loss);
-        if (g) {  // [L,B,H,D,D]: layer l's at l·per, as the CPU's DeductiveGrads per layer
-            *grads[t] = Scratch<T>(term, stream);
-            copy_to_device(grads[t]->get(), dX.data(), term, stream);
-            PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // before dX goes
-        }
-    }
-    return {};
 }
 
 // ---- the decoder layer's backward (model/plga_layer.cpp decoder_layer_backward) ----------------

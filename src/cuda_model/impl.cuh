@@ -384,10 +384,11 @@ struct DeviceModel<T>::Impl {
     // head's gradient accumulated; ce and accuracy into r.
     void head_loss(const T* hidden, const std::vector<int64_t>& tgt, int64_t N, double scale,
                    const ModelView<T>& g, T* dhidden, LossResult& r);
-    // The DAG terms on the host (X downloaded here): with gradients (grad_scale ≠ 0 and a
-    // positive coefficient) computed and uploaded into out, an empty future returned; else
-    // computed by the returned task on a thread of its own, which writes r's DAG fields
-    // (dagA, dagAp, dagG, dag_loss) and nothing else: get() it before reading them.
+    // dag_terms.cu: the DAG terms. With gradients (grad_scale ≠ 0 and a positive coefficient)
+    // computed on the device (on the host with PLDR_CUDA_DAG=host) into out, an empty future
+    // returned; else computed on the host by the returned task on a thread of its own, which
+    // writes r's DAG fields (dagA, dagAp, dagG, dag_loss) and nothing else: get() it before
+    // reading them.
     std::future<void> dag_terms(model_detail::DevActs<T>& da, int64_t B, const DagCoeffs& dag,
                                 double grad_scale, LossResult& r, DagGrads& out);
     // Layer l's backward: dx holds d(layer output) and leaves with d(layer input).
