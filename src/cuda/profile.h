@@ -4,7 +4,9 @@
 // it starts and one where it ends; the pairs are resolved later (when many are pending, and by
 // profile_take), so timing adds no synchronisation to a pass. Phases nest: a phase's time
 // includes its children's. Not while a stream is being captured into a graph (the decode
-// step's): no events are recorded then. Host-thread use: the model's thread.
+// step's): no events are recorded then. A timer never fails a pass: where the runtime refuses
+// an event, that phase's time is dropped (and the runtime's error cleared). Events are pooled per
+// device.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,6 +28,7 @@ class Phase {
 
   private:
     int slot_ = -1;
+    int device_ = 0;
     int64_t generation_ = 0;
     void* start_ = nullptr;  // cudaEvent_t
     Stream s_ = nullptr;

@@ -12,7 +12,6 @@
 #include <future>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cuda_model/impl.cuh"
@@ -97,18 +96,21 @@ std::future<void> DeviceModel<T>::Impl::dag_terms(DevActs<T>& da, int64_t B, con
     dag_staged->record(stream);
     const Event* staged = dag_staged.get();
     if (!want_grad) {  // the metrics (and the loss's parts) alone: on a thread of their own
-        // with the host's cores but the one that launches the device's work (the process's
-        // --threads sizes the CPU's own work; the host is otherwise idle while the device
-        // trains: 6,720 instances a step at 110M, 32 x 1024, about 30 us each on one core)
-        return std::async(
-            std::launch::async, [X, term, staged, coeffs, metrics, reference, count, D, &r] {
-                const unsigned cores = std::thread::hardware_concurrency();  // (0: unknown)
-                omp_set_num_threads(cores > 1 ? int(cores - 1) : 1);
-                staged->wait();
-                for (int t = 0; t < 3; ++t)
-                    *metrics[t] = dag_loss_term(X + t * term, count, D, reference, coeffs[t], 0.0,
-                                                static_cast<T*>(nullptr), &r.dag_loss);
-            });
+        // with the cores this process may use but the one that launches the device's work
+        // (--threads sizes the CPU's own work; the host is otherwise idle while the device
+        // trains: 6,720 instances a step at 110M, 32 x 1024, about 30 us each on one core), on
+        // the model's device (a thread's first CUDA call would otherwise make device 0 current)
+        const int device = on.device;
+        return std::async(std::launch::async, [X, term, staged, coeffs, metrics, reference, count,
+                                               D, device, &r] {
+            PLDR_CUDA_CALL(cudaSetDevice(device));
+            const int procs = omp_get_num_procs();  // (the process's CPU affinity)
+            omp_set_num_threads(procs > 1 ? procs - 1 : 1);
+            staged->wait();
+            for (int t = 0; t < 3; ++t)
+                *metrics[t] = dag_loss_term(X + t * term, count, D, reference, coeffs[t], 0.0,
+                                            static_cast<T*>(nullptr), &r.dag_loss);
+        });
     }
     staged->wait();
     Scratch<T>* grads[3] = {&out.dA_LM, &out.dA_P, &out.dG};
