@@ -30,24 +30,22 @@ struct BlockEx {
     __device__ S* slot(int i) { return base + int64_t(i) * slot_elems; }
     __device__ void barrier() { __syncthreads(); }
 
-    __device__ void mm(const S* A, const S* B, S* C, int64_t n) {
+    // C = A·B, one chain over k per element: fused multiply-adds, or (Fused = false, built with
+    // --fmad=false) the multiply and the add rounded apart, as the CPU's plain product.
+    template <bool Fused>
+    __device__ void product(const S* A, const S* B, S* C, int64_t n) {
         for (int64_t e = threadIdx.x; e < n * n; e += blockDim.x) {
             const int64_t i = e / n, j = e % n;
             S c = S(0);
-            for (int64_t k = 0; k < n; ++k) c = fma(A[i * n + k], B[k * n + j], c);
+            for (int64_t k = 0; k < n; ++k)
+                c = Fused ? fma(A[i * n + k], B[k * n + j], c) : c + A[i * n + k] * B[k * n + j];
             C[e] = c;
         }
         __syncthreads();
     }
-    // --fmad=false: the multiply and the add round apart, as the CPU's plain product.
+    __device__ void mm(const S* A, const S* B, S* C, int64_t n) { product<true>(A, B, C, n); }
     __device__ void mm_plain(const S* A, const S* B, S* C, int64_t n) {
-        for (int64_t e = threadIdx.x; e < n * n; e += blockDim.x) {
-            const int64_t i = e / n, j = e % n;
-            S c = S(0);
-            for (int64_t k = 0; k < n; ++k) c = c + A[i * n + k] * B[k * n + j];
-            C[e] = c;
-        }
-        __syncthreads();
+        product<false>(A, B, C, n);
     }
     template <class F>
     __device__ void each(int64_t count, F f) {
