@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -22,7 +23,11 @@ struct Pending {
 
 struct State {
     std::mutex mu;
-    int enabled = -1;  // -1: read PLDR_CUDA_PROFILE on first use
+    // Read without the lock (every Phase asks, on or off); set from PLDR_CUDA_PROFILE at first.
+    std::atomic<bool> enabled{[] {
+        const char* v = std::getenv("PLDR_CUDA_PROFILE");
+        return v && std::string(v) == "1";
+    }()};
     int level = 0;
     int64_t generation = 0;  // a reset's: phases open across it are dropped
     std::map<std::string, int> index;
@@ -95,19 +100,11 @@ bool capturing(Stream s) {
 }  // namespace
 
 bool profile_on() {
-    State& st = state();
-    std::lock_guard<std::mutex> lock(st.mu);
-    if (st.enabled < 0) {
-        const char* v = std::getenv("PLDR_CUDA_PROFILE");
-        st.enabled = v && std::string(v) == "1" ? 1 : 0;
-    }
-    return st.enabled == 1;
+    return state().enabled.load(std::memory_order_relaxed);
 }
 
 void profile_enable(bool on) {
-    State& st = state();
-    std::lock_guard<std::mutex> lock(st.mu);
-    st.enabled = on ? 1 : 0;
+    state().enabled.store(on, std::memory_order_relaxed);
 }
 
 Phase::Phase(const char* name, Stream s) {
