@@ -175,8 +175,7 @@ void coupling_backward(const std::string& name, T* dA_LM, T* dP, const T* dA_P, 
 // not null each instance's gradient is ACCUMULATED into it, seeded as ops/dag.cpp's dag_mean seeds
 // it: `seed` (float32) with reference numerics (torch's float32 algorithm and its autograd
 // backward), `scale` (the instance's d mean / d dag times the coefficient) in the exact mode
-// (float64). T = float or double.
-// ----------------------------------------------------------------------------------------
+// (float64). T = float or double. --------------------------------------------------------------
 constexpr int64_t kDagMaxSide = 128;
 template <class T>
 void dag_instances(const T* X, int64_t count, int64_t n, bool reference, T* dX, float seed,

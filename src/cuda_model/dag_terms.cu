@@ -51,6 +51,8 @@ std::future<void> DeviceModel<T>::Impl::dag_terms(DevActs<T>& da, int64_t B, con
     const std::array<Field, 3> fields = {&DevLayer<T>::A_LM, &DevLayer<T>::A_P, &DevLayer<T>::G};
     const double coeffs[3] = {dag.A, dag.Ap, dag.G};
     double* metrics[3] = {&r.dagA, &r.dagAp, &r.dagG};
+    // [L,B,H,D,D] each: layer l's at l·per, as the CPU's DeductiveGrads per layer
+    Scratch<T>* grads[3] = {&out.dA_LM, &out.dA_P, &out.dG};
     const bool reference = m.reference_numerics();
     if (want_grad && D <= kDagMaxSide && !dag_on_host()) {
         // With their gradient, on the device (cuda/dag.cu): each term's instances back to back,
@@ -58,13 +60,12 @@ std::future<void> DeviceModel<T>::Impl::dag_terms(DevActs<T>& da, int64_t B, con
         Scratch<T> Xd(L * per, stream);
         Scratch<double> vals(count, stream);
         std::vector<double> vh(static_cast<size_t>(count));
-        Scratch<T>* grads[3] = {&out.dA_LM, &out.dA_P, &out.dG};
         for (int t = 0; t < 3; ++t) {
             for (int64_t l = 0; l < L; ++l)
                 copy_on_device(Xd.get() + l * per, (da.layer(l).*fields[size_t(t)]).get(), per,
                                stream);
             const bool g = coeffs[t] > 0;
-            if (g) {  // [L,B,H,D,D]: layer l's at l·per, as the CPU's DeductiveGrads per layer
+            if (g) {
                 *grads[t] = Scratch<T>(L * per, stream);
                 zero(grads[t]->get(), L * per, stream);
             }
@@ -113,13 +114,12 @@ std::future<void> DeviceModel<T>::Impl::dag_terms(DevActs<T>& da, int64_t B, con
         });
     }
     staged->wait();
-    Scratch<T>* grads[3] = {&out.dA_LM, &out.dA_P, &out.dG};
     for (int t = 0; t < 3; ++t) {
         const bool g = coeffs[t] > 0;
         std::vector<T> dX(g ? size_t(term) : 0, T(0));
         *metrics[t] = dag_loss_term(X + t * term, count, D, reference, coeffs[t], grad_scale,
                                     g ? dX.data() : nullptr, &r.dag_loss);
-        if (g) {  // [L,B,H,D,D]: layer l's at l·per, as the CPU's DeductiveGrads per layer
+        if (g) {
             *grads[t] = Scratch<T>(term, stream);
             copy_to_device(grads[t]->get(), dX.data(), term, stream);
             PLDR_CUDA_CALL(cudaStreamSynchronize(stream));  // before dX goes
