@@ -59,6 +59,7 @@ TEST(CliGenerate, SeedReproducesAndJsonHasTheFields) {
     EXPECT_NE(a.out, c.out);
     // The values: the library's sampled run with the same options.
     auto m = pldr::load_model<float>(kTiny);
+    pldr::keep_panel_weights(m);  // as the command's model (Model::load)
     pldr::GenerateOptions o;
     o.max_new = 8;
     o.stop_at_eos = false;
@@ -119,6 +120,7 @@ TEST(CliGenerate, TextPromptWithTokenizerAndBatch) {
         if (!line.empty()) js.push_back(nlohmann::json::parse(line));
     ASSERT_EQ(js.size(), 2u);
     auto m = pldr::load_model<float>(kEval);
+    pldr::keep_panel_weights(m);  // as the command's model (Model::load)
     pldr::GenerateOptions o;
     o.max_new = 4;
     o.sampler.greedy = true;
@@ -142,6 +144,7 @@ TEST(CliGenerate, GCacheFilesAndShapeMismatch) {
     // The values: the library's run of this prompt with the saved operator (prompt 5,6,7's G),
     // which is not the run with the prompt's own G.
     auto m = pldr::load_model<float>(kGolden + "b_small_v510.f32");
+    pldr::keep_panel_weights(m);  // as the command's model (Model::load)
     auto g = pldr::load_g_cache<float>(d + "/g.safetensors", m.cfg);
     EXPECT_EQ(g[0].G.data, pldr::prompt_g_cache(m, {5, 6, 7})[0].G.data);
     pldr::GenerateOptions o;
@@ -196,6 +199,7 @@ TEST(CliCollapse, LearnedModelReportsKl) {
     // The numbers: the library's comparison of the model and its v510Gi collapse (the default
     // recipe), printed with 6 significant digits (KL) and 4-5 decimals.
     auto m = pldr::load_model<float>(kGolden + "b_small_v510.f32");
+    pldr::keep_panel_weights(m);  // as the command's model (Model::load)
     const auto c = pldr::collapse_model(m, pldr::reference_g_cache(m));
     const auto rep = pldr::compare_models(m, c, {5, 17, 3, 99, 42, 7, 7, 8, 150, 3, 21, 60}, 6);
     double kl_mean = 0, kl_max = 0, agree = 0, nll_a = 0, nll_b = 0;

@@ -236,7 +236,7 @@ Model Model::load(const std::string& dir, const LoadOptions& opt) {
             load_model<float>(dir, !opt.dequantize, opt.map_file));
         impl->m32->set_reference_numerics(opt.reference_numerics);
         // an immutable model for inference on the CPU (a CUDA device reads params only)
-        if (device.kind == DeviceKind::CPU) keep_transposed_weights(*impl->m32);
+        if (device.kind == DeviceKind::CPU) keep_panel_weights(*impl->m32);
         impl->info = info_of(*impl->m32, dir);
     } else {
         impl->m64 =

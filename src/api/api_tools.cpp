@@ -247,7 +247,7 @@ Model collapse(const Model& model, const std::vector<int64_t>& g_prompt) {
         if constexpr (std::is_same_v<T, double>) {
             impl->m64 = std::move(c);
         } else {
-            keep_transposed_weights(*c);  // as Model::load
+            keep_panel_weights(*c);  // as Model::load
             impl->m32 = std::move(c);
         }
         return Model(std::move(impl));

@@ -39,8 +39,9 @@ dnnl::engine& engine() {
 }
 
 // A primitive's blocking is chosen for the team it will run on: the thread count is in the key.
+// The last flag: B in the panel layout (matmul_panels), its ldb unused.
 using Key = std::tuple<Type, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       float, float, bool, int>;
+                       float, float, bool, int, bool>;
 struct Prim {
     dnnl::matmul mm;
     dnnl::memory::desc a, b, c, bias, scratch;
@@ -59,12 +60,13 @@ std::shared_ptr<const Prim> prim(const Key& key) {
     auto it = g_prims.find(key);
     if (it != g_prims.end()) return it->second;
     if (g_prims.size() >= kMaxPrims) g_prims.clear();
-    const auto [type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, has_bias, threads] = key;
+    const auto [type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, has_bias, threads, panels] = key;
     (void)threads;
     const dt ab = type == Type::BF16 ? dt::bf16 : dt::f32;
     Prim p;
     p.a = dnnl::memory::desc(dims{M, K}, ab, ta ? dims{1, lda} : dims{lda, 1});
-    p.b = dnnl::memory::desc(dims{K, N}, ab, tb ? dims{1, ldb} : dims{ldb, 1});
+    p.b = panels ? dnnl::memory::desc(dims{K, N}, ab, dnnl::memory::format_tag::BA16a48b)
+                 : dnnl::memory::desc(dims{K, N}, ab, tb ? dims{1, ldb} : dims{ldb, 1});
     p.c = dnnl::memory::desc(dims{M, N}, dt::f32, dims{ldc, 1});
     if (has_bias) p.bias = dnnl::memory::desc(dims{1, N}, dt::f32, dims{N, 1});
     dnnl::primitive_attr attr;
@@ -151,6 +153,27 @@ Bound& bound(const Key& key) {
     return bound.emplace(key, std::move(b)).first->second;
 }
 
+// The product of a primitive's key (its A, B, C and bias on this call); false where oneDNN
+// has only its reference kernel for it.
+bool run(const Key& key, const void* A, const void* B, float* C, const float* bias) {
+    Bound& b = bound(key);
+    const Prim& p = *b.prim;
+    if (!p.native) return false;
+    thread_local dnnl::stream s(engine());
+    b.a.set_data_handle(const_cast<void*>(A));
+    b.b.set_data_handle(const_cast<void*>(B));
+    b.c.set_data_handle(C);
+    if (bias) b.bias.set_data_handle(const_cast<float*>(bias));
+    p.mm.execute(s, b.args);
+    s.wait();
+    if (std::get<0>(key) == Type::F32) g_f32_calls.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+int team() {
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+}
+
 }  // namespace
 
 bool built() {
@@ -175,20 +198,17 @@ bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
             int64_t ldc, const float* bias) {
     PLDR_CHECK(M > 0 && N > 0 && K > 0);
     PLDR_CHECK(!bias || (alpha == 1.0f && beta == 0.0f));
-    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    Bound& b =
-        bound(Key{type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr, threads});
-    const Prim& p = *b.prim;
-    if (!p.native) return false;
-    thread_local dnnl::stream s(engine());
-    b.a.set_data_handle(const_cast<void*>(A));
-    b.b.set_data_handle(const_cast<void*>(B));
-    b.c.set_data_handle(C);
-    if (bias) b.bias.set_data_handle(const_cast<float*>(bias));
-    p.mm.execute(s, b.args);
-    s.wait();
-    if (type == Type::F32) g_f32_calls.fetch_add(1, std::memory_order_relaxed);
-    return true;
+    return run(
+        Key{type, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr, team(), false}, A,
+        B, C, bias);
+}
+
+bool matmul_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                   float* C, int64_t ldc, const float* bias) {
+    PLDR_CHECK(M > 0 && N > 0 && K > 0);
+    return run(Key{Type::F32, false, false, M, N, K, lda, 0, ldc, 1.0f, 0.0f, bias != nullptr,
+                   team(), true},
+               A, B, C, bias);
 }
 
 #else  // built without oneDNN
@@ -203,6 +223,11 @@ std::string isa() {
 
 bool matmul(Type, bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*,
             int64_t, float, float*, int64_t, const float*) {
+    return false;
+}
+
+bool matmul_panels(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t,
+                   const float*) {
     return false;
 }
 

@@ -33,14 +33,14 @@ void Model<T>::init(const Config& c, ParamBuffer<T> storage) {
 
 template <typename T>
 void Model<T>::bind_linears() {
-    if constexpr (!std::is_same_v<T, float>) PLDR_CHECK(!packed && !transposed);
+    if constexpr (!std::is_same_v<T, float>) PLDR_CHECK(!packed && !panels);
     auto lin = [&](const std::string& name, const T* dense) {
         LinearWeight<T> v(dense);
         if constexpr (std::is_same_v<T, float>) {
             if (packed) {
                 if (const PackedTensor* p = packed->find(name)) v = p->view();
             }
-            if (transposed && v.format == WeightFormat::DENSE) v.dense_t = transposed->find(name);
+            if (panels && v.format == WeightFormat::DENSE) v.panels = panels->find(name);
         }
         return v;
     };

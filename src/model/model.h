@@ -24,10 +24,10 @@ struct Model {
     // Float32 inference only: bf16 / q8_0 copies of the large linear weights (model/packed.h),
     // shared by copies of the model; null when every weight is read from params.
     std::shared_ptr<const PackedWeights> packed;
-    // Float32 inference only: transposed copies of dense layer weights (model/packed.h:
-    // keep_transposed_weights). A copy of the model starts without them (its parameters may
-    // change); a move keeps them. Trainer::step drops them before it updates the parameters.
-    std::shared_ptr<const TransposedWeights> transposed;
+    // Float32 inference only: the dense linear weights in panels (model/packed.h:
+    // keep_panel_weights). A copy of the model starts without them (its parameters may change);
+    // a move keeps them. Trainer::step drops them before it updates the parameters.
+    std::shared_ptr<const PanelWeights> panels;
     LinearViews<T> lw;  // the linear weights as the products read them (packed or params)
 
     Model() = default;
@@ -42,7 +42,7 @@ struct Model {
         reference_numerics_ = o.reference_numerics_;
         w = bind_view(layout, cfg, params.data());
         packed = o.packed;
-        transposed.reset();
+        panels.reset();
         bind_linears();
         return *this;
     }
@@ -58,7 +58,7 @@ struct Model {
         w = bind_view(layout, cfg, params.data());
         o.w = ModelView<T>{};
         packed = std::move(o.packed);
-        transposed = std::move(o.transposed);
+        panels = std::move(o.panels);
         bind_linears();
         o.lw = LinearViews<T>{};
         return *this;
@@ -95,14 +95,15 @@ void pack_model(Model<float>& m, WeightFormat f);
 // Drops the packed weights: every product reads params again (the same values).
 template <typename T>
 void unpack_model(Model<T>& m);
-// Keeps a transposed copy, Wᵀ [I,O], of each dense layer weight (the q, k, v and output
-// projections and the FFN's three weights) for float32 inference: a prompt's rows then multiply
-// the weights as oneDNN reads them best (ops/linear.h: LinearWeight::dense_t). All of them, or
-// none where they would take more than max_bytes (model/packed.h: kTransposeMaxBytes), or where
-// oneDNN does not take the products (not built, or PLDR_SGEMM=openblas). The parameters must not
-// change while the copies are kept (drop_transposed_weights).
-void keep_transposed_weights(Model<float>& m, int64_t max_bytes = kTransposeMaxBytes);
+// Keeps the dense float32 linear weights in panels (ops/linear.h; model/packed.h: PanelWeights) for
+// float32 inference: the q, k, v and output projections, the FFN's three weights and the head,
+// the weights packed as bf16 / q8_0 excepted. All of them, where the CPU runs products over
+// panels (panels_available) and they take at most max_bytes or the parameters are a file
+// mapping, or none. The parameters must not have been written since the model was loaded (a
+// mapped weight's pages are handed back) and must not change while the panels are kept
+// (drop_panel_weights).
+void keep_panel_weights(Model<float>& m, int64_t max_bytes = kPanelMaxBytes);
 template <typename T>
-void drop_transposed_weights(Model<T>& m);
+void drop_panel_weights(Model<T>& m);
 
 }  // namespace pldr

@@ -4,6 +4,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+#include "core/alloc.h"
 #include "core/blas.h"
 #include "core/error.h"
 #include "core/onednn.h"
@@ -130,7 +136,7 @@ std::string stored_weights(const Config& c) {
 }
 
 void pack_model(Model<float>& m, WeightFormat f) {
-    m.transposed.reset();  // of the values before packing
+    m.panels.reset();  // of the values before packing
     auto p = std::make_shared<PackedWeights>();
     for (const ParamEntry& e : m.layout.entries) {
         if (!is_packable(m.cfg, e.name)) continue;
@@ -153,58 +159,74 @@ void unpack_model(Model<T>& m) {
 template void unpack_model<float>(Model<float>&);
 template void unpack_model<double>(Model<double>&);
 
-const float* TransposedWeights::find(const std::string& name) const {
+const float* PanelWeights::find(const std::string& name) const {
     auto it = tensors.find(name);
-    return it == tensors.end() ? nullptr : it->second.data();
+    return it == tensors.end() ? nullptr : it->second;
 }
 
-int64_t TransposedWeights::bytes() const {
-    int64_t n = 0;
-    for (const auto& t : tensors) n += int64_t(t.second.size()) * int64_t(sizeof(float));
-    return n;
-}
-
-void keep_transposed_weights(Model<float>& m, int64_t max_bytes) {
-    m.transposed.reset();
-    if (onednn::built() && sgemm_engine() == SgemmEngine::AUTO) {
-        const std::string layers = "decoder.dec_layers.";
+void keep_panel_weights(Model<float>& m, int64_t max_bytes) {
+    m.panels.reset();
+    if (panels_available()) {
         std::vector<const ParamEntry*> dense;
-        int64_t bytes = 0;
+        int64_t floats = 0;
         for (const ParamEntry& e : m.layout.entries) {
-            if (e.name.compare(0, layers.size(), layers) != 0 || !is_packable(m.cfg, e.name))
-                continue;
+            if (!is_packable(m.cfg, e.name)) continue;
             if (m.packed && m.packed->find(e.name)) continue;  // read packed, never dense
             PLDR_CHECK(e.shape.size() == 2);
             dense.push_back(&e);
-            bytes += e.shape[0] * e.shape[1] * int64_t(sizeof(float));
+            floats += panel_floats(e.shape[0], e.shape[1]);
         }
-        if (bytes > max_bytes) dense.clear();
-        auto t = std::make_shared<TransposedWeights>();
-        for (const ParamEntry* e : dense) {
-            const int64_t O = e->shape[0], I = e->shape[1];
-            const float* w = m.params.data() + e->offset;
-            std::vector<float> wt(static_cast<size_t>(O * I));
-            constexpr int64_t kB = 64;  // in tiles: both sides stay in cache
-            for (int64_t o0 = 0; o0 < O; o0 += kB)
-                for (int64_t i0 = 0; i0 < I; i0 += kB)
-                    for (int64_t o = o0; o < std::min(O, o0 + kB); ++o)
-                        for (int64_t i = i0; i < std::min(I, i0 + kB); ++i)
-                            wt[size_t(i * O + o)] = w[o * I + i];
-            t->tensors.emplace(e->name, std::move(wt));
+        const bool mapped = m.params.is_mapped();
+        if (!dense.empty() && (mapped || floats * int64_t(sizeof(float)) <= max_bytes)) {
+            auto t = std::make_shared<PanelWeights>();
+            const size_t bytes = size_t(floats) * sizeof(float);
+            t->arena = std::shared_ptr<float>(static_cast<float*>(map_zero_pages(bytes)),
+                                              [bytes](float* p) { unmap_pages(p, bytes); });
+#ifdef MADV_HUGEPAGE
+            ::madvise(t->arena.get(), bytes, MADV_HUGEPAGE);  // a hint: a stream of 2 MB pages
+#endif
+            t->floats = floats;
+            float* at = t->arena.get();
+            const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+            for (const ParamEntry* e : dense) {
+                const int64_t O = e->shape[0], I = e->shape[1];
+                const int64_t I16 = panel_floats(1, I) / kPanelWidth;
+                const float* w = m.params.data() + e->offset;
+                t->tensors.emplace(e->name, at);
+                // In blocks of rows (the panels of rows from a multiple of kPanelWidth on are
+                // those of the whole weight). A mapped weight's whole pages read so far go back
+                // to the page cache after each block, so that the weight is never resident twice
+                // (the head is 115 MB at 110M): nothing wrote them (the model was just loaded),
+                // so they read the same when a computation faults them in again.
+                constexpr int64_t kBlockRows = 64 * kPanelWidth;
+                uintptr_t dropped = (reinterpret_cast<uintptr_t>(w) + page - 1) / page * page;
+                for (int64_t o = 0; o < O; o += kBlockRows) {
+                    const int64_t rows = std::min(kBlockRows, O - o);
+                    to_panels(w + o * I, rows, I, at + o * I16);
+                    if (!mapped) continue;
+                    const uintptr_t hi =
+                        reinterpret_cast<uintptr_t>(w + (o + rows) * I) / page * page;
+                    if (hi > dropped) {
+                        ::madvise(reinterpret_cast<void*>(dropped), hi - dropped, MADV_DONTNEED);
+                        dropped = hi;
+                    }
+                }
+                at += panel_floats(O, I);
+            }
+            m.panels = std::move(t);
         }
-        if (!t->tensors.empty()) m.transposed = std::move(t);
     }
     m.bind_linears();
 }
 
 template <typename T>
-void drop_transposed_weights(Model<T>& m) {
-    if (!m.transposed) return;
-    m.transposed.reset();
+void drop_panel_weights(Model<T>& m) {
+    if (!m.panels) return;
+    m.panels.reset();
     m.bind_linears();
 }
 
-template void drop_transposed_weights<float>(Model<float>&);
-template void drop_transposed_weights<double>(Model<double>&);
+template void drop_panel_weights<float>(Model<float>&);
+template void drop_panel_weights<double>(Model<double>&);
 
 }  // namespace pldr

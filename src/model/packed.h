@@ -10,6 +10,7 @@
 // the weights the packed products compute with; gradients are refused (model/backward.cpp).
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,19 +37,24 @@ struct PackedWeights {
     WeightFormat format() const;  // of the tensors (all the same)
 };
 
-// Transposed copies of dense float32 layer weights, Wᵀ [I,O] by parameter name (model.h:
-// keep_transposed_weights). oneDNN's matmul multiplies a weight W [O,I] as the transposed
-// operand, which it first copies into its own layout on every call; for a prompt of a small
-// model that copy is a large share of the product (M config, d = 256: a 128-token prefill
-// 7–8 % faster with the copies of the projections and w1, w2 in 600 alternated pairs, and
-// 1–2 % more with w3's; 110M, d = 896: 1–2 %, for 190 MB). The copies cost the memory of those
-// weights again, so a model keeps them all, or none where they would total more than this.
-inline constexpr int64_t kTransposeMaxBytes = int64_t(64) << 20;
-struct TransposedWeights {
-    std::map<std::string, std::vector<float>> tensors;
+// Dense float32 weights in panels (ops/linear.h), by parameter name (model.h:
+// keep_panel_weights): every product of an inference model reads them, a prompt's through
+// oneDNN's kernels as they lie (its matmul otherwise copies W [O,I] into this layout on every
+// call: 20 % of a 128-token product of the 110M shapes, 50 % at 32 tokens), a decode step's as
+// one stream with the inputs broadcast (batch 8 at 6× batch 1 rather than 4×). All of the
+// packable weights, in one block of memory (2 MB pages where the kernel gives them).
+struct PanelWeights {
+    std::shared_ptr<float> arena;
+    int64_t floats = 0;
+    std::map<std::string, const float*> tensors;
     const float* find(const std::string& name) const;
-    int64_t bytes() const;
+    int64_t bytes() const { return floats * int64_t(sizeof(float)); }
 };
+// A model's panels cost the memory of its weights again, unless its parameters are a file
+// mapping: then the weights' pages, read once to build the panels, go back to the page cache
+// (a computation that reads them later faults them in from there). A model keeps panels where
+// they fit this budget or its parameters are mapped.
+inline constexpr int64_t kPanelMaxBytes = int64_t(64) << 20;
 
 // "bf16", "q8_0" (and "f32" for DENSE).
 const char* weight_format_name(WeightFormat f);

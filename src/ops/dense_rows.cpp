@@ -26,7 +26,9 @@
 #include <string>
 #include <utility>
 
+#include "core/blas.h"
 #include "core/error.h"
+#include "core/onednn.h"
 #include "core/parallel.h"
 #include "ops/linear.h"
 #include "ops/qlinear.h"
@@ -209,6 +211,69 @@ PLDR_AVX512 void rows_avx512(float* out, const float* in, const Wt* W, const flo
                                                                o0, o1);
 }
 
+// The panel kernel (ops/linear.h: panels): one panel, 48 outputs in three 16-lane vectors, for
+// R ≤ 8 input rows: per input i, the panel's 48 weights of i loaded once and each row's x[i]
+// broadcast, 3·R accumulators (24 + 3 + 1 of the 32 registers at R = 8). Output o of row r is
+// the FMA chain over i in order from zero, plus the bias: the same bits whatever R, the panel's
+// task and the row's place in the batch. The panel is one contiguous stream; the next lines are
+// asked into L2 a fixed distance ahead (kPanelAhead bytes).
+constexpr int64_t kPanelAhead = 2048;
+
+template <int R>
+PLDR_AVX512 inline void panel_tile(const float* w, const float* x, int64_t I, const float* bias,
+                                   float* y, int64_t O, int64_t o0) {
+    __m512 acc[3][R];
+    for (int j = 0; j < 3; ++j)
+        for (int r = 0; r < R; ++r) acc[j][r] = _mm512_setzero_ps();
+    const char* ahead = reinterpret_cast<const char*>(w) + kPanelAhead;
+    for (int64_t i = 0; i < I; ++i) {
+        const float* wi = w + i * kPanelWidth;
+        _mm_prefetch(ahead + i * kPanelWidth * 4, _MM_HINT_T1);
+        _mm_prefetch(ahead + i * kPanelWidth * 4 + 64, _MM_HINT_T1);
+        _mm_prefetch(ahead + i * kPanelWidth * 4 + 128, _MM_HINT_T1);
+        __m512 wv[3];
+        for (int j = 0; j < 3; ++j) {
+            wv[j] = _mm512_loadu_ps(wi + 16 * j);
+            asm("" : "+v"(wv[j]));  // keep it in a register (GCC would reload it for each FMA)
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m512 xv = _mm512_set1_ps(x[r * I + i]);
+            for (int j = 0; j < 3; ++j) acc[j][r] = _mm512_fmadd_ps(wv[j], xv, acc[j][r]);
+        }
+    }
+    for (int j = 0; j < 3; ++j) {
+        const int64_t o = o0 + 16 * j;
+        if (o >= O) break;
+        const __mmask16 m = o + 16 <= O ? __mmask16(0xFFFF) : __mmask16((1u << (O - o)) - 1);
+        const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + o) : _mm512_setzero_ps();
+        for (int r = 0; r < R; ++r)
+            _mm512_mask_storeu_ps(y + r * O + o, m, _mm512_add_ps(acc[j][r], bv));
+    }
+}
+
+template <int R>
+PLDR_AVX512 void panel_tile_fn(const float* w, const float* x, int64_t I, const float* bias,
+                               float* y, int64_t O, int64_t o0) {
+    panel_tile<R>(w, x, I, bias, y, O, o0);
+}
+using PanelTileFn = void (*)(const float*, const float*, int64_t, const float*, float*, int64_t,
+                             int64_t);
+template <size_t... k>
+constexpr std::array<PanelTileFn, sizeof...(k)> panel_tile_table(std::index_sequence<k...>) {
+    return {&panel_tile_fn<int(k + 1)>...};
+}
+constexpr auto kPanelTiles = panel_tile_table(std::make_index_sequence<8>());
+
+// Panels [p0, p1) of a weight for N input rows, each panel for all rows while it is in cache.
+PLDR_AVX512 void panels_avx512(float* out, const float* in, const float* P, const float* b,
+                               int64_t N, int64_t I, int64_t O, int64_t p0, int64_t p1) {
+    const int64_t stride = (I + kPanelDepth - 1) / kPanelDepth * kPanelDepth * kPanelWidth;
+    for (int64_t p = p0; p < p1; ++p)
+        for (int64_t n = 0; n < N; n += 8)
+            kPanelTiles[size_t(std::min<int64_t>(8, N - n) - 1)](P + p * stride, in + n * I, I, b,
+                                                                 out + n * O, O, p * kPanelWidth);
+}
+
 #pragma GCC diagnostic pop
 
 // One job's output rows [o0, o1): the AVX-512 tiles from 4 input rows on (below, one stream of W
@@ -255,35 +320,72 @@ bool dense_rows_forward(const DenseRowsJob* jobs, int n_jobs, const float* in, i
     for (int j = 0; j < n_jobs; ++j) {
         weights += jobs[j].O * I;
         rows += jobs[j].O;
+        if (jobs[j].panels && level < 2) return false;  // (panels_available() said no)
     }
     // Bandwidth-bound: threads from kDenseRowsParallelWeights on, and never a nested team.
     const bool par = weights >= kDenseRowsParallelWeights && rows > 1 && !omp_in_parallel();
     const int64_t nt = par ? omp_get_max_threads() : 1;
-    // The jobs' row tasks in one index space: job j owns tasks [first[j], first[j + 1]), a
-    // multiple of the thread count of equal row ranges (± 1 row), so that the static schedule
-    // gives every thread the same number of rows (a 256-row job in tasks of 24 left one thread
-    // a task more than the other). The tiles may split anywhere: an output's arithmetic does not
-    // depend on the tile it is in.
+    // The jobs' tasks in one index space: job j owns tasks [first[j], first[j + 1]), a multiple
+    // of the thread count of equal ranges (± 1) of its units, rows of W or panels, so that the
+    // static schedule gives every thread the same number of units (a 256-row job in tasks of 24
+    // left one thread a task more than the other). The tiles may split anywhere: an output's
+    // arithmetic does not depend on the tile it is in.
+    auto units = [](const DenseRowsJob& job) { return job.panels ? panel_count(job.O) : job.O; };
+    auto per_task = [](const DenseRowsJob& job) { return job.panels ? 1 : kRowsPerTask; };
     int64_t first[kMaxJobs + 1] = {0};
     for (int j = 0; j < n_jobs; ++j)
-        first[j + 1] = first[j] + nt * std::max<int64_t>(1, (jobs[j].O + kRowsPerTask * nt - 1) /
-                                                                (kRowsPerTask * nt));
+        first[j + 1] =
+            first[j] + nt * std::max<int64_t>(1, (units(jobs[j]) + per_task(jobs[j]) * nt - 1) /
+                                                     (per_task(jobs[j]) * nt));
     const int64_t tasks = first[n_jobs];
     // Each thread streams its own tasks in order, then helps with the rest of the other's.
     parallel_for_balanced(tasks, par, [&](int64_t t) {
         int j = 0;
         while (t >= first[j + 1]) ++j;
         const DenseRowsJob& job = jobs[j];
-        const int64_t n = first[j + 1] - first[j], k = t - first[j];
-        const int64_t o0 = job.O * k / n, o1 = job.O * (k + 1) / n;
-        if (job.Wb)
-            job_rows(level, job.out, in, job.Wb, job.b, N, I, job.O, o0, o1);
+        const int64_t n = first[j + 1] - first[j], k = t - first[j], u = units(job);
+        const int64_t u0 = u * k / n, u1 = u * (k + 1) / n;
+        if (job.panels)
+            panels_avx512(job.out, in, job.panels, job.b, N, I, job.O, u0, u1);
+        else if (job.Wb)
+            job_rows(level, job.out, in, job.Wb, job.b, N, I, job.O, u0, u1);
         else
-            job_rows(level, job.out, in, job.W, job.b, N, I, job.O, o0, o1);
+            job_rows(level, job.out, in, job.W, job.b, N, I, job.O, u0, u1);
     });
     return true;
 #else
     (void)jobs, (void)n_jobs, (void)in, (void)N, (void)I;
+    return false;
+#endif
+}
+
+void to_panels(const float* W, int64_t O, int64_t I, float* p) {
+    const int64_t I16 = (I + kPanelDepth - 1) / kPanelDepth * kPanelDepth;
+    parallel_for(panel_count(O), O * I >= kDenseRowsParallelWeights && !omp_in_parallel(),
+                 [&](int64_t q) {
+                     float* d = p + q * I16 * kPanelWidth;
+                     const int64_t rows = std::min(kPanelWidth, O - q * kPanelWidth);
+                     const float* w = W + q * kPanelWidth * I;
+                     // Blocks of 16 inputs: the panel's rows read a line each, and the block's
+                     // 16 × 48 outputs stay in L1 until they are written.
+                     for (int64_t i0 = 0; i0 < I; i0 += kPanelDepth) {
+                         const int64_t i1 = std::min(I, i0 + kPanelDepth);
+                         for (int64_t j = 0; j < rows; ++j)
+                             for (int64_t i = i0; i < i1; ++i)
+                                 d[i * kPanelWidth + j] = w[j * I + i];
+                     }
+                     for (int64_t i = 0; i < I16; ++i)  // zeros past O and I
+                         for (int64_t j = i < I ? rows : 0; j < kPanelWidth; ++j)
+                             d[i * kPanelWidth + j] = 0.0f;
+                 });
+}
+
+bool panels_available() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool cpu =
+        kernel_level() == 2 && onednn::built() && onednn::isa().compare(0, 6, "avx512") == 0;
+    return cpu && sgemm_engine() == SgemmEngine::AUTO;
+#else
     return false;
 #endif
 }

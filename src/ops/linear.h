@@ -45,6 +45,10 @@ struct DenseRowsJob {
     const float* b;
     int64_t O;
     const uint16_t* Wb = nullptr;
+    // Instead of W: the same weight in panels (below); then each output is one FMA chain over
+    // the inputs in order, plus the bias (the same bits whatever N, as above, but not the bits
+    // of a product over W: a model uses panels for all its weights or for none).
+    const float* panels = nullptr;
 };
 bool dense_rows_forward(const DenseRowsJob* jobs, int n_jobs, const float* in, int64_t N,
                         int64_t I);
@@ -56,6 +60,28 @@ inline constexpr int64_t kDenseRowsParallelWeights = int64_t(1) << 16;
 template <typename T>
 void linear_backward(T* din, T* dW, T* db, const T* dout, const T* in, const T* W, int64_t N,
                      int64_t I, int64_t O);
+
+// ---- panels: a float32 weight W[O,I] laid out for inference -------------------------------------
+// Blocks of kPanelWidth outputs, each holding its inputs in order, kPanelWidth weights per input:
+// panel p, input i, lane j at (p·I₁₆ + i)·kPanelWidth + j = W[p·kPanelWidth + j][i], with I₁₆ = I
+// rounded up to a multiple of kPanelDepth and zeros past O and I. It is oneDNN's blocked weight
+// layout BA16a48b for the product in·W (K = I, N = O), which its kernels read as it lies (a
+// prompt's products, core/onednn.h: matmul_panels), and what a decode step streams with the
+// inputs broadcast (dense_rows_forward): one contiguous read of W, kPanelWidth outputs per
+// vector of inputs, no sums across lanes. Measured against the tile kernel over W (AVX-512,
+// 110M, 8 rows): 7.7–8.0 ms against 11.1–11.2 ms per pass of the decode matrices.
+inline constexpr int64_t kPanelWidth = 48, kPanelDepth = 16;
+constexpr int64_t panel_count(int64_t O) {
+    return (O + kPanelWidth - 1) / kPanelWidth;
+}
+constexpr int64_t panel_floats(int64_t O, int64_t I) {
+    return panel_count(O) * kPanelWidth * ((I + kPanelDepth - 1) / kPanelDepth * kPanelDepth);
+}
+// p[panel_floats(O, I)] = W[O,I] in panels.
+void to_panels(const float* W, int64_t O, int64_t I, float* p);
+// Whether this CPU runs products over panels: the decode kernel (AVX-512, unless PLDR_KERNELS
+// asks for less) and oneDNN's (built, taking float32 products, on AVX-512).
+bool panels_available();
 
 // ---- a linear weight W[O,I] in any storage format
 // ------------------------------------------------
@@ -75,10 +101,9 @@ template <typename T>
 struct LinearWeight {
     WeightFormat format = WeightFormat::DENSE;
     const T* dense = nullptr;
-    // DENSE, optional: the same weight transposed, Wᵀ [I,O] (a float32 model's inference copy,
-    // model/packed.h: TransposedWeights). Products of more than kDenseRows rows then multiply
-    // it as it lies, where oneDNN takes them (core/blas.h: gemm_bias).
-    const T* dense_t = nullptr;
+    // DENSE, optional: the same weight in panels (above; a float32 model's inference copy,
+    // model/packed.h: PanelWeights). Every product then reads them instead of `dense`.
+    const float* panels = nullptr;
     const uint16_t* bf16 = nullptr;
     const int8_t* q8 = nullptr;
     const float* q8_scale = nullptr;

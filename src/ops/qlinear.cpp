@@ -20,6 +20,7 @@
 #include "core/blas.h"
 #include "core/error.h"
 #include "core/gemm_bf16.h"
+#include "core/onednn.h"
 #include "core/parallel.h"
 
 namespace pldr {
@@ -361,9 +362,14 @@ void linear_forward(T* out, const T* in, const LinearWeight<T>& W, const T* b, i
                     int64_t O) {
     if (W.format == WeightFormat::DENSE) {
         if constexpr (std::is_same_v<T, float>) {
-            if (W.dense_t && N > kDenseRows && !bf16::autocast_active() &&
-                gemm_bias(false, N, O, I, in, I, W.dense_t, O, b, out, O))
-                return;
+            if (W.panels && !bf16::autocast_active()) {
+                if (N <= kDenseRows) {
+                    const DenseRowsJob job{out, nullptr, b, O, nullptr, W.panels};
+                    if (dense_rows_forward(&job, 1, in, N, I)) return;
+                } else if (onednn::matmul_panels(N, O, I, in, I, W.panels, out, O, b)) {
+                    return;
+                }
+            }
         }
         linear_forward(out, in, W.dense, b, N, I, O);
         return;
@@ -385,7 +391,8 @@ void linear_forward_same_input(const T* in, int64_t N, int64_t I, const LinearOu
         for (int j = 0; dense && j < n_outs; ++j) {
             const LinearOut<T>& o = outs[j];
             if (o.W.format == WeightFormat::DENSE)
-                jobs[j] = DenseRowsJob{o.out, o.W.dense, o.b, o.O};
+                jobs[j] = DenseRowsJob{
+                    o.out, o.W.panels ? nullptr : o.W.dense, o.b, o.O, nullptr, o.W.panels};
             else if (o.W.format == WeightFormat::BF16 && qlinear::isa() != qlinear::Isa::SCALAR)
                 jobs[j] = DenseRowsJob{o.out, nullptr, o.b, o.O, o.W.bf16};
             else

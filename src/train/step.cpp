@@ -344,8 +344,8 @@ StepResult Trainer<T>::step_resident(const std::vector<TokenBatch>& micro) {
 template <typename T>
 StepResult Trainer<T>::step(const std::vector<TokenBatch>& micro) {
     PLDR_REQUIRE(!micro.empty(), "a training step needs at least one batch");
-    // The step changes the parameters: inference's transposed copies would go stale.
-    drop_transposed_weights(model_);
+    // The step changes the parameters: inference's panels would go stale.
+    drop_panel_weights(model_);
     if (backend_ && backend_->resident()) return step_resident(micro);
     StepResult r;
     // 1. Forward and backward over the micro-batches, the gradients summed into grads_ (data
