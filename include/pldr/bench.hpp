@@ -50,8 +50,11 @@ BenchWorkload bench_workload_from_name(const std::string& s);  // "prefill" | "d
 const char* name_of(BenchWorkload w);
 
 struct BenchOptions {
-    std::string model_dir;     // a model directory (its weights, float32), or else
-    std::string config = "S";  // a benchmark shape with random weights: "S" | "M" | "110M"
+    std::string model_dir;  // a model directory (its weights, float32), or else
+    // A benchmark shape with random weights: "S" | "M" | "110M". Prefill and decode on the CPU
+    // run on it saved to a temporary directory and loaded from there, mapped (as a user's model
+    // is loaded: what inference keeps and what is resident follow from it).
+    std::string config = "S";
     BenchWorkload workload = BenchWorkload::DECODE;
     int threads = 2;  // ≥ 1: OpenMP and OpenBLAS share them
     // "cpu", or "cuda[:N]" (check_device): there the prefill runs (the model's forward on the
