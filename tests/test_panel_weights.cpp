@@ -255,7 +255,7 @@ TEST(PanelWeights, PromptsAndDecodeStepsReadThemAndStepsDropThem) {
     EXPECT_EQ(after, fresh);
 }
 
-TEST(PanelWeights, AMappedModelKeepsThemWhateverTheBudgetAndReadsItsWeightsAfter) {
+TEST(PanelWeights, AMappedModelKeepsThemWhateverTheBudgetAndKeepsWhatWasWritten) {
     if (!pldr::panels_available()) GTEST_SKIP() << "no products over panels on this CPU";
     pldr::Model<float> src(small_config());
     pldr::init_weights(src, 12);
@@ -266,10 +266,20 @@ TEST(PanelWeights, AMappedModelKeepsThemWhateverTheBudgetAndReadsItsWeightsAfter
     pldr::save_model(src, dir);
     pldr::Model<float> m = pldr::load_model<float>(dir, true, /*map_file=*/true);
     ASSERT_TRUE(m.params.is_mapped());
+    // A write before the panels are built: that page is a private copy now, the only one of the
+    // value, and must stay (a page in the middle of w1, whose neighbours are handed back).
+    const pldr::ParamEntry* w1 = m.layout.find("decoder.dec_layers.0.ffn.gluw1.weight");
+    ASSERT_NE(w1, nullptr);
+    const int64_t at = w1->offset + w1->numel / 2;
+    m.params[size_t(at)] += 1.0f;
+    src.params[size_t(at)] += 1.0f;
     pldr::keep_panel_weights(m, 0);  // no budget: the mapped weights' pages are handed back
     ASSERT_TRUE(m.panels);
-    // Every parameter reads as saved (the handed-back pages fault in from the file again).
+    // Every parameter reads as saved or written (the handed-back pages fault in from the file).
     EXPECT_TRUE(m.params == src.params);
+    std::vector<float> want(size_t(pldr::panel_floats(600, 256)));
+    pldr::to_panels(src.params.data() + w1->offset, 600, 256, want.data());
+    EXPECT_EQ(std::memcmp(m.panels->find(w1->name), want.data(), want.size() * 4), 0);
     const pldr::Model<float> owned = pldr::load_model<float>(dir, true, /*map_file=*/false);
     ASSERT_FALSE(owned.params.is_mapped());
     pldr::Model<float> none = owned;

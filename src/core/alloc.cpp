@@ -1,6 +1,7 @@
 // Allocator tuning, the page cache of large blocks, and page-mapped buffers (see alloc.h).
 #include "core/alloc.h"
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -410,6 +411,37 @@ void zero_pages(void* p, size_t bytes) {
 
 void fill_zero_pages(void* p, size_t bytes) {
     PageCache::get().fill_zero(p, bytes);
+}
+
+void release_file_pages(const void* p, size_t bytes) {
+    const uintptr_t lo = page_up(reinterpret_cast<uintptr_t>(p));
+    const uintptr_t hi = page_down(reinterpret_cast<uintptr_t>(p) + bytes);
+    if (hi <= lo) return;
+    const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    // An entry per page: bit 63 present, bit 62 swapped, bit 61 a file page (or shared anonymous
+    // memory, which a private file mapping does not hold). Runs of present file pages go back.
+    constexpr uint64_t kPresent = uint64_t(1) << 63, kFile = uint64_t(1) << 61;
+    constexpr size_t kChunk = 4096;  // entries per read
+    std::vector<uint64_t> e(kChunk);
+    uintptr_t run = 0;  // the start of the current run of pages to hand back, or 0
+    auto flush = [&](uintptr_t end) {
+        if (run) ::madvise(reinterpret_cast<void*>(run), end - run, MADV_DONTNEED);
+        run = 0;
+    };
+    uintptr_t a = lo;  // the first page not yet looked at
+    while (a < hi) {
+        const size_t n = std::min<size_t>(kChunk, (hi - a) / kPage);
+        const ssize_t got = ::pread(fd, e.data(), n * 8, off_t(a / kPage * 8));
+        if (got != ssize_t(n * 8)) break;  // the pages from a on stay
+        for (size_t k = 0; k < n; ++k, a += kPage) {
+            const bool back = (e[k] & kPresent) && (e[k] & kFile);
+            if (back && !run) run = a;
+            if (!back) flush(a);
+        }
+    }
+    flush(a);
+    ::close(fd);
 }
 
 }  // namespace pldr

@@ -46,6 +46,14 @@ void release_cached_pages();
 size_t cached_pages_bytes();
 bool page_cache_enabled();
 
+// Hands back the whole pages of [p, p + bytes), inside a private mapping of a file, that still
+// hold the file's contents: resident file pages, which read the same when a later access faults
+// them in again from the page cache. A page that a write has copied (now anonymous memory, the
+// only copy of what was written) stays, as do the partial pages at either end. Decided page by
+// page from /proc/self/pagemap; where that cannot be read, nothing is handed back. Advisory: the
+// contents never change.
+void release_file_pages(const void* p, size_t bytes);
+
 // Anonymous zero-filled pages (mmap): resident only once written. Throw pldr::Error on failure.
 void* map_zero_pages(size_t bytes);
 void unmap_pages(void* p, size_t bytes);

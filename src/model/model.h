@@ -99,9 +99,8 @@ void unpack_model(Model<T>& m);
 // float32 inference: the q, k, v and output projections, the FFN's three weights and the head,
 // the weights packed as bf16 / q8_0 excepted. All of them, where the CPU runs products over
 // panels (panels_available) and they take at most max_bytes or the parameters are a file
-// mapping, or none. The parameters must not have been written since the model was loaded (a
-// mapped weight's pages are handed back) and must not change while the panels are kept
-// (drop_panel_weights).
+// mapping (whose weight pages then go back to the page cache, those a write has copied excepted),
+// or none. The parameters must not change while the panels are kept (drop_panel_weights).
 void keep_panel_weights(Model<float>& m, int64_t max_bytes = kPanelMaxBytes);
 template <typename T>
 void drop_panel_weights(Model<T>& m);

@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstdint>
 
@@ -187,29 +186,20 @@ void keep_panel_weights(Model<float>& m, int64_t max_bytes) {
 #endif
             t->floats = floats;
             float* at = t->arena.get();
-            const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
             for (const ParamEntry* e : dense) {
                 const int64_t O = e->shape[0], I = e->shape[1];
                 const int64_t I16 = panel_floats(1, I) / kPanelWidth;
                 const float* w = m.params.data() + e->offset;
                 t->tensors.emplace(e->name, at);
                 // In blocks of rows (the panels of rows from a multiple of kPanelWidth on are
-                // those of the whole weight). A mapped weight's whole pages read so far go back
-                // to the page cache after each block, so that the weight is never resident twice
-                // (the head is 115 MB at 110M): nothing wrote them (the model was just loaded),
-                // so they read the same when a computation faults them in again.
+                // those of the whole weight). A mapped weight's pages read so far go back to the
+                // page cache after each block, so that the weight is never resident twice (the
+                // head is 115 MB at 110M); pages that a write has copied stay (core/alloc.h).
                 constexpr int64_t kBlockRows = 64 * kPanelWidth;
-                uintptr_t dropped = (reinterpret_cast<uintptr_t>(w) + page - 1) / page * page;
                 for (int64_t o = 0; o < O; o += kBlockRows) {
                     const int64_t rows = std::min(kBlockRows, O - o);
                     to_panels(w + o * I, rows, I, at + o * I16);
-                    if (!mapped) continue;
-                    const uintptr_t hi =
-                        reinterpret_cast<uintptr_t>(w + (o + rows) * I) / page * page;
-                    if (hi > dropped) {
-                        ::madvise(reinterpret_cast<void*>(dropped), hi - dropped, MADV_DONTNEED);
-                        dropped = hi;
-                    }
+                    if (mapped) release_file_pages(w, size_t((o + rows) * I) * sizeof(float));
                 }
                 at += panel_floats(O, I);
             }

@@ -220,8 +220,8 @@ PLDR_AVX512 void rows_avx512(float* out, const float* in, const Wt* W, const flo
 constexpr int64_t kPanelAhead = 2048;
 
 template <int R>
-PLDR_AVX512 inline void panel_tile(const float* w, const float* x, int64_t I, const float* bias,
-                                   float* y, int64_t O, int64_t o0) {
+PLDR_AVX512 void panel_tile(const float* w, const float* x, int64_t I, const float* bias, float* y,
+                            int64_t O, int64_t o0) {
     __m512 acc[3][R];
     for (int j = 0; j < 3; ++j)
         for (int r = 0; r < R; ++r) acc[j][r] = _mm512_setzero_ps();
@@ -251,16 +251,11 @@ PLDR_AVX512 inline void panel_tile(const float* w, const float* x, int64_t I, co
     }
 }
 
-template <int R>
-PLDR_AVX512 void panel_tile_fn(const float* w, const float* x, int64_t I, const float* bias,
-                               float* y, int64_t O, int64_t o0) {
-    panel_tile<R>(w, x, I, bias, y, O, o0);
-}
 using PanelTileFn = void (*)(const float*, const float*, int64_t, const float*, float*, int64_t,
                              int64_t);
 template <size_t... k>
 constexpr std::array<PanelTileFn, sizeof...(k)> panel_tile_table(std::index_sequence<k...>) {
-    return {&panel_tile_fn<int(k + 1)>...};
+    return {&panel_tile<int(k + 1)>...};
 }
 constexpr auto kPanelTiles = panel_tile_table(std::make_index_sequence<8>());
 
