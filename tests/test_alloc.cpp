@@ -144,3 +144,36 @@ TEST(PageCache, LargeTensorsKeepTheirValues) {
         EXPECT_GE(pldr::cached_pages_bytes(), pldr::kCachedPagesMin);
     }
 }
+
+// Pages move between blocks in whole 2 MB units where they can: the kernel then moves a page
+// table's worth of entries at once, which a virtual machine's shadow page tables carry over, while
+// 4 KB pages moved one by one each cost a host fault at their next touch there (measured on
+// the PVM guests of 2026-12-07: 0.6-0.8 GB/s against 20 GB/s for a memset after the move). So
+// fresh blocks and zero-pages buffers start on a 2 MB boundary, and a fill of a zero-pages buffer
+// takes its whole units from the cache.
+TEST(PageCache, BlocksStartOnTwoMegabyteUnitsAndFillsTakeWholeUnits) {
+    constexpr uintptr_t kUnit = uintptr_t(2) << 20;
+    for (size_t bytes : {pldr::kCachedPagesMin, (size_t(5) << 20) + 12288, size_t(13) << 20}) {
+        pldr::release_cached_pages();  // a fresh mapping, not a cached span
+        void* p = pldr::cached_pages_allocate(bytes);
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kUnit, 0u) << bytes;
+        std::memset(p, 1, bytes);
+        pldr::cached_pages_free(p, bytes);
+    }
+    const size_t n = pldr::kReturnBytes / sizeof(float) * 2 + 777;
+    pldr::ZeroPages<float> z(n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(z.data()) % kUnit, 0u);
+    if (!pldr::page_cache_enabled() || PLDR_ASAN) return;
+    std::fill(z.begin(), z.end(), 2.0f);
+    pldr::release_cached_pages();
+    z.zero();  // its pages move into the cache
+    const size_t cached = pldr::cached_pages_bytes();
+    EXPECT_GE(cached, n * sizeof(float) - 2 * kUnit);
+    // A fill over an odd range (not on unit boundaries) takes every whole unit it covers, even
+    // those that reach past it (nothing there was written): only the partial units at the
+    // buffer's end are left out.
+    const size_t lo = 1000, hi = n - 3000;
+    pldr::fill_zero_pages(z.data() + lo, (hi - lo) * sizeof(float));
+    EXPECT_GE(cached - pldr::cached_pages_bytes(), n * sizeof(float) / kUnit * kUnit - kUnit);
+    for (size_t i = 0; i < n; i += 1021) ASSERT_EQ(z[i], 0.0f) << i;
+}

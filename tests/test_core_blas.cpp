@@ -118,36 +118,46 @@ std::vector<Problem> large_problems() {
 TEST(SgemmEngine, OneDnnTakesLargeProductsOutsideAndTallOnesInsideParallelRegions) {
     REQUIRE_ONEDNN();
     EngineScope auto_(SgemmEngine::AUTO);
+    // On a core with full-width AVX-512 and oneDNN's AVX-512 kernels, oneDNN takes every product
+    // it can; elsewhere the rules measured on a double-pumped core (blas.h).
+    const bool wide = onednn_outpaces_openblas();
+    if (wide) {
+        EXPECT_TRUE(full_width_avx512());
+    }
     EXPECT_TRUE(sgemm_uses_onednn(false, 128, 256, 256));   // 8M multiply-adds
     EXPECT_TRUE(sgemm_uses_onednn(true, 2048, 896, 2048));  // a weight gradient
     EXPECT_FALSE(sgemm_uses_onednn(false, 64, 64, 64));     // small
     static_assert(kBlasParallelWork == 1024 * 4096);
-    EXPECT_FALSE(sgemm_uses_onednn(false, 1, 1023, 4096));    // just below the threshold
-    EXPECT_TRUE(sgemm_uses_onednn(false, 1, 1024, 4096));     // at it
-    EXPECT_FALSE(sgemm_uses_onednn(false, 262, 896, 32000));  // head: K = V
-    EXPECT_FALSE(sgemm_uses_onednn(true, 32000, 896, 262));   // head: dW
-    EXPECT_TRUE(sgemm_uses_onednn(false, 262, 32000, 896));   // head forward
-    // Inside a parallel region (one-thread products): M from 256, N and K from 64, K below 8192.
+    EXPECT_FALSE(sgemm_uses_onednn(false, 1, 1023, 4096));       // just below the threshold
+    EXPECT_TRUE(sgemm_uses_onednn(false, 1, 1024, 4096));        // at it
+    EXPECT_EQ(sgemm_uses_onednn(false, 262, 896, 32000), wide);  // head: K = V
+    EXPECT_EQ(sgemm_uses_onednn(true, 32000, 896, 262), wide);   // head: dW
+    EXPECT_EQ(sgemm_uses_onednn(true, 896, 2389, 2048), wide);   // FFN output's dW: N ≥ 2M
+    EXPECT_TRUE(sgemm_uses_onednn(false, 262, 32000, 896));      // head forward
+    // Inside a parallel region (one-thread products): M from 256, N and K from 64, K below 8192;
+    // on a wide core, M from 64, N and K from 16.
     struct Case {
         bool ta;
         int64_t M, N, K;
-        bool want;
+        bool want, want_wide;
     };
     const Case inside[] = {
-        {false, 256, 64, 64, true},       // at the bounds
-        {false, 448, 170, 64, true},      // the 110M learner's GLU
-        {false, 512, 64, 170, true},      // its input gradient
-        {false, 255, 4096, 4096, false},  // one row short
-        {false, 64, 256, 64, false},      // an attention block of 64 query rows
-        {false, 128, 48, 32, false},      // the M learner's GLU: K = 32
-        {false, 4096, 63, 4096, false},   // N below 64
-        {false, 4096, 64, 8192, false},   // K over the vocabulary bound
-        {false, 2048, 2048, 2048, true},
+        {false, 256, 64, 64, true, true},       // at the bounds
+        {false, 448, 170, 64, true, true},      // the 110M learner's GLU
+        {false, 512, 64, 170, true, true},      // its input gradient
+        {false, 255, 4096, 4096, false, true},  // one row short
+        {false, 64, 256, 64, false, true},      // an attention block of 64 query rows
+        {false, 63, 256, 64, false, false},     // one row short of the wide bound
+        {false, 128, 48, 32, false, true},      // the M learner's GLU: K = 32
+        {false, 128, 15, 32, false, false},     // N below 16
+        {false, 4096, 63, 4096, false, true},   // N below 64
+        {false, 4096, 64, 8192, false, true},   // K over the vocabulary bound
+        {false, 2048, 2048, 2048, true, true},
     };
     int wrong = 0;
 #pragma omp parallel num_threads(2)
     for (const Case& k : inside)
-        if (sgemm_uses_onednn(k.ta, k.M, k.N, k.K) != k.want) {
+        if (sgemm_uses_onednn(k.ta, k.M, k.N, k.K) != (wide ? k.want_wide : k.want)) {
 #pragma omp atomic
             ++wrong;
         }
@@ -172,7 +182,10 @@ TEST(SgemmEngine, ProductsInsideAParallelRegionEqualFloat64Maths) {
         seed += 9;
     }
     int64_t want = 0;
-    for (const Problem& p : ps) want += onednn::built() && p.M >= 256 && std::min(p.N, p.K) >= 64;
+    const bool wide = onednn_outpaces_openblas();  // M from 64, N and K from 16 (blas.h)
+    for (const Problem& p : ps)
+        want +=
+            onednn::built() && p.M >= (wide ? 64 : 256) && std::min(p.N, p.K) >= (wide ? 16 : 64);
     std::vector<std::vector<float>> C(ps.size());
     const int64_t calls0 = onednn::f32_calls();
 #pragma omp parallel for schedule(static, 1) num_threads(2)

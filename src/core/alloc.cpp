@@ -46,16 +46,33 @@ uintptr_t page_down(uintptr_t a) {
 uintptr_t page_up(uintptr_t a) {
     return (a + kPage - 1) & ~(kPage - 1);
 }
+constexpr uintptr_t kUnit = uintptr_t(2) << 20;
+uintptr_t unit_down(uintptr_t a) {
+    return a & ~(kUnit - 1);
+}
+uintptr_t unit_up(uintptr_t a) {
+    return (a + kUnit - 1) & ~(kUnit - 1);
+}
+// An anonymous mapping of page_up(bytes) bytes that starts on a kUnit boundary (null on failure).
+void* map_aligned(size_t bytes) {
+    const size_t n = page_up(bytes);
+    void* p = mmap(nullptr, n + kUnit, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p), b = unit_up(a);
+    if (b > a) munmap(p, b - a);
+    munmap(reinterpret_cast<void*>(b + n), a + n + kUnit - (b + n));
+    return reinterpret_cast<void*>(b);
+}
 
 void* map_fresh(size_t bytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) fail("cannot map ", bytes, " bytes of memory: ", std::strerror(errno));
+    void* p = map_aligned(bytes);
+    if (!p) fail("cannot map ", bytes, " bytes of memory: ", std::strerror(errno));
     return p;
 }
 // The same for a tensor's storage, failing as operator new does.
 void* map_block(size_t bytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
+    void* p = map_aligned(bytes);
+    if (!p) throw std::bad_alloc();
     return p;
 }
 
@@ -80,26 +97,48 @@ bool move_pages(uintptr_t from, size_t len, uintptr_t to, bool keep_source = fal
            move_pages(from + half, len - half, to + half, keep_source);
 }
 
-// [lo, hi) split into runs of resident (true) and non-resident (false) pages.
+// [lo, hi) split into runs of pages in use (true) and not (false). In use: present, or swapped
+// out (/proc/self/pagemap; a page that was written reads so until it is handed back). Where
+// pagemap cannot be read, mincore (present only: a swapped-out page would read as unused) and
+// *exact is false; where neither can be read, all of it is in use.
 struct Run {
     uintptr_t lo, hi;
     bool resident;
 };
-std::vector<Run> residency(uintptr_t lo, uintptr_t hi) {
+std::vector<Run> residency(uintptr_t lo, uintptr_t hi, bool* exact = nullptr) {
     std::vector<Run> runs;
+    if (exact) *exact = false;
     if (hi <= lo) return runs;
+    auto add = [&](uintptr_t a, bool r) {  // page a's state, in order
+        if (!runs.empty() && runs.back().resident == r && runs.back().hi == a)
+            runs.back().hi = a + kPage;
+        else
+            runs.push_back({a, a + kPage, r});
+    };
+    const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        constexpr uint64_t kInUse = (uint64_t(1) << 63) | (uint64_t(1) << 62);
+        constexpr size_t kChunk = 4096;  // entries per read
+        std::vector<uint64_t> e(kChunk);
+        uintptr_t a = lo;
+        while (a < hi) {
+            const size_t n = std::min<size_t>(kChunk, (hi - a) / kPage);
+            if (::pread(fd, e.data(), n * 8, off_t(a / kPage * 8)) != ssize_t(n * 8)) break;
+            for (size_t k = 0; k < n; ++k, a += kPage) add(a, (e[k] & kInUse) != 0);
+        }
+        ::close(fd);
+        if (a >= hi) {
+            if (exact) *exact = true;
+            return runs;
+        }
+        runs.clear();
+    }
     std::vector<unsigned char> v((hi - lo) / kPage);
     if (mincore(reinterpret_cast<void*>(lo), hi - lo, v.data()) != 0) {
         runs.push_back({lo, hi, true});  // unknown: treat as written (never replaced)
         return runs;
     }
-    for (size_t i = 0; i < v.size();) {
-        const bool r = v[i] & 1;
-        size_t j = i;
-        while (j < v.size() && bool(v[j] & 1) == r) ++j;
-        runs.push_back({lo + i * kPage, lo + j * kPage, r});
-        i = j;
-    }
+    for (size_t i = 0; i < v.size(); ++i) add(lo + i * kPage, v[i] & 1);
     return runs;
 }
 
@@ -142,6 +181,15 @@ class PageCache {
         // the rest (if any) faulted in fresh. (Where a move fails half way, the block holds
         // fresh pages there: its contents are unspecified anyway.)
         size_t off = 0;
+        while (unit_down(n) > off) {
+            const Span s = take_aligned(unit_down(n) - off);
+            if (!s.len) break;
+            if (!move_pages(s.addr, s.len, dst + off)) {
+                munmap(reinterpret_cast<void*>(s.addr), s.len);
+                continue;
+            }
+            off += s.len;
+        }
         while (off < n && !free_.empty()) {
             const Span s = take_largest();
             const size_t take = std::min(s.len, n - off);
@@ -258,13 +306,24 @@ class PageCache {
             todo = std::move(next);
         }
         zm.claimed.push_back({lo, hi - lo});
+        const uintptr_t zlo = it->first, zhi = it->first + page_up(zm.len);
         for (const Span& t : todo) {
             if (free_.empty()) break;
-            for (const Run& r : residency(t.addr, t.addr + t.len)) {
+            // Whole units, also where they reach past t: a unit none of whose pages is in use
+            // reads zeros and was never written. (Without pagemap, a swapped-out page would
+            // look unused: then only the units inside t.)
+            const uintptr_t ulo = std::max(zlo, unit_down(t.addr)),
+                            uhi = std::min(zhi, unit_up(t.addr + t.len));
+            bool exact = false;
+            std::vector<Run> runs = residency(ulo, uhi, &exact);
+            if (!exact) runs = residency(t.addr, t.addr + t.len);
+            for (const Run& r : runs) {
                 if (r.resident) continue;
-                for (uintptr_t at = r.lo; at < r.hi && !free_.empty();) {
-                    const Span s = take_largest();
-                    const size_t take = std::min<size_t>(s.len, r.hi - at);
+                const uintptr_t rhi = unit_down(r.hi);
+                for (uintptr_t at = unit_up(r.lo); at < rhi;) {
+                    const Span s = take_aligned(rhi - at);
+                    if (!s.len) break;
+                    const size_t take = s.len;
                     if (!move_pages(s.addr, take, at)) {
                         // Part of it may have moved in: zeroed like the rest. What is left of
                         // the span goes back to the system.
@@ -272,7 +331,6 @@ class PageCache {
                         munmap(reinterpret_cast<void*>(s.addr), s.len);
                         continue;
                     }
-                    if (s.len > take) insert({s.addr + take, s.len - take});
                     std::memset(reinterpret_cast<void*>(at), 0, take);
                     at += take;
                 }
@@ -317,6 +375,23 @@ class PageCache {
             }
         free_bytes_ -= s.len;
     }
+    // Up to max_len bytes (whole kUnits) of cached pages that start on a kUnit boundary: the
+    // aligned middle of the largest span that has one; what lies around it stays cached.
+    // {0, 0} when no span holds a whole aligned unit.
+    Span take_aligned(size_t max_len) {
+        if (max_len < kUnit) return {0, 0};
+        for (auto it = by_len_.rbegin(); it != by_len_.rend() && it->first >= kUnit; ++it) {
+            const Span s{it->second, it->first};
+            const uintptr_t a = unit_up(s.addr), b = unit_down(s.addr + s.len);
+            if (b <= a) continue;
+            const size_t take = std::min<size_t>(b - a, unit_down(max_len));
+            erase(s);
+            if (a > s.addr) insert({s.addr, a - s.addr});
+            if (s.addr + s.len > a + take) insert({a + take, s.addr + s.len - a - take});
+            return {a, take};
+        }
+        return {0, 0};
+    }
     Span take_largest() {
         auto last = std::prev(by_len_.end());
         const Span s{last->second, last->first};
@@ -338,14 +413,15 @@ class PageCache {
     // throughout (reading zeros), so that no other mapping can land in it before it is mapped
     // afresh below.
     void reclaim(uintptr_t base, size_t len) {
-        for (const Run& r : residency(base, base + len)) {
+        for (const Run& r0 : residency(base, base + len)) {
+            const Run r{unit_up(r0.lo), unit_down(r0.hi), r0.resident};
+            if (r.hi <= r.lo) continue;
             const size_t n = r.hi - r.lo;
             if (!r.resident || n < kMinSpan || free_bytes_ + n > kCachedPagesMax) continue;
             // To a destination mapped first: without MREMAP_FIXED, Linux 6.18 refused (EINVAL)
             // to move a range that starts a mapping.
-            void* dst =
-                mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (dst == MAP_FAILED) continue;
+            void* dst = map_aligned(n);
+            if (!dst) continue;
             // Whatever moved is the cache's now; a part that did not is fresh pages there.
             move_pages(r.lo, n, reinterpret_cast<uintptr_t>(dst), /*keep_source=*/true);
             insert({reinterpret_cast<uintptr_t>(dst), n});

@@ -42,10 +42,21 @@ enum class SgemmEngine : uint8_t { AUTO, OPENBLAS };
 SgemmEngine sgemm_engine();
 void set_sgemm_engine(SgemmEngine e);  // for the whole process
 
+// Whether this core runs 512-bit FMAs at the rate of 256-bit ones (measured once, a fraction of a
+// millisecond: full-width AVX-512 as on Zen 5 and Intel's two-FMA server cores, not the
+// double-pumped AVX-512 of Zen 4); false without AVX-512.
+bool full_width_avx512();
+// Whether oneDNN's float32 kernels have the higher peak here: its AVX-512 kernels on a
+// full-width core, where OpenBLAS may have picked AVX2 ones (it does on AMD cores it does not
+// know).
+bool onednn_outpaces_openblas();
+
 // Whether a float32 product of this shape runs through oneDNN: AUTO, built with oneDNN, and
-// - outside an OpenMP parallel region: at least kBlasParallelWork multiply-adds, and none of the
-//   products where OpenBLAS measured faster (the Zen 4 VM of 2026-12-03, each shape alone and
-//   inside a training step): the LM head's backward over the vocabulary (K ≥ 8192, or a
+// - where onednn_outpaces_openblas(): every product of at least kBlasParallelWork multiply-adds
+//   outside a parallel region, and inside one every product from 64 rows with N and K from 16;
+// - elsewhere, outside an OpenMP parallel region: at least kBlasParallelWork multiply-adds, and
+//   none of the products where OpenBLAS measured faster (the Zen 4 VM of 2026-12-03, each shape
+//   alone and inside a training step): the LM head's backward over the vocabulary (K ≥ 8192, or a
 //   transposed A of ≥ 8192 rows), and a transposed A with N ≥ 2·M (the weight gradient of the
 //   FFN's output projection, 10–15 % slower in oneDNN);
 // - inside one (a one-thread product of a per-head or per-block loop): M at least 256, N and K at
