@@ -14,6 +14,7 @@
 #include "infer/generate.h"
 #include "io/model_load.h"
 #include "model/init.h"
+#include "model/packed.h"
 #include "ops/linear.h"
 
 namespace {
@@ -209,41 +210,50 @@ TEST(InferBatch, GenerateBatchEqualsSingleFloat32) {
 // gives a row the same bits whatever the batch, and the attention of each sequence runs the same
 // loops (query_row_attention): a batched step then equals single steps bit for bit, logits and
 // all, in every cache mode and with learned or fixed G. (Without the kernel the BLAS products of
-// a batch round differently: GenerateBatchEqualsSingleFloat32's tolerance.)
+// a batch round differently: GenerateBatchEqualsSingleFloat32's tolerance.) The same with the
+// weights in panels, as Model::load keeps them: every product of the step, the head's included,
+// reads the panels in both.
 TEST(InferBatch, BatchedFloat32StepsEqualSingleStepsBitForBit) {
     float probe_out = 0, probe_in = 1, probe_w = 1;
     if (!pldr::dense_rows_forward(&probe_out, &probe_in, &probe_w, nullptr, 1, 1, 1))
         GTEST_SKIP() << "no rows kernel on this CPU (or PLDR_KERNELS=scalar)";
-    for (bool learned : {true, false})
-        for (auto mode : {pldr::CacheMode::KVG, pldr::CacheMode::KV}) {
-            SCOPED_TRACE(testing::Message()
-                         << (learned ? "learned G, " : "fixed G, ") << pldr::cache_mode_name(mode));
-            const auto m = random_model<float>(learned, 31);
-            std::vector<std::unique_ptr<pldr::Session<float>>> batch, single;
-            for (const auto& p : kBatchPrompts) {
-                batch.push_back(std::make_unique<pldr::Session<float>>(m, mode));
-                single.push_back(std::make_unique<pldr::Session<float>>(m, mode));
-                batch.back()->prefill(p);
-                single.back()->prefill(p);
-            }
-            std::vector<pldr::Session<float>*> ptrs;
-            for (auto& s : batch) ptrs.push_back(s.get());
-            for (int step = 0; step < 6; ++step) {
-                std::vector<int64_t> ids;
-                for (size_t i = 0; i < batch.size(); ++i) {  // each its own next token
-                    const auto& lg = single[i]->logits();
-                    ids.push_back(int64_t(std::max_element(lg.begin(), lg.end()) - lg.begin() +
-                                          int64_t(i) * 7) %
-                                  m.cfg.vocab_size);
+    for (bool panels : {false, true})
+        for (bool learned : {true, false})
+            for (auto mode : {pldr::CacheMode::KVG, pldr::CacheMode::KV}) {
+                if (panels && !pldr::panels_available()) continue;
+                SCOPED_TRACE(testing::Message() << (panels ? "panels, " : "")
+                                                << (learned ? "learned G, " : "fixed G, ")
+                                                << pldr::cache_mode_name(mode));
+                auto m = random_model<float>(learned, 31);
+                if (panels) {
+                    pldr::keep_panel_weights(m);
+                    ASSERT_NE(m.lw.head.panels, nullptr);
                 }
-                pldr::decode_step<float>(ptrs, ids, false);
-                for (size_t i = 0; i < batch.size(); ++i) {
-                    single[i]->decode(ids[i]);
-                    ASSERT_EQ(batch[i]->logits(), single[i]->logits())
-                        << "sequence " << i << ", step " << step;
+                std::vector<std::unique_ptr<pldr::Session<float>>> batch, single;
+                for (const auto& p : kBatchPrompts) {
+                    batch.push_back(std::make_unique<pldr::Session<float>>(m, mode));
+                    single.push_back(std::make_unique<pldr::Session<float>>(m, mode));
+                    batch.back()->prefill(p);
+                    single.back()->prefill(p);
+                }
+                std::vector<pldr::Session<float>*> ptrs;
+                for (auto& s : batch) ptrs.push_back(s.get());
+                for (int step = 0; step < 6; ++step) {
+                    std::vector<int64_t> ids;
+                    for (size_t i = 0; i < batch.size(); ++i) {  // each its own next token
+                        const auto& lg = single[i]->logits();
+                        ids.push_back(int64_t(std::max_element(lg.begin(), lg.end()) - lg.begin() +
+                                              int64_t(i) * 7) %
+                                      m.cfg.vocab_size);
+                    }
+                    pldr::decode_step<float>(ptrs, ids, false);
+                    for (size_t i = 0; i < batch.size(); ++i) {
+                        single[i]->decode(ids[i]);
+                        ASSERT_EQ(batch[i]->logits(), single[i]->logits())
+                            << "sequence " << i << ", step " << step;
+                    }
                 }
             }
-        }
 }
 
 TEST(InferBatch, SequencesThatFinishEarlyLeaveTheStepAndTheRestStillMatch) {

@@ -285,7 +285,7 @@ void Session<T>::run_batched(const std::vector<Session<T>*>& ss, const std::vect
         x = &la.hidden;
     }
     a.logits.resize_for_overwrite({B, V});
-    linear_forward(a.logits.ptr(), x->ptr(), m.w.head_w, m.w.head_b, B, d, V);
+    linear_forward(a.logits.ptr(), x->ptr(), m.lw.head, m.w.head_b, B, d, V);
     const Storage<T>& logits = a.logits.data;
 
     // Commit: each session's token, logits and (optionally) its slice of the activations.
