@@ -148,6 +148,7 @@ TEST(SgemmEngine, OneDnnTakesLargeProductsOutsideAndTallOnesInsideParallelRegion
         {false, 255, 4096, 4096, false, true},  // one row short
         {false, 64, 256, 64, false, true},      // an attention block of 64 query rows
         {false, 63, 256, 64, false, false},     // one row short of the wide bound
+        {false, 64, 16, 16, false, true},       // at the wide bounds
         {false, 128, 48, 32, false, true},      // the M learner's GLU: K = 32
         {false, 128, 15, 32, false, false},     // N below 16
         {false, 4096, 63, 4096, false, true},   // N below 64

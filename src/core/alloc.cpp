@@ -97,6 +97,28 @@ bool move_pages(uintptr_t from, size_t len, uintptr_t to, bool keep_source = fal
            move_pages(from + half, len - half, to + half, keep_source);
 }
 
+// /proc/self/pagemap, an entry per page: bit 63 present, bit 62 swapped out, bit 61 a file page
+// (or shared anonymous memory, which a private file mapping does not hold).
+constexpr uint64_t kPagePresent = uint64_t(1) << 63, kPageSwapped = uint64_t(1) << 62,
+                   kPageFile = uint64_t(1) << 61;
+// Calls page(address, entry) for the pages of [lo, hi) in order, reading the entries 4,096 at a
+// time; returns the end of what it could read (hi, or less where pagemap cannot be read).
+template <typename F>
+uintptr_t scan_pagemap(uintptr_t lo, uintptr_t hi, F&& page) {
+    const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return lo;
+    constexpr size_t kChunk = 4096;
+    std::vector<uint64_t> e(kChunk);
+    uintptr_t a = lo;  // the first page not yet looked at
+    while (a < hi) {
+        const size_t n = std::min<size_t>(kChunk, (hi - a) / kPage);
+        if (::pread(fd, e.data(), n * 8, off_t(a / kPage * 8)) != ssize_t(n * 8)) break;
+        for (size_t k = 0; k < n; ++k, a += kPage) page(a, e[k]);
+    }
+    ::close(fd);
+    return a;
+}
+
 // [lo, hi) split into runs of pages in use (true) and not (false). In use: present, or swapped
 // out (/proc/self/pagemap; a page that was written reads so until it is handed back). Where
 // pagemap cannot be read, mincore (present only: a swapped-out page would read as unused) and
@@ -115,24 +137,13 @@ std::vector<Run> residency(uintptr_t lo, uintptr_t hi, bool* exact = nullptr) {
         else
             runs.push_back({a, a + kPage, r});
     };
-    const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        constexpr uint64_t kInUse = (uint64_t(1) << 63) | (uint64_t(1) << 62);
-        constexpr size_t kChunk = 4096;  // entries per read
-        std::vector<uint64_t> e(kChunk);
-        uintptr_t a = lo;
-        while (a < hi) {
-            const size_t n = std::min<size_t>(kChunk, (hi - a) / kPage);
-            if (::pread(fd, e.data(), n * 8, off_t(a / kPage * 8)) != ssize_t(n * 8)) break;
-            for (size_t k = 0; k < n; ++k, a += kPage) add(a, (e[k] & kInUse) != 0);
-        }
-        ::close(fd);
-        if (a >= hi) {
-            if (exact) *exact = true;
-            return runs;
-        }
-        runs.clear();
+    if (scan_pagemap(lo, hi, [&](uintptr_t a, uint64_t e) {
+            add(a, (e & (kPagePresent | kPageSwapped)) != 0);
+        }) >= hi) {
+        if (exact) *exact = true;
+        return runs;
     }
+    runs.clear();
     std::vector<unsigned char> v((hi - lo) / kPage);
     if (mincore(reinterpret_cast<void*>(lo), hi - lo, v.data()) != 0) {
         runs.push_back({lo, hi, true});  // unknown: treat as written (never replaced)
@@ -493,31 +504,18 @@ void release_file_pages(const void* p, size_t bytes) {
     const uintptr_t lo = page_up(reinterpret_cast<uintptr_t>(p));
     const uintptr_t hi = page_down(reinterpret_cast<uintptr_t>(p) + bytes);
     if (hi <= lo) return;
-    const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    // An entry per page: bit 63 present, bit 62 swapped, bit 61 a file page (or shared anonymous
-    // memory, which a private file mapping does not hold). Runs of present file pages go back.
-    constexpr uint64_t kPresent = uint64_t(1) << 63, kFile = uint64_t(1) << 61;
-    constexpr size_t kChunk = 4096;  // entries per read
-    std::vector<uint64_t> e(kChunk);
+    // Runs of present file pages go back; where pagemap cannot be read, the pages from there on
+    // stay.
     uintptr_t run = 0;  // the start of the current run of pages to hand back, or 0
     auto flush = [&](uintptr_t end) {
         if (run) ::madvise(reinterpret_cast<void*>(run), end - run, MADV_DONTNEED);
         run = 0;
     };
-    uintptr_t a = lo;  // the first page not yet looked at
-    while (a < hi) {
-        const size_t n = std::min<size_t>(kChunk, (hi - a) / kPage);
-        const ssize_t got = ::pread(fd, e.data(), n * 8, off_t(a / kPage * 8));
-        if (got != ssize_t(n * 8)) break;  // the pages from a on stay
-        for (size_t k = 0; k < n; ++k, a += kPage) {
-            const bool back = (e[k] & kPresent) && (e[k] & kFile);
-            if (back && !run) run = a;
-            if (!back) flush(a);
-        }
-    }
-    flush(a);
-    ::close(fd);
+    flush(scan_pagemap(lo, hi, [&](uintptr_t a, uint64_t e) {
+        const bool back = (e & kPagePresent) && (e & kPageFile);
+        if (back && !run) run = a;
+        if (!back) flush(a);
+    }));
 }
 
 }  // namespace pldr

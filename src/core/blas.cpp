@@ -1,8 +1,6 @@
 // The BLAS kernel set in use and the float32 product's engine (blas.h).
 #include "core/blas.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -47,42 +45,35 @@ constexpr int64_t kOnednnThreadDim = 64;
 constexpr int64_t kWideThreadRows = 64;
 constexpr int64_t kWideThreadDim = 16;
 
-// Twelve independent FMA chains of 256-bit and of 512-bit vectors, `iters` rounds each: seconds.
-// (Twelve: two FMA pipes of four cycles' latency each stay busy.)
-constexpr int kChains = 12;
-template <typename V>
-double chains_seconds(V (*fma)(V, V, V), V (*set1)(float), float (*first)(V), int64_t iters) {
-    V acc[kChains];
-    for (int i = 0; i < kChains; ++i) acc[i] = set1(float(i));
-    const V x = set1(0.999f), y = set1(0.001f);
+// Seconds for `iters` (> 0) rounds of twelve independent FMA chains on Bits-bit registers
+// (twelve: two FMA pipes of four cycles' latency each stay busy), on zeros (no denormals). In
+// assembly, so that no build type (a Debug build included) puts loads, stores or calls into the
+// chains: what is timed is the FMA unit alone.
+#define PLDR_FMA_ROUNDS(r)                                                                         \
+    asm volatile(                                                                                  \
+        ".irp i,0,1,2,3,4,5,6,7,8,9,10,11,12,13\n\t"                                               \
+        "vxorps %%ymm\\i, %%ymm\\i, %%ymm\\i\n\t"                                                  \
+        ".endr\n\t"                                                                                \
+        "1:\n\t"                                                                                   \
+        ".irp i,0,1,2,3,4,5,6,7,8,9,10,11\n\t"                                                     \
+        "vfmadd231ps %%" r "12, %%" r "13, %%" r                                                   \
+        "\\i\n\t"                                                                                  \
+        ".endr\n\t"                                                                                \
+        "dec %0\n\tjnz 1b\n\tvzeroupper"                                                           \
+        : "+r"(iters)                                                                              \
+        :                                                                                          \
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
+          "xmm11", "xmm12", "xmm13", "cc")
+template <int Bits>
+double fma_chains_seconds(int64_t iters) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t k = 0; k < iters; ++k)
-        for (int i = 0; i < kChains; ++i) acc[i] = fma(acc[i], x, y);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    float sum = 0;
-    for (int i = 0; i < kChains; ++i) sum += first(acc[i]);
-    volatile float sink = sum;
-    (void)sink;
-    return s;
+    if constexpr (Bits == 512)
+        PLDR_FMA_ROUNDS("zmm");
+    else
+        PLDR_FMA_ROUNDS("ymm");
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-__attribute__((target("avx2,fma"))) __m256 fma256(__m256 a, __m256 b, __m256 c) {
-    return _mm256_fmadd_ps(a, b, c);
-}
-__attribute__((target("avx2,fma"))) __m256 set256(float v) {
-    return _mm256_set1_ps(v);
-}
-__attribute__((target("avx2,fma"))) float first256(__m256 v) {
-    return _mm256_cvtss_f32(v);
-}
-__attribute__((target("avx512f"))) __m512 fma512(__m512 a, __m512 b, __m512 c) {
-    return _mm512_fmadd_ps(a, b, c);
-}
-__attribute__((target("avx512f"))) __m512 set512(float v) {
-    return _mm512_set1_ps(v);
-}
-__attribute__((target("avx512f"))) float first512(__m512 v) {
-    return _mm512_cvtss_f32(v);
-}
+#undef PLDR_FMA_ROUNDS
 
 }  // namespace
 
@@ -96,8 +87,8 @@ bool full_width_avx512() {
         constexpr int64_t kIters = 16384;
         double t256 = 1e30, t512 = 1e30;
         for (int r = 0; r < 7; ++r) {
-            t256 = std::min(t256, chains_seconds<__m256>(fma256, set256, first256, kIters));
-            t512 = std::min(t512, chains_seconds<__m512>(fma512, set512, first512, kIters));
+            t256 = std::min(t256, fma_chains_seconds<256>(kIters));
+            t512 = std::min(t512, fma_chains_seconds<512>(kIters));
         }
         return t512 < 1.5 * t256;
     }();
