@@ -8,23 +8,33 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "core/error.h"
 
 namespace pldr::fuzz {
 
-// A scratch directory for this process, created once (TMPDIR or /tmp).
+// A scratch directory for this process, created once (TMPDIR or /tmp) and removed when the
+// process exits normally (libFuzzer's -runs/-max_total_time end does; a crash keeps it).
 inline const std::string& scratch() {
-    static const std::string dir = [] {
-        const char* t = std::getenv("TMPDIR");
-        std::string tmpl = std::string(t && *t ? t : "/tmp") + "/pldr-fuzz-XXXXXX";
-        if (!::mkdtemp(tmpl.data())) std::abort();
-        return tmpl;
-    }();
-    return dir;
+    struct Dir {
+        std::string path;
+        Dir() {
+            const char* t = std::getenv("TMPDIR");
+            path = std::string(t && *t ? t : "/tmp") + "/pldr-fuzz-XXXXXX";
+            if (!::mkdtemp(path.data())) std::abort();
+        }
+        ~Dir() {
+            std::error_code ec;
+            std::filesystem::remove_all(path, ec);
+        }
+    };
+    static const Dir dir;
+    return dir.path;
 }
 
 inline std::string write_bytes(const std::string& name, std::string_view bytes) {

@@ -3,12 +3,16 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <system_error>
+#include <vector>
 
 namespace cli_test {
 
@@ -18,11 +22,32 @@ struct Result {
     std::string out, err;
 };
 
+// The directories tmp_dir made; removed when the test process exits, unless
+// PLDR_KEEP_TEST_TMP is set (to look at a failing test's files).
+struct TmpDirs {
+    std::vector<std::filesystem::path> made;
+    ~TmpDirs() {
+        const char* keep = std::getenv("PLDR_KEEP_TEST_TMP");
+        if (keep && *keep) return;
+        for (const auto& p : made) {
+            std::error_code ec;
+            std::filesystem::remove_all(p, ec);
+        }
+    }
+};
+
+inline TmpDirs& tmp_dirs() {
+    static TmpDirs dirs;
+    return dirs;
+}
+
 inline std::string tmp_dir(const std::string& name) {
     auto p = std::filesystem::temp_directory_path() /
              ("pldr_test_" + name + "_" + std::to_string(::getpid()));
     std::filesystem::remove_all(p);
     std::filesystem::create_directories(p);
+    auto& made = tmp_dirs().made;
+    if (std::find(made.begin(), made.end(), p) == made.end()) made.push_back(p);
     return p.string();
 }
 

@@ -223,6 +223,28 @@ TEST(SgemmEngine, BothEnginesEqualFloat64MathsWithinTheAccumulationBound) {
     }
 }
 
+TEST(SgemmEngine, LongProductsWithADenseAEqualFloat64MathsAndRunAsTwoHalvesOfK) {
+    // An untransposed A with lda == K and K from kPackedAK: oneDNN runs the product as two halves
+    // of K (blas.h), the second added with beta = 1. alpha ≠ 1 and beta ≠ 0 catch a half that
+    // drops alpha or scales C twice; an odd K, halves that miss a column.
+    const float ab[][2] = {{1.0f, 0.0f}, {0.5f, -0.75f}};
+    uint64_t seed = 301;
+    for (bool tb : {false, true})
+        for (const auto& a : ab) {
+            Problem p(false, tb, 48, 24, kPackedAK + 37, a[0], a[1], seed);
+            seed += 3;
+            p.lda = p.K;
+            p.A = random_vec(size_t(p.M * p.K), seed);
+            const int64_t calls0 = onednn::f32_calls();
+            const std::vector<float> C = p.run();
+            EXPECT_LE(p.worst_error(C), 1.0)
+                << "tb " << tb << " alpha " << a[0] << " beta " << a[1];
+            if (sgemm_uses_onednn(false, p.M, p.N, p.K)) {
+                EXPECT_EQ(onednn::f32_calls() - calls0, 2) << "tb " << tb;
+            }
+        }
+}
+
 TEST(SgemmEngine, OneDnnWrongOperandsAreCaughtByTheBound) {
     // The bound above is tight enough to see a wrong product: the same call with one operand
     // element changed by 1 % of its row's scale fails it.

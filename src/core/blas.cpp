@@ -123,13 +123,31 @@ bool sgemm_uses_onednn(bool ta, int64_t M, int64_t N, int64_t K) {
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-    if (M > 0 && N > 0 && K > 0 && sgemm_uses_onednn(ta, M, N, K) &&
-        onednn::matmul(onednn::Type::F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
-        return;
-    blas_call(M * N * K, [&] {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
-    });
+    auto blas = [&](int64_t k0, int64_t k, float b) {
+        blas_call(M * N * k, [&] {
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                        tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(k), alpha,
+                        A + (ta ? k0 * lda : k0), int(lda), B + (tb ? k0 : k0 * ldb), int(ldb), b,
+                        C, int(ldc));
+        });
+    };
+    if (M > 0 && N > 0 && K > 0 && sgemm_uses_onednn(ta, M, N, K)) {
+        if (!ta && lda == K && K >= kPackedAK) {  // two halves of K, A strided in each (blas.h)
+            const int64_t k1 = (K / 2 + 63) / 64 * 64;
+            if (onednn::matmul(onednn::Type::F32, false, tb, M, N, k1, alpha, A, lda, B, ldb, beta,
+                               C, ldc)) {
+                const float* B2 = tb ? B + k1 : B + k1 * ldb;
+                if (!onednn::matmul(onednn::Type::F32, false, tb, M, N, K - k1, alpha, A + k1, lda,
+                                    B2, ldb, 1.0f, C, ldc))
+                    blas(k1, K - k1, 1.0f);
+                return;
+            }
+        } else if (onednn::matmul(onednn::Type::F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta,
+                                  C, ldc)) {
+            return;
+        }
+    }
+    blas(0, K, beta);
 }
 
 bool gemm_bias(bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,

@@ -63,6 +63,14 @@ bool onednn_outpaces_openblas();
 //   least 64, K below 8192 (blas.cpp: where oneDNN's one-thread kernels measured faster).
 bool sgemm_uses_onednn(bool ta, int64_t M, int64_t N, int64_t K);
 
+// oneDNN's float32 matmul reads an untransposed A in place where it is dense (lda == K), and
+// packs it first where it is strided. At long K the packed one ran 35-45 % faster (AMD EPYC
+// family 26, 2 threads, 2026-12-07: the 110M head's input gradient 256 × 896 × 32,000 at 228
+// against 340 GFLOP/s, the M head's 1,024 × 256 × 8,192 at 228 against 333), at K = 896 it lost
+// (327 against 225). A product of oneDNN's with a dense untransposed A and K from kPackedAK runs
+// as two halves of K, each of which sees A strided; C takes the second half with beta = 1.
+constexpr int64_t kPackedAK = 4096;
+
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major with leading dimensions.
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);

@@ -110,26 +110,40 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* x, const T* g, const T
 template <typename T>
 void layernorm_backward(T* dx, T* dg, T* db, const T* dout, const T* x, const T* mean,
                         const T* rstd, const T* g, int64_t N, int64_t C) {
-    for (int64_t n = 0; n < N; ++n) {
-        const T* xr = x + n * C;
-        const T* dy = dout + n * C;
-        const T m = mean[n], r = rstd[n];
-        // dxhat = dy ⊙ g; dx = r · (dxhat − mean(dxhat) − xhat · mean(dxhat ⊙ xhat))
-        const T s1 = lane_sum<T>(C, [dy, g](int64_t c) { return dy[c] * g[c]; }) / T(C);
-        const T s2 =
-            lane_sum<T>(C, [=](int64_t c) { return dy[c] * g[c] * ((xr[c] - m) * r); }) / T(C);
-        if (dg)
-            for (int64_t c = 0; c < C; ++c) dg[c] += dy[c] * ((xr[c] - m) * r);
-        if (db)
-            for (int64_t c = 0; c < C; ++c) db[c] += dy[c];
-        if (dx) {
+    // The rows' input gradients are independent: over the team by rows. The gain and bias
+    // gradients sum each column over n in order: over the team by blocks of columns. The bits
+    // are those of one pass over the rows (ops/layernorm_order.h; the GPU's kernel gives them).
+    const bool par = N * C >= 16384;
+    if (dx) {
+        parallel_for(N, par, [&](int64_t n) {
+            const T* xr = x + n * C;
+            const T* dy = dout + n * C;
+            const T m = mean[n], r = rstd[n];
+            // dxhat = dy ⊙ g; dx = r · (dxhat − mean(dxhat) − xhat · mean(dxhat ⊙ xhat))
+            const T s1 = lane_sum<T>(C, [dy, g](int64_t c) { return dy[c] * g[c]; }) / T(C);
+            const T s2 =
+                lane_sum<T>(C, [=](int64_t c) { return dy[c] * g[c] * ((xr[c] - m) * r); }) / T(C);
             T* d = dx + n * C;
             for (int64_t c = 0; c < C; ++c) {
                 const T xh = (xr[c] - m) * r;
                 d[c] += r * (dy[c] * g[c] - s1 - xh * s2);
             }
-        }
+        });
     }
+    if (!dg && !db) return;
+    constexpr int64_t kCols = 64;
+    parallel_for((C + kCols - 1) / kCols, par, [&](int64_t k) {
+        const int64_t c0 = k * kCols, c1 = std::min(C, c0 + kCols);
+        for (int64_t n = 0; n < N; ++n) {
+            const T* xr = x + n * C;
+            const T* dy = dout + n * C;
+            const T m = mean[n], r = rstd[n];
+            if (dg)
+                for (int64_t c = c0; c < c1; ++c) dg[c] += dy[c] * ((xr[c] - m) * r);
+            if (db)
+                for (int64_t c = c0; c < c1; ++c) db[c] += dy[c];
+        }
+    });
 }
 
 // Elements per task of the float32 SwiGLU passes.
