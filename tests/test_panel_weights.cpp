@@ -101,9 +101,9 @@ TEST(PanelWeights, DecodeKernelIsOneChainPerOutputWhateverTheBatch) {
     }
 }
 
-TEST(PanelWeights, PromptProductsOverPanelsEqualTheProductOverW) {
-    if (!pldr::panels_available()) GTEST_SKIP() << "no products over panels on this CPU";
-    const int64_t M = 40, O = 613, I = 301;
+void prompt_product_over_panels_equals_float64(int64_t M) {
+    SCOPED_TRACE("M = " + std::to_string(M));
+    const int64_t O = 613, I = 301;
     const std::vector<float> W = random_values(size_t(O * I), 1),
                              x = random_values(size_t(M * I), 2), b = random_values(size_t(O), 3);
     std::vector<float> p(size_t(pldr::panel_floats(O, I)));
@@ -127,6 +127,13 @@ TEST(PanelWeights, PromptProductsOverPanelsEqualTheProductOverW) {
             }
         EXPECT_EQ(wrong, 0);
     }
+}
+
+TEST(PanelWeights, PromptProductsOverPanelsEqualTheProductOverW) {
+    if (!pldr::panels_available()) GTEST_SKIP() << "no products over panels on this CPU";
+    // 40 rows: one product on the team; 131: rows split over the threads (a B of 738 KB), the
+    // split ragged.
+    for (const int64_t M : {40, 131}) prompt_product_over_panels_equals_float64(M);
 }
 
 pldr::Config small_config() {

@@ -203,9 +203,36 @@ bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
         B, C, bias);
 }
 
+// matmul_panels' split of rows over the team (below): from this many rows per thread, for a B of
+// at most this many bytes.
+constexpr int64_t kRowSplitMinRows = 32;
+constexpr int64_t kRowSplitBytes = int64_t(1) << 20;
+
 bool matmul_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                    float* C, int64_t ldc, const float* bias) {
     PLDR_CHECK(M > 0 && N > 0 && K > 0);
+    // A prompt's products over small panels (the M config's projections: 256 × 256, 256 × 682),
+    // rows split evenly over the team, each thread one one-thread product over the whole of B:
+    // oneDNN's own split of 128 rows over panels of 48 columns left one thread idle for a fifth
+    // of the product (a 256-column B is 5⅓ panels). Alternated rounds of the M config's prefill
+    // (AMD EPYC family 26, 2 threads, 2026-12-07): 21,662 against 20,836 tokens/s, median of 5.
+    // Where B is larger than kRowSplitBytes each thread reading all of it cost more than the
+    // balance gained (the 110M config's 896-wide projections: 0.75 against 0.80 of SGEMM).
+    const int team_size = team();
+    if (team_size > 1 && M >= team_size * kRowSplitMinRows &&
+        K * N * int64_t(sizeof(float)) <= kRowSplitBytes) {
+        std::atomic<bool> ok{true};
+#pragma omp parallel num_threads(team_size)
+        {
+            const int t = omp_get_thread_num(), n = omp_get_num_threads();
+            const int64_t r0 = M * t / n, r1 = M * (t + 1) / n;
+            if (r1 > r0 && !run(Key{Type::F32, false, false, r1 - r0, N, K, lda, 0, ldc, 1.0f, 0.0f,
+                                    bias != nullptr, 1, true},
+                                A + r0 * lda, B, C + r0 * ldc, bias))
+                ok = false;
+        }
+        return ok;
+    }
     return run(Key{Type::F32, false, false, M, N, K, lda, 0, ldc, 1.0f, 0.0f, bias != nullptr,
                    team(), true},
                A, B, C, bias);

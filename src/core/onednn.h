@@ -36,7 +36,9 @@ bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 // C[M,N] = A[M,K]·B[K,N] + bias (bias may be null), B in the panel layout of ops/linear.h
 // (oneDNN's BA16a48b: blocks of 48 columns, each its K rows of 48 in order, K padded to a multiple
 // of 16 and N to one of 48 with zeros), which oneDNN's kernels read as it lies: no copy of B per
-// call. Float32, the thread count and the false return as matmul's.
+// call. Float32, the thread count and the false return as matmul's. Outside a parallel region, a
+// B of at most 1 MB and from 32 rows per thread, the rows are split evenly over the threads, each
+// running its own one-thread product (onednn.cpp).
 bool matmul_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                    float* C, int64_t ldc, const float* bias);
 
