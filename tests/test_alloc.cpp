@@ -2,6 +2,7 @@
 // every move of pages between blocks, a zero-pages buffer reads zeros after zero() and keeps
 // what was written after fill_zero_pages, whatever the order of the calls.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstring>
@@ -176,4 +177,22 @@ TEST(PageCache, BlocksStartOnTwoMegabyteUnitsAndFillsTakeWholeUnits) {
     pldr::fill_zero_pages(z.data() + lo, (hi - lo) * sizeof(float));
     EXPECT_GE(cached - pldr::cached_pages_bytes(), n * sizeof(float) / kUnit * kUnit - kUnit);
     for (size_t i = 0; i < n; i += 1021) ASSERT_EQ(z[i], 0.0f) << i;
+}
+
+// resident_fraction counts the whole pages inside the range that are resident: of anonymous
+// memory, those written.
+TEST(Residency, TheFractionOfWholePagesWritten) {
+    const size_t page = 4096, n = 64;
+    void* m = mmap(nullptr, n * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    char* p = static_cast<char*>(m);
+    EXPECT_EQ(pldr::resident_fraction(p, n * page), 0.0);
+    for (size_t i = 0; i < n; i += 4) p[i * page + 7] = 1;  // 16 of 64 pages
+    EXPECT_DOUBLE_EQ(pldr::resident_fraction(p, n * page), 0.25);
+    // The partial pages at either end do not count: pages 1..62, of which 15 written.
+    EXPECT_DOUBLE_EQ(pldr::resident_fraction(p + 1, n * page - 2), 15.0 / 62.0);
+    EXPECT_EQ(pldr::resident_fraction(p + 1, page), 0.0);  // no whole page
+    for (size_t i = 0; i < n; ++i) p[i * page] = 2;
+    EXPECT_EQ(pldr::resident_fraction(p, n * page), 1.0);
+    munmap(m, n * page);
 }

@@ -1,16 +1,20 @@
 // Model directories: single-file and sharded checkpoints, tokenizer discovery, errors, writing.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "error_util.h"
 #include "golden_util.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/alloc.h"  // resident_fraction
 #include "core/error.h"
 #include "core/fs.h"
 #include "io/config_json.h"
@@ -366,6 +370,67 @@ TEST_F(ModelDirTest, SavedModelsAreMappedWithTheSameValuesAndCopyOnWrite) {
         EXPECT_EQ(again.params, m.params);
         EXPECT_EQ(pldr::load_model<float>(dir, true, true).params, other.params);
     }
+}
+
+namespace {
+
+// Whether this file system drops a file's clean pages from the page cache on
+// POSIX_FADV_DONTNEED (tmpfs keeps them): a scratch file written, synced, advised.
+bool drops_cached_pages(const std::string& path) {
+    const size_t bytes = size_t(64) << 12;
+    {
+        std::ofstream f(path, std::ios::binary);
+        const std::string block(bytes, 'x');
+        f.write(block.data(), std::streamsize(bytes));
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return false;
+    ::fsync(fd);
+    ::posix_fadvise(fd, 0, off_t(bytes), POSIX_FADV_DONTNEED);
+    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) return false;
+    const bool dropped = pldr::resident_fraction(p, bytes) < 0.5;
+    ::munmap(p, bytes);
+    return dropped;
+}
+
+}  // namespace
+
+// A mapped embedding is read a row per token. Just written (the page cache holds all of it),
+// its pages leave the cache at the load, so that a token's fault maps its own page only; the
+// pages of the rows read since stay in the cache for the next load (else every run reads them
+// from the disk again).
+TEST_F(ModelDirTest, AMappedEmbeddingLeavesABulkCacheAndKeepsTheRowsReadBefore) {
+    if (!drops_cached_pages(p("probe")))
+        GTEST_SKIP() << "this file system keeps cached pages on POSIX_FADV_DONTNEED";
+    Config c = tiny_config();
+    c.vocab_size = 4096;  // 4,096 rows of 64 floats: 1 MB, 16 rows a page
+    c.hidden_size = 64;
+    c.intermediate_size = 32;
+    c.num_heads = 4;
+    c.head_dim = 16;
+    const std::string dir = p("emb");
+    pldr::save_model(random_model<float>(c, 6), dir, DType::F32);
+    const size_t emb = size_t(c.vocab_size) * size_t(c.hidden_size) * sizeof(float);
+    const std::vector<int64_t> read = {100, 900, 2047, 3001, 4000};
+    {
+        const pldr::Model<float> a = pldr::load_model<float>(dir, true, /*map_file=*/true);
+        ASSERT_TRUE(a.params.is_mapped());
+        EXPECT_LT(pldr::resident_fraction(a.w.emb, emb), 0.25);
+        float sum = 0;
+        for (int64_t r : read) sum += a.w.emb[size_t(r) * size_t(c.hidden_size)];
+        EXPECT_TRUE(std::isfinite(sum));
+    }
+    const pldr::Model<float> b = pldr::load_model<float>(dir, true, /*map_file=*/true);
+    for (int64_t r : read) {  // the page that holds row r
+        const uintptr_t at =
+            reinterpret_cast<uintptr_t>(b.w.emb + size_t(r) * size_t(c.hidden_size));
+        EXPECT_EQ(pldr::resident_fraction(reinterpret_cast<void*>(at & ~uintptr_t(4095)), 4096),
+                  1.0)
+            << "row " << r;
+    }
+    EXPECT_LT(pldr::resident_fraction(b.w.emb, emb), 0.25);
 }
 
 TEST_F(ModelDirTest, FilesNotInLayoutOrderOrDtypeAreReadNotMapped) {

@@ -518,4 +518,16 @@ void release_file_pages(const void* p, size_t bytes) {
     }));
 }
 
+double resident_fraction(const void* p, size_t bytes) {
+    const uintptr_t lo = page_up(reinterpret_cast<uintptr_t>(p));
+    const uintptr_t hi = page_down(reinterpret_cast<uintptr_t>(p) + bytes);
+    if (hi <= lo) return 0;
+    const size_t n = (hi - lo) / kPage;
+    std::vector<unsigned char> in(n);
+    if (::mincore(reinterpret_cast<void*>(lo), hi - lo, in.data()) != 0) return 0;
+    size_t resident = 0;
+    for (unsigned char c : in) resident += c & 1;
+    return double(resident) / double(n);
+}
+
 }  // namespace pldr

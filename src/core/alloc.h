@@ -54,6 +54,11 @@ bool page_cache_enabled();
 // contents never change.
 void release_file_pages(const void* p, size_t bytes);
 
+// The fraction (0 to 1) of the whole pages of [p, p + bytes), inside a mapping, that are
+// resident: for a file mapping, those the page cache holds (mapped here or not); for anonymous
+// memory, those written. 0 where there is no whole page or mincore fails.
+double resident_fraction(const void* p, size_t bytes);
+
 // Anonymous zero-filled pages (mmap): resident only once written. Throw pldr::Error on failure.
 void* map_zero_pages(size_t bytes);
 void unmap_pages(void* p, size_t bytes);
