@@ -502,6 +502,64 @@ TEST(SamplerReport, LogSoftmaxAndTopN) {
     // log_softmax ignores the sampler's transforms (it is static, on raw logits).
     const std::vector<double> nan{0.0, std::nan("")};
     EXPECT_THROW(Sampler::log_softmax(nan.data(), 2, lp), pldr::Error);
+    // The first NaN or +inf is named.
+    const std::vector<float> bad{0.0f, 1.0f, std::numeric_limits<float>::infinity(), std::nanf("")};
+    try {
+        Sampler::log_softmax(bad.data(), 4, lp);
+        ADD_FAILURE() << "no error";
+    } catch (const pldr::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("at id 2"), std::string::npos) << e.what();
+    }
+}
+
+// The float32 path's log-softmax (vector exponentials, summed in lanes) equals the float64
+// path's (std::exp, one running sum) over a vocabulary's worth of logits, within the rounding
+// of the normaliser: each exp within 1 ulp and V additions, so |Δ log Z| ≤ (V + 1)·2⁻⁵².
+TEST(SamplerReport, LogSoftmaxOfFloatLogitsEqualsTheFloat64PathWithinItsRounding) {
+    for (const int64_t V : {int64_t(1), int64_t(7), int64_t(513), int64_t(32000)}) {
+        pldr::Rng rng{uint64_t(V)};
+        std::vector<float> l(static_cast<size_t>(V));
+        for (auto& x : l) x = float(rng.normal() * 4.0);
+        if (V > 7) l[5] = -std::numeric_limits<float>::infinity();
+        const std::vector<double> d(l.begin(), l.end());
+        std::vector<double> lp32, lp64;
+        Sampler::log_softmax(l.data(), V, lp32);
+        Sampler::log_softmax(d.data(), V, lp64);
+        ASSERT_EQ(lp32.size(), size_t(V));
+        const double bound = double(V + 1) * std::ldexp(1.0, -52) * 4;
+        double sum = 0;
+        for (int64_t i = 0; i < V; ++i) {
+            if (std::isinf(lp64[size_t(i)])) {
+                EXPECT_EQ(lp32[size_t(i)], lp64[size_t(i)]) << i;
+                continue;
+            }
+            ASSERT_NEAR(lp32[size_t(i)], lp64[size_t(i)], bound) << "V " << V << " id " << i;
+            sum += std::exp(lp32[size_t(i)]);
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-12) << V;
+    }
+}
+
+// top_n over many values with ties (one pass up to 64, a partial sort above) equals a stable
+// sort descending: best first, ties by lower id.
+TEST(SamplerReport, TopNEqualsAStableSortDescending) {
+    pldr::Rng rng(11);
+    std::vector<double> lp(5000);
+    for (auto& x : lp) x = double(int(rng.uniform() * 40)) - 50.0;  // 40 values, many ties
+    lp[17] = -kInf;
+    lp[2500] = 0.5;  // the best one half way
+    std::vector<int64_t> order(lp.size());
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return lp[size_t(a)] > lp[size_t(b)]; });
+    for (const int64_t n : {1, 2, 5, 40, 64, 65, 300}) {
+        const auto top = Sampler::top_n(lp, n);
+        ASSERT_EQ(top.size(), size_t(n));
+        for (int64_t j = 0; j < n; ++j) {
+            EXPECT_EQ(top[size_t(j)].first, order[size_t(j)]) << "n " << n << " rank " << j;
+            EXPECT_EQ(top[size_t(j)].second, lp[size_t(order[size_t(j)])]);
+        }
+    }
 }
 
 // The ranges come from the one declaration of the sampling options (pldr/options.h).
