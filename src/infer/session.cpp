@@ -159,8 +159,17 @@ void Session<T>::run(const int64_t* ids, int64_t S, bool first) {
         decoder_layer_forward(m_, l, 1, S, in, la);
         if (first && !preset_g_) {
             const Shape sh{c.num_heads, c.head_dim, c.head_dim};
-            auto keep = [&](Tensor<T>& dst, const Tensor<T>& src) {
-                if (src.numel() == c.num_heads * DD) dst = Tensor<T>(sh, src.data);
+            // Without keep_activations the layer's buffers are dropped below: the cache takes
+            // them (a copy cost a prefill its memcpy and the fresh pages of the copy, faulted
+            // in on this thread alone).
+            auto keep = [&](Tensor<T>& dst, Tensor<T>& src) {
+                if (src.numel() != c.num_heads * DD) return;
+                if (keep_acts_) {
+                    dst = Tensor<T>(sh, src.data);
+                } else {
+                    dst = Tensor<T>(sh, std::move(src.data));
+                    src = Tensor<T>();
+                }
             };
             keep(gl.A, la.A);
             keep(gl.A_LM, la.A_LM);
