@@ -113,24 +113,24 @@ void decode_step_forward(const Model<T>& m, int64_t l, int64_t B, const AttnInpu
     if (R > 0) operator_forward(m, w, R, la);
     for (int64_t j = 0; j < R; ++j) G[size_t(rec[size_t(j)])] = la.G.ptr() + j * HDD;
 
-    // This token's key and value join each sequence's cache at row T_past.
-    for (int64_t b = 0; b < B; ++b) {
-        const DecodeSeq<T>& sq = in.seqs[b];
-        std::copy(la.k.ptr() + b * d, la.k.ptr() + (b + 1) * d, sq.K_cache + sq.T_past * d);
-        std::copy(la.v.ptr() + b * d, la.v.ptr() + (b + 1) * d, sq.V_cache + sq.T_past * d);
-    }
-
-    // Per (b,h) the same products as a batch-1 decode step (mask None): Ep = (q·G)·Kᵀ / √dk
-    // over the sequence's T_past + 1 keys, E = softmax(Ep), O = E·V.
+    // Per (b,h): this token's key and value of head h join the sequence's cache at row T_past
+    // (there, over the team: a new row's first write may fault a page in), then the same
+    // products as a batch-1 decode step (mask None): Ep = (q·G)·Kᵀ / √dk over the sequence's
+    // T_past + 1 keys, E = softmax(Ep), O = E·V. Balanced: a thread that finishes its pairs
+    // takes the other's last ones.
     la.QG.resize_for_overwrite({B, H, 1, D});
     la.Ep.resize_for_overwrite({B, H, 1, T_max});
     la.E.resize_for_overwrite({B, H, 1, T_max});
     la.O.resize_for_overwrite({B, 1, d});
     const T scale = m.score_scale();
     const T* const* Gp = G.data();
-    parallel_for_2d(B, H, work > kParallelWork, [&](int64_t b, int64_t h) {
+    parallel_for_balanced(B * H, work > kParallelWork, [&](int64_t bh) {
+        const int64_t b = bh / H, h = bh % H;
         const DecodeSeq<T>& sq = in.seqs[b];
         const int64_t Tk = sq.T_past + 1;
+        const int64_t at = sq.T_past * d + h * D;
+        std::copy(la.k.ptr() + b * d + h * D, la.k.ptr() + b * d + (h + 1) * D, sq.K_cache + at);
+        std::copy(la.v.ptr() + b * d + h * D, la.v.ptr() + b * d + (h + 1) * D, sq.V_cache + at);
         const T* q = la.q.ptr() + b * d + h * D;
         T* qg = la.QG.ptr() + (b * H + h) * D;
         T* ep = la.Ep.ptr() + (b * H + h) * T_max;
