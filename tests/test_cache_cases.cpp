@@ -139,21 +139,37 @@ TEST_P(CacheModel, BatchedStepEqualsSingleDecodes) {
         {CacheMode::KVG, S + 4, false}, {CacheMode::NONE, S, false},   {CacheMode::KV, 2, false}};
     // lean: the sessions without kept activations (two reused layer buffers, no learner
     // internals), which must give the same bits as `single`.
-    std::vector<std::unique_ptr<pldr::Session<double>>> batched, single, lean;
-    std::vector<pldr::Session<double>*> ptrs;
+    // g_only: lean, and in mode kvg only G_LM kept in the G-cache (as pldr generate's
+    // sessions); they step together too (decode_step), as in a generation.
+    std::vector<std::unique_ptr<pldr::Session<double>>> batched, single, lean, g_only;
+    std::vector<pldr::Session<double>*> ptrs, g_only_ptrs;
     for (const Plan& p : plan) {
         const std::vector<int64_t> prompt = tokens(p.len);
-        for (auto* v : {&batched, &single, &lean}) {
+        for (auto* v : {&batched, &single, &lean, &g_only}) {
             v->push_back(std::make_unique<pldr::Session<double>>(m, p.mode));
-            if (v == &lean) v->back()->keep_activations(false);
+            if (v == &lean || v == &g_only) v->back()->keep_activations(false);
+            if (v == &g_only) v->back()->keep_g_only(true);
             if (p.preset) v->back()->set_g_cache(preset);
             v->back()->prefill(prompt);
         }
         ptrs.push_back(batched.back().get());
+        g_only_ptrs.push_back(g_only.back().get());
         EXPECT_EQ(lean.back()->logits(), single.back()->logits());
-        for (int64_t l = 0; l < m.cfg.num_layers && p.mode == CacheMode::KVG; ++l)
-            EXPECT_EQ(lean.back()->g_cache()[size_t(l)].G.data,
-                      single.back()->g_cache()[size_t(l)].G.data);
+        EXPECT_EQ(g_only.back()->logits(), single.back()->logits());
+        for (int64_t l = 0; l < m.cfg.num_layers && p.mode == CacheMode::KVG; ++l) {
+            const pldr::GCacheLayer<double>& want = single.back()->g_cache()[size_t(l)];
+            const pldr::GCacheLayer<double>& got = g_only.back()->g_cache()[size_t(l)];
+            EXPECT_EQ(lean.back()->g_cache()[size_t(l)].G.data, want.G.data);
+            EXPECT_EQ(got.G.data, want.G.data);
+            if (p.preset) {  // a preset cache stays whole
+                EXPECT_EQ(got.A.data, want.A.data);
+            } else {
+                EXPECT_EQ(got.A.numel() + got.A_LM.numel() + got.A_P.numel(), 0) << l;
+            }
+        }
+        for (int64_t l = 0; l < m.cfg.num_layers && p.mode == CacheMode::KV; ++l)
+            EXPECT_EQ(g_only.back()->g_cache()[size_t(l)].A.data,  // kv recomputes G from A
+                      single.back()->g_cache()[size_t(l)].A.data);
     }
     const int64_t L = m.cfg.num_layers;
     for (int step = 0; step < kSteps; ++step) {
@@ -161,6 +177,7 @@ TEST_P(CacheModel, BatchedStepEqualsSingleDecodes) {
         for (size_t i = 0; i < plan.size(); ++i)
             ids.push_back(1 + int64_t(step * 5 + i * 3) % (V - 1));
         pldr::decode_step(ptrs, ids);
+        pldr::decode_step(g_only_ptrs, ids, false);
         for (size_t i = 0; i < plan.size(); ++i) {
             SCOPED_TRACE(testing::Message()
                          << "sequence " << i << " (" << cache_mode_name(plan[i].mode)
@@ -172,6 +189,7 @@ TEST_P(CacheModel, BatchedStepEqualsSingleDecodes) {
             ASSERT_EQ(b.tokens(), s.tokens());
             ASSERT_EQ(b.logits().size(), want.size());
             EXPECT_LE(max_rel_diff(b.logits(), want), kTol);
+            EXPECT_EQ(g_only[i]->logits(), b.logits());  // the same batched step
             if (plan[i].mode == CacheMode::NONE) continue;
             for (int64_t l = 0; l < L; ++l) {
                 EXPECT_LE(max_rel_diff(b.keys(l).data, s.keys(l).data), kTol) << "layer " << l;

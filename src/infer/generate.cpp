@@ -35,6 +35,7 @@ class Sequence {
         } else {
             s_.emplace(m, o.cache, len);
             s_->keep_activations(false);  // only the logits are read
+            s_->keep_g_only(true);
             if (preset) s_->set_g_cache(*preset);
         }
         r.prompt_ids = prompt;

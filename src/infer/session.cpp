@@ -171,10 +171,12 @@ void Session<T>::run(const int64_t* ids, int64_t S, bool first) {
                     src = Tensor<T>();
                 }
             };
-            keep(gl.A, la.A);
-            keep(gl.A_LM, la.A_LM);
-            keep(gl.A_P, la.A_P);
             keep(gl.G, la.G);
+            if (!(g_only_ && !keep_acts_ && mode_ == CacheMode::KVG)) {
+                keep(gl.A, la.A);
+                keep(gl.A_LM, la.A_LM);
+                keep(gl.A_P, la.A_P);
+            }
         }
         if (!keep_acts_ && S > 1) {  // a prefill: of this layer, only its output is read again
             Tensor<T> out = std::move(la.hidden);

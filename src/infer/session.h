@@ -87,6 +87,12 @@ class Session {
     // (generation, benchmarks). On by default.
     void keep_activations(bool on) { keep_acts_ = on; }
     bool keeps_activations() const { return keep_acts_; }
+    // On, with keep_activations off, in mode kvg: the prefill keeps G_LM alone in the G-cache,
+    // the only part a decode step reads (A, A_LM and A_P, the deductive outputs, are 3/4 of
+    // it: 3.4 MB a sequence at 110M, memory a fresh session faults in), and g_cache() holds
+    // G_LM alone. For callers that never read the cache (generation, benchmarks). Off by
+    // default; set before the prefill.
+    void keep_g_only(bool on) { g_only_ = on; }
 
   private:
     friend void decode_step<T>(const std::vector<Session<T>*>&, const std::vector<int64_t>&, bool);
@@ -104,6 +110,7 @@ class Session {
     int64_t max_len_;
     bool preset_g_ = false;
     bool keep_acts_ = true;
+    bool g_only_ = false;
     std::vector<int64_t> ids_;
     std::vector<Storage<T>> K_, V_;  // per layer [max_len, H, D]; rows ≥ length() unset
     GCache<T> g_;

@@ -137,6 +137,7 @@ double decode_once(const Model<float>& m, CacheMode mode, int64_t batch, int64_t
     for (int64_t b = 0; b < batch; ++b) {
         ss.push_back(std::make_unique<Session<float>>(m, mode, context));
         ss.back()->keep_activations(false);
+        ss.back()->keep_g_only(true);  // as pldr generate's sessions
         next[size_t(b)] =
             argmax(ss.back()->prefill(random_ids(prompt, m.cfg.vocab_size, 100 + uint64_t(b))));
     }
