@@ -7,6 +7,7 @@
 #include "error_util.h"
 #include "golden_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -431,6 +432,77 @@ TEST_F(ModelDirTest, AMappedEmbeddingLeavesABulkCacheAndKeepsTheRowsReadBefore) 
             << "row " << r;
     }
     EXPECT_LT(pldr::resident_fraction(b.w.emb, emb), 0.25);
+}
+
+// The edge of the rule above: a load drops the embedding's cached pages where the cache holds
+// more than a quarter of its whole pages, and keeps them at a quarter exactly. The pages are
+// counted in the file's page cache (a mapping of its own), and read one at a time (pread
+// without read-ahead); a load itself may bring some in (read-ahead of its neighbours).
+TEST_F(ModelDirTest, AMappedEmbeddingKeepsAQuarterOfItsPagesCachedAndDropsOneMore) {
+    if (!drops_cached_pages(p("probe")))
+        GTEST_SKIP() << "this file system keeps cached pages on POSIX_FADV_DONTNEED";
+    constexpr size_t kPage = 4096;
+    Config c = tiny_config();
+    c.hidden_size = 64;  // 16 rows a page
+    c.intermediate_size = 32;
+    c.num_heads = 4;
+    c.head_dim = 16;
+    const std::string dir = p("edge"), emb = "decoder.embedding.weight";
+    std::string file;
+    size_t lo = 0, n = 0;  // the embedding's whole pages: n from file offset lo
+    // A vocabulary whose embedding spans a multiple of 4 whole pages (the header's length moves
+    // where the pages fall), so that a quarter is a whole number of pages.
+    for (int64_t v = 2048; v < 2048 + 16 * 8; v += 16) {
+        c.vocab_size = v;
+        pldr::save_model(random_model<float>(c, 7), dir, DType::F32);
+        const ModelFiles mf(dir);
+        file = mf.file_of(emb);
+        const size_t off = mf.file_offset(emb), end = off + size_t(v) * 64 * sizeof(float);
+        lo = (off + kPage - 1) / kPage * kPage;
+        n = (end / kPage * kPage - lo) / kPage;
+        if (n % 4 == 0) break;
+    }
+    ASSERT_EQ(n % 4, 0u);
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    auto cached = [&] {  // the embedding's whole pages in the page cache, each flag
+        const size_t len = lo + n * kPage;
+        void* m = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+        std::vector<bool> in(n);
+        if (m == MAP_FAILED) return in;
+        for (size_t i = 0; i < n; ++i)
+            in[i] = pldr::resident_fraction(static_cast<char*>(m) + lo + i * kPage, kPage) == 1.0;
+        ::munmap(m, len);
+        return in;
+    };
+    auto count = [](const std::vector<bool>& in) {
+        return size_t(std::count(in.begin(), in.end(), true));
+    };
+    // Reads uncached pages until `want` are cached; false where a read brings in more.
+    auto fill_to = [&](size_t want) {
+        std::vector<bool> in = cached();
+        std::vector<char> buf(kPage);
+        for (size_t i = 0; i < n && count(in) < want; ++i) {
+            if (in[i]) continue;
+            if (::pread(fd, buf.data(), kPage, off_t(lo + i * kPage)) != ssize_t(kPage))
+                return false;
+            in = cached();
+        }
+        return count(in) == want;
+    };
+    auto load = [&] { (void)pldr::load_model<float>(dir, true, /*map_file=*/true); };
+    load();                              // just written: dropped
+    const size_t own = count(cached());  // what a load brings in itself
+    ASSERT_LT(own, n / 4);
+    if (!fill_to(n / 4)) GTEST_SKIP() << "reads bring in more than the page asked for";
+    load();
+    EXPECT_GE(count(cached()), n / 4) << "a quarter of " << n << " pages: kept";
+    if (count(cached()) != n / 4 || !fill_to(n / 4 + 1))
+        GTEST_SKIP() << "reads bring in more than the page asked for";
+    load();
+    EXPECT_LE(count(cached()), own) << "one page more than a quarter of " << n << ": dropped";
+    ::close(fd);
 }
 
 TEST_F(ModelDirTest, FilesNotInLayoutOrderOrDtypeAreReadNotMapped) {

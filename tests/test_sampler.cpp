@@ -516,7 +516,8 @@ TEST(SamplerReport, LogSoftmaxAndTopN) {
 // path's (std::exp, one running sum) over a vocabulary's worth of logits, within the rounding
 // of the normaliser: each exp within 1 ulp and V additions, so |Δ log Z| ≤ (V + 1)·2⁻⁵².
 TEST(SamplerReport, LogSoftmaxOfFloatLogitsEqualsTheFloat64PathWithinItsRounding) {
-    for (const int64_t V : {int64_t(1), int64_t(7), int64_t(513), int64_t(32000)}) {
+    for (const int64_t V :
+         {int64_t(1), int64_t(7), int64_t(8), int64_t(512), int64_t(513), int64_t(32000)}) {
         pldr::Rng rng{uint64_t(V)};
         std::vector<float> l(static_cast<size_t>(V));
         for (auto& x : l) x = float(rng.normal() * 4.0);
