@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/rng.h"
 #include "model/forward.h"
 #include "numeric_cases.h"
@@ -183,6 +184,44 @@ TEST(PrecisionOps, Rope) {
                   return std::vector<std::vector<T>>{y, dx};
               },
               in, 2, {"y", "dx"});
+    }
+}
+
+// A prompt's or a batch's q and k rotate over the team, token by token (ops/rope.cpp): the bits
+// of each token rotated alone, forward and backward, in both layouts and both precisions of the
+// table; a position outside the table is refused before any token moves.
+TEST(PrecisionOps, RopeOverTheTeamIsEachTokenRotatedAlone) {
+    const int64_t N = 1100, H = 8, D = 32, max_pos = 512;  // 281,600 elements: on the team
+    pldr::Rng r(44);
+    std::vector<int64_t> pos(static_cast<size_t>(N));
+    for (auto& p : pos) p = int64_t(r.below(uint64_t(max_pos)));
+    const Vec x0 = randn(N * H * D, r);
+    for (auto kind : {pldr::RopeTableKind::TORCH, pldr::RopeTableKind::FLOAT64}) {
+        pldr::RopeTable tab;
+        tab.build(max_pos, D, 10000.0, kind);
+        for (bool interleaved : {true, false}) {
+            const std::vector<float> x(x0.begin(), x0.end());
+            std::vector<float> y = x, dx = x, y1 = x, dx1 = x;
+            pldr::rope_forward(y.data(), pos.data(), N, H, D, tab, interleaved, true);
+            pldr::rope_backward(dx.data(), pos.data(), N, H, D, tab, interleaved, true);
+            for (int64_t n = 0; n < N; ++n) {
+                pldr::rope_forward(y1.data() + n * H * D, &pos[size_t(n)], 1, H, D, tab,
+                                   interleaved, true);
+                pldr::rope_backward(dx1.data() + n * H * D, &pos[size_t(n)], 1, H, D, tab,
+                                    interleaved, true);
+            }
+            EXPECT_EQ(0, std::memcmp(y.data(), y1.data(), y.size() * sizeof(float)));
+            EXPECT_EQ(0, std::memcmp(dx.data(), dx1.data(), dx.size() * sizeof(float)));
+            EXPECT_NE(y, x);  // it rotated
+            auto bad = pos;
+            bad.back() = max_pos;
+            std::vector<float> z = x;
+            EXPECT_THROW(pldr::rope_forward(z.data(), bad.data(), N, H, D, tab, interleaved, true),
+                         pldr::Error);
+            EXPECT_THROW(pldr::rope_backward(z.data(), bad.data(), N, H, D, tab, interleaved, true),
+                         pldr::Error);
+            EXPECT_EQ(z, x);
+        }
     }
 }
 
