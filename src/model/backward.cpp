@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/alloc.h"
+#include "core/zero.h"
 #include "model/plga_layer.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"
@@ -30,7 +31,7 @@ void backward(const Model<T>& m, const Activations<T>& a, const Tensor<T>& dlogi
     const Config& c = m.cfg;
     const int64_t d = c.hidden_size, N = a.B * a.S, V = c.vocab_size;
     ModelView<T> g = bind_view(m.layout, c, grads);
-    Tensor<T> dx({a.B, a.S, d});
+    Tensor<T> dx = zeros_on_team<T>({a.B, a.S, d});
     linear_backward(dx.ptr(), g.head_w, g.head_b, dlogits.ptr(), a.final_hidden().ptr(), m.w.head_w,
                     N, d, V);
     backward_below_head(m, a, dx, extra, grads);
@@ -76,7 +77,7 @@ void backward_below_head(const Model<T>& m, const Activations<T>& a, Tensor<T>& 
     if (!a.x0.numel())
         embed_forward(m, a.ids.data(), N, x0_again, ln_again, mean_again, rstd_again);
     const T* x0 = a.x0.numel() ? a.x0.ptr() : x0_again.ptr();
-    Tensor<T> dx0({a.B, a.S, d});
+    Tensor<T> dx0 = zeros_on_team<T>({a.B, a.S, d});
     fill(g.emb, c.vocab_size * d);
     layernorm_backward(dx0.ptr(), g.ln_in_g, g.ln_in_b, dx.ptr(), x0, a.ln_mean.ptr(),
                        a.ln_rstd.ptr(), m.w.ln_in_g, N, d);

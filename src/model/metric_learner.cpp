@@ -8,6 +8,7 @@
 
 #include "core/gemm_bf16.h"
 #include "core/parallel.h"
+#include "core/zero.h"
 #include "ops/attention.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"
@@ -339,7 +340,7 @@ void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* 
         });
         for (const UnitGrads<T>& share : shares) share.add_to(c, rg);
     }
-    Tensor<T> dA0({B, H, D, D});
+    Tensor<T> dA0 = zeros_on_team<T>({B, H, D, D});
     layernorm_backward(dA0.ptr(), gw.lnA_g, gw.lnA_b, dA.ptr(), la.A0.ptr(), la.lnA_mean.ptr(),
                        la.lnA_rstd.ptr(), w.lnA_g, rows, D);
     // A0 = qᵀq ⇒ dq += q·(dA0 + dA0ᵀ)

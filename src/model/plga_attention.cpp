@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "core/zero.h"
 #include "model/metric_learner.h"
 #include "ops/attention.h"
 
@@ -53,7 +54,7 @@ Tensor<T> operator_backward(const Model<T>& m, const LayerView<T>& w, const Laye
     const Config& c = m.cfg;
     const int64_t H = c.num_heads, D = c.head_dim, DD = D * D;
     const PlgaOptions opt = plga_options(c);
-    Tensor<T> dA({B, H, D, D});
+    Tensor<T> dA = zeros_on_team<T>({B, H, D, D});
     const T* xA_LM = (extra && extra->dA_LM.numel()) ? extra->dA_LM.ptr() : nullptr;
     const T* xA_P = (extra && extra->dA_P.numel()) ? extra->dA_P.ptr() : nullptr;
     parallel_for(H, operator_work(B, H, D) > kParallelWork, [&](int64_t h) {
@@ -262,10 +263,10 @@ void plga_attention_backward(const Model<T>& m, int64_t l, const LayerActs<T>& l
     if (recompute && O_out) O_out->resize_for_overwrite({B, S, d});
 
     // O = E·V; E = softmax(Ep + mask); Ep = (Q·G)·Kᵀ / scale, per (b,h).
-    dq = Tensor<T>({B, S, d});
-    dk = Tensor<T>({B, S, d});
-    dv = Tensor<T>({B, S, d});
-    Tensor<T> dG({B, H, D, D});
+    dq = zeros_on_team<T>({B, S, d});
+    dk = zeros_on_team<T>({B, S, d});
+    dv = zeros_on_team<T>({B, S, d});
+    Tensor<T> dG = zeros_on_team<T>({B, H, D, D});
     const T scale = m.score_scale();
     // Each thread's buffers, sized once per call (per head, allocating and zero-filling them was
     // 1–3 % of an M or S training step in memset and page faults).

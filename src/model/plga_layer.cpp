@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/blas.h"
+#include "core/zero.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"
 #include "ops/linear.h"
@@ -60,7 +61,8 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     }
 
     // Post-LN residual blocks.
-    Tensor<T> r1({B, S, d});
+    Tensor<T> r1;  // (each sum below writes every element of its output)
+    r1.resize_for_overwrite({B, S, d});
     add_residual(r1.ptr(), la.attn_out.ptr(), la.x_in.ptr(), r1.numel());
     la.out1.resize_for_overwrite({B, S, d});
     la.ln1_mean.resize({N});
@@ -76,7 +78,8 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
                 la.out1.ptr(), GluLinears<T>{lw.w1, w.ffn.b1, lw.w2, w.ffn.b2, lw.w3, w.ffn.b3}, N,
                 d, F, d);
     if (training) la.ffn.gated = Tensor<T>();  // recomputed from h1, h2 by glu_backward
-    Tensor<T> r2({B, S, d});
+    Tensor<T> r2;
+    r2.resize_for_overwrite({B, S, d});
     add_residual(r2.ptr(), la.ffn_out.ptr(), la.out1.ptr(), r2.numel());
     if (training) la.out1 = Tensor<T>();  // LN1(attn_out + x_in) again in the backward
     la.hidden.resize_for_overwrite({B, S, d});
@@ -132,9 +135,12 @@ void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& 
         }
         const T* out1 = la.out1.numel() ? la.out1.ptr() : out1_again.ptr();
         // hidden = LN2(ffn_out + out1)
-        Tensor<T> dout1({B, S, d});  // d(out1): LN2's input gradient, then the FFN's too
+        // d(out1): LN2's input gradient, then the FFN's too (the gradients accumulate into
+        // zeros)
+        Tensor<T> dout1 = zeros_on_team<T>({B, S, d});
         {
-            Tensor<T> r2({B, S, d});
+            Tensor<T> r2;
+            r2.resize_for_overwrite({B, S, d});
             add_residual(r2.ptr(), la.ffn_out.ptr(), out1, r2.numel());
             layernorm_backward(dout1.ptr(), gw.ln2_g, gw.ln2_b, dhidden.ptr(), r2.ptr(),
                                la.ln2_mean.ptr(), la.ln2_rstd.ptr(), w.ln2_g, N, d);
@@ -143,14 +149,15 @@ void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& 
         // ffn_out = GLU(out1); the residual passes d(r2) to out1 too.
         {
             const Tensor<T> dr2 = dout1;
-            std::vector<T> scratch(static_cast<size_t>(2 * N * F));
+            Tensor<T> scratch;  // glu_backward zeroes what it accumulates into
+            scratch.resize_for_overwrite({2 * N * F});
             glu_backward(
                 dout1.ptr(),
                 GluGrads<T>{gw.ffn.w1, gw.ffn.b1, gw.ffn.w2, gw.ffn.b2, gw.ffn.w3, gw.ffn.b3},
                 dr2.ptr(), out1, la.ffn.h1.ptr(), la.ffn.h2.ptr(),
                 la.ffn.gated.numel() ? la.ffn.gated.ptr() : nullptr,
                 GluParams<T>{w.ffn.w1, w.ffn.b1, w.ffn.w2, w.ffn.b2, w.ffn.w3, w.ffn.b3}, N, d, F,
-                d, scratch.data());
+                d, scratch.ptr());
         }
         if (dying) dying->ffn = GluActs<T>();
         out1_again = Tensor<T>();
@@ -159,13 +166,13 @@ void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& 
         Tensor<T> r1;
         sum_r1(r1);
         release(&LayerActs<T>::attn_out);
-        dr1 = Tensor<T>({B, S, d});
+        dr1 = zeros_on_team<T>({B, S, d});
         layernorm_backward(dr1.ptr(), gw.ln1_g, gw.ln1_b, dout1.ptr(), r1.ptr(), la.ln1_mean.ptr(),
                            la.ln1_rstd.ptr(), w.ln1_g, N, d);
     }
     // attn_out = O·Woᵀ + bo (a training forward kept no O: its weight gradient waits for the
     // attention backward, which recomputes O head by head).
-    Tensor<T> dO({B, S, d});
+    Tensor<T> dO = zeros_on_team<T>({B, S, d});
     const bool has_O = la.O.numel() > 0;
     linear_backward(dO.ptr(), has_O ? gw.wo : nullptr, gw.bo, dr1.ptr(), la.O.ptr(), w.wo, N, d, d);
 

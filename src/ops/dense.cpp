@@ -8,6 +8,7 @@
 #include "core/gemm_bf16.h"
 #include "core/parallel.h"
 #include "core/vmath.h"
+#include "core/zero.h"
 #include "ops/activation.h"
 #include "ops/glu.h"
 #include "ops/layernorm.h"
@@ -190,7 +191,7 @@ void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const 
         glu_gate(dh2, h1, h2, NF);
         gated = dh2;
     }
-    std::fill(dgated, dgated + NF, T(0));
+    zero_on_team(dgated, NF);
     linear_backward(dgated, g.w3, g.b3, dout, gated, p.w3, N, F, O);
     if constexpr (std::is_same_v<T, float>) {
         const int64_t chunks = (NF + kGluChunk - 1) / kGluChunk;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/alloc.h"
+#include "core/zero.h"
 #include "model/named_outputs.h"
 #include "ops/cross_entropy.h"
 #include "ops/dag.h"
@@ -142,7 +143,7 @@ LossResult loss_and_grads(const Model<T>& m, const int64_t* tokens, int64_t B, i
     Tensor<T> dhidden;
     ModelView<T> g;
     if (grads) {
-        dhidden = Tensor<T>({B, S, d});
+        dhidden = zeros_on_team<T>({B, S, d});
         g = bind_view(m.layout, m.cfg, grads);
         if (consume) {  // the head's gradient in pages from the cache (core/alloc.h)
             fill_zero_pages(g.head_w, size_t(V * d) * sizeof(T));
