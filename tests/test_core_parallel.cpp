@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "core/zero.h"
 #include "ops/linear.h"
+#include "threads_util.h"
 
 namespace {
 
@@ -34,10 +36,8 @@ TEST(ParallelFor, BelowTheThresholdRunsInOrderWithoutARegion) {
 }
 
 // ctest runs this binary with OMP_NUM_THREADS=1; these tests ask for 2 threads themselves.
-struct TwoThreads {
-    int before = omp_get_max_threads();
-    TwoThreads() { omp_set_num_threads(2); }
-    ~TwoThreads() { omp_set_num_threads(before); }
+struct TwoThreads : pldr_test::ScopedThreads {
+    TwoThreads() : ScopedThreads(2) {}
 };
 
 TEST(ParallelFor, AboveTheThresholdEveryIterationOnce) {
@@ -153,6 +153,29 @@ TEST(ParallelFor, BiasPassesKeepTheBitsOfTheSerialLoop) {
     pldr::fill_rows(rows.data(), b.data(), N, O);
     for (int64_t n = 0; n < N; ++n)
         ASSERT_EQ(std::memcmp(rows.data() + n * O, b.data(), sizeof(float) * size_t(O)), 0) << n;
+}
+
+// zero_on_team: every element of [0, n) all bits clear and nothing past n written, at the
+// edges of its chunks and of the size from which the team takes it; zeros_on_team's shape.
+TEST(ZeroOnTeam, ClearsExactlyTheRangeAtEveryEdge) {
+    const TwoThreads two;
+    const int64_t C = pldr::kZeroChunk, P = pldr::kZeroParallelElems;
+    for (int64_t n : {int64_t(0), int64_t(1), C - 1, C, C + 1, P - 1, P, P + 1, P + C + 5}) {
+        constexpr int64_t kGuard = 16;
+        std::vector<float> buf(size_t(n + kGuard));
+        std::memset(buf.data(), 0xff, buf.size() * sizeof(float));  // NaN bits
+        pldr::zero_on_team(buf.data(), n);
+        const std::vector<float> zeros(size_t(n), 0.0f);
+        EXPECT_EQ(0, std::memcmp(buf.data(), zeros.data(), size_t(n) * sizeof(float))) << n;
+        for (int64_t i = n; i < n + kGuard; ++i) {
+            uint32_t bits;
+            std::memcpy(&bits, &buf[size_t(i)], sizeof bits);
+            EXPECT_EQ(bits, 0xffffffffu) << "element " << i << " past n = " << n;
+        }
+    }
+    const pldr::Tensor<double> t = pldr::zeros_on_team<double>({3, P / 3 + 7});
+    EXPECT_EQ(t.shape, (pldr::Shape{3, P / 3 + 7}));
+    for (double v : t.data) EXPECT_EQ(v, 0.0);
 }
 
 }  // namespace

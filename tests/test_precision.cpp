@@ -26,6 +26,7 @@
 #include "numeric_cases.h"
 #include "ops/ops.h"
 #include "ops/plga_variants.h"
+#include "threads_util.h"
 #include "train/loss.h"
 
 namespace {
@@ -191,10 +192,13 @@ TEST(PrecisionOps, Rope) {
 // of each token rotated alone, forward and backward, in both layouts and both precisions of the
 // table; a position outside the table is refused before any token moves.
 TEST(PrecisionOps, RopeOverTheTeamIsEachTokenRotatedAlone) {
+    const pldr_test::ScopedThreads two(2);                 // (ctest runs the suite on one thread)
     const int64_t N = 1100, H = 8, D = 32, max_pos = 512;  // 281,600 elements: on the team
     pldr::Rng r(44);
     std::vector<int64_t> pos(static_cast<size_t>(N));
     for (auto& p : pos) p = int64_t(r.below(uint64_t(max_pos)));
+    pos[0] = 0;
+    pos[1] = max_pos - 1;  // the table's edges
     const Vec x0 = randn(N * H * D, r);
     for (auto kind : {pldr::RopeTableKind::TORCH, pldr::RopeTableKind::FLOAT64}) {
         pldr::RopeTable tab;
@@ -214,11 +218,14 @@ TEST(PrecisionOps, RopeOverTheTeamIsEachTokenRotatedAlone) {
             EXPECT_EQ(0, std::memcmp(dx.data(), dx1.data(), dx.size() * sizeof(float)));
             EXPECT_NE(y, x);  // it rotated
             auto bad = pos;
-            bad.back() = max_pos;
+            bad.back() = max_pos;  // one past the table
             std::vector<float> z = x;
             EXPECT_THROW(pldr::rope_forward(z.data(), bad.data(), N, H, D, tab, interleaved, true),
                          pldr::Error);
             EXPECT_THROW(pldr::rope_backward(z.data(), bad.data(), N, H, D, tab, interleaved, true),
+                         pldr::Error);
+            bad.back() = -1;
+            EXPECT_THROW(pldr::rope_forward(z.data(), bad.data(), N, H, D, tab, interleaved, true),
                          pldr::Error);
             EXPECT_EQ(z, x);
         }
