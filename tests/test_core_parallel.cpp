@@ -88,6 +88,7 @@ TEST(ParallelFor, BalancedRunsEveryIterationOnceAndTheFastThreadHelps) {
 }
 
 TEST(ParallelFor, TwoDimensionsVisitEveryPairOnce) {
+    const TwoThreads two;
     for (bool par : {false, true}) {
         const int64_t n0 = 5, n1 = 7;
         std::vector<int> hit(static_cast<size_t>(n0 * n1), 0);
@@ -100,6 +101,26 @@ TEST(ParallelFor, TwoDimensionsVisitEveryPairOnce) {
         parallel_for_2d(n0, 0, par, [&](int64_t, int64_t) { ++calls; });
         EXPECT_EQ(calls, 0);
     }
+}
+
+// parallel_for_2d balances as parallel_for_balanced (the loops over a batch's heads): with every
+// pair of thread 0's half slow, thread 1 runs its own half and part of thread 0's. A static split
+// leaves it exactly its half.
+TEST(ParallelFor, TwoDimensionsTheFastThreadHelps) {
+    const TwoThreads two;
+    const int64_t n0 = 10, n1 = 20, n = n0 * n1;
+    std::vector<int> who(static_cast<size_t>(n), -1);
+    parallel_for_2d(n0, n1, true, [&](int64_t i, int64_t j) {
+        const int64_t k = i * n1 + j;
+        who[size_t(k)] = omp_get_thread_num();
+        if (k < n / 2) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    });
+    int64_t by1 = 0;
+    for (int t : who) {
+        ASSERT_TRUE(t == 0 || t == 1);
+        by1 += t == 1;
+    }
+    EXPECT_GT(by1, n / 2 + 20) << "the fast thread took none of the slow one's pairs";
 }
 
 TEST(ParallelFor, OneThreadEntersNoRegion) {

@@ -40,13 +40,6 @@ inline void parallel_for(int64_t n, bool parallel, F&& f) {
     }
 }
 
-// f(i, j) for i in [0, n0), j in [0, n1), as one index space of n0·n1 iterations (collapse(2)).
-template <typename F>
-inline void parallel_for_2d(int64_t n0, int64_t n1, bool parallel, F&& f) {
-    if (n1 <= 0) return;
-    parallel_for(n0 * n1, parallel, [&](int64_t k) { f(k / n1, k % n1); });
-}
-
 // Dynamically scheduled (one iteration per grab): for iterations of uneven cost.
 template <typename F>
 inline void parallel_for_dynamic(int64_t n, bool parallel, F&& f) {
@@ -100,6 +93,15 @@ inline void parallel_for_balanced(int64_t n, bool parallel, F&& f) {
         for (int k = 1; k < nt; ++k)
             while (take((t + k) % nt, false, &i)) f(i);
     }
+}
+
+// f(i, j) for i in [0, n0), j in [0, n1), as one index space of n0·n1 iterations (collapse(2)),
+// balanced as parallel_for_balanced: the loops over a batch's heads, whose threads finish their
+// halves at different times in a training step (a VM's vCPUs), each iteration on its own.
+template <typename F>
+inline void parallel_for_2d(int64_t n0, int64_t n1, bool parallel, F&& f) {
+    if (n1 <= 0) return;
+    parallel_for_balanced(n0 * n1, parallel, [&](int64_t k) { f(k / n1, k % n1); });
 }
 
 }  // namespace pldr

@@ -50,14 +50,16 @@ RowSplit row_split(const Config& c, int64_t rows) {
     return {blocks, (rows + blocks - 1) / blocks, nt};
 }
 
-// f(block, lo, hi) for each block of rows, the blocks spread over the threads.
+// f(block, lo, hi) for each block of rows, the blocks spread over the threads one at a time as
+// each thread gets free (a block's bits do not depend on its thread; the two threads of a VM do
+// not run at the same pace: in a 110M step one finished its static share 5-6 ms early).
 template <typename F>
 void for_row_blocks(const RowSplit& sp, int64_t rows, F&& f) {
     if (sp.blocks == 1) {
         f(int64_t(0), int64_t(0), rows);
         return;
     }
-#pragma omp parallel for schedule(static, 1) num_threads(sp.threads) if (sp.threads > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(sp.threads) if (sp.threads > 1)
     for (int64_t i = 0; i < sp.blocks; ++i) {
         const int64_t lo = std::min(rows, i * sp.size), hi = std::min(rows, lo + sp.size);
         if (lo < hi) f(i, lo, hi);
