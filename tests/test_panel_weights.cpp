@@ -20,7 +20,9 @@
 #include "io/model_load.h"
 #include "model/init.h"
 #include "model/model.h"
+#include "model/plga_layer.h"
 #include "ops/linear.h"
+#include "threads_util.h"
 #include "train/step.h"
 
 namespace {
@@ -260,6 +262,46 @@ TEST(PanelWeights, PromptsAndDecodeStepsReadThemAndStepsDropThem) {
     // ... so a prompt after the step sees the new weights: as a plain copy of them does.
     const std::vector<float> after = run(m, nullptr), fresh = run(pldr::Model<float>(m), nullptr);
     EXPECT_EQ(after, fresh);
+}
+
+TEST(PanelWeights, APromptsRowsInOneRegionGiveTheBitsOfOneRegionPerStep) {
+    if (!pldr::panels_available()) GTEST_SKIP() << "no products over panels on this CPU";
+    pldr_test::ScopedThreads two(2);  // ctest runs one thread: the team must split the rows
+    pldr::Config c = small_config();
+    c.num_layers = 2;
+    pldr::Model<float> m(c);
+    pldr::init_weights(m, 13);
+    pldr::keep_panel_weights(m);
+    const pldr::LayerLinears<float>& lw = m.lw.layers[0];
+    const int64_t d = c.hidden_size, F = c.intermediate_size;
+    // 79 rows: thread 0 takes 39, so its SwiGLU gate ends 39·600 = 23,400 elements in, 8 past a
+    // multiple of 16 (a ragged end the vector exp must cover as the whole range does); 90 rows
+    // split at 45. Every projection of the layer splits such a prompt's rows (the precondition
+    // of the one region); 16 rows are a decode kernel's, which does not.
+    for (const int64_t P : {79, 90}) {
+        SCOPED_TRACE("P = " + std::to_string(P));
+        ASSERT_TRUE(pldr::linear_splits_rows(lw.wq, P, d, d));
+        ASSERT_TRUE(pldr::linear_splits_rows(lw.w1, P, d, F));
+        ASSERT_TRUE(pldr::linear_splits_rows(lw.w3, P, F, d));
+        std::vector<int64_t> prompt(static_cast<size_t>(P));
+        for (int64_t i = 0; i < P; ++i) prompt[size_t(i)] = 1 + (i * 11) % 49;
+        auto run = [&](bool one_region) {
+            pldr::prompt_rows_in_one_region() = one_region;
+            pldr::Session<float> s(m, pldr::CacheMode::KVG, 96);
+            std::vector<float> logits = s.prefill(prompt);
+            const std::vector<float> next = s.decode(7);  // reads the cache the prompt wrote
+            logits.insert(logits.end(), next.begin(), next.end());
+            pldr::prompt_rows_in_one_region() = true;
+            return logits;
+        };
+        const std::vector<float> steps = run(false), region = run(true);
+        ASSERT_EQ(steps.size(), region.size());
+        int64_t wrong = 0;
+        for (size_t i = 0; i < steps.size(); ++i) wrong += bits(steps[i]) != bits(region[i]);
+        EXPECT_EQ(wrong, 0);
+        EXPECT_GT(max_abs(steps), 0.0f);
+    }
+    EXPECT_FALSE(pldr::linear_splits_rows(lw.wq, pldr::kDenseRows, d, d));
 }
 
 TEST(PanelWeights, AMappedModelKeepsThemWhateverTheBudgetAndKeepsWhatWasWritten) {

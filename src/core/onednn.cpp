@@ -208,6 +208,12 @@ bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 constexpr int64_t kRowSplitMinRows = 32;
 constexpr int64_t kRowSplitBytes = int64_t(1) << 20;
 
+bool panels_split_rows(int64_t M, int64_t N, int64_t K) {
+    const int team_size = team();
+    return team_size > 1 && M >= team_size * kRowSplitMinRows &&
+           K * N * int64_t(sizeof(float)) <= kRowSplitBytes;
+}
+
 bool matmul_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                    float* C, int64_t ldc, const float* bias) {
     PLDR_CHECK(M > 0 && N > 0 && K > 0);
@@ -219,8 +225,7 @@ bool matmul_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
     // Where B is larger than kRowSplitBytes each thread reading all of it cost more than the
     // balance gained (the 110M config's 896-wide projections: 0.75 against 0.80 of SGEMM).
     const int team_size = team();
-    if (team_size > 1 && M >= team_size * kRowSplitMinRows &&
-        K * N * int64_t(sizeof(float)) <= kRowSplitBytes) {
+    if (panels_split_rows(M, N, K)) {
         std::atomic<bool> ok{true};
 #pragma omp parallel num_threads(team_size)
         {
@@ -250,6 +255,10 @@ std::string isa() {
 
 bool matmul(Type, bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*,
             int64_t, float, float*, int64_t, const float*) {
+    return false;
+}
+
+bool panels_split_rows(int64_t, int64_t, int64_t) {
     return false;
 }
 

@@ -42,6 +42,12 @@ bool matmul(Type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 bool matmul_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                    float* C, int64_t ldc, const float* bias);
 
+// Whether matmul_panels(M, N, K, ...) called outside a parallel region splits its rows over the
+// team: thread t of T runs rows [M·t/T, M·(t+1)/T) as a one-thread product. A caller that runs
+// that same share of rows inside its own region (model/plga_layer.cpp: a prompt's row-wise steps)
+// runs the same products, bit for bit.
+bool panels_split_rows(int64_t M, int64_t N, int64_t K);
+
 // Products run through matmul() with Type::F32 so far (tests: which engine a product took).
 int64_t f32_calls();
 

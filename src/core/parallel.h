@@ -95,6 +95,24 @@ inline void parallel_for_balanced(int64_t n, bool parallel, F&& f) {
     }
 }
 
+// f(r0, r1) on each thread of the team for its contiguous share of n rows, thread t of T taking
+// [n·t/T, n·(t+1)/T) (the split of core/onednn.h: matmul_panels): several row-wise steps in one
+// region, each thread's rows staying in its own cache from one step to the next. f(0, n) on this
+// thread when not `parallel` (or inside an active region). f must not throw.
+template <typename F>
+inline void parallel_rows(int64_t n, bool parallel, F&& f) {
+    if (!team_for(n, parallel)) {
+        f(int64_t(0), n);
+        return;
+    }
+#pragma omp parallel num_threads(omp_get_max_threads())
+    {
+        const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t r0 = n * t / nt, r1 = n * (t + 1) / nt;
+        if (r1 > r0) f(r0, r1);
+    }
+}
+
 // f(i, j) for i in [0, n0), j in [0, n1), as one index space of n0·n1 iterations (collapse(2)),
 // balanced as parallel_for_balanced: the loops over a batch's heads, whose threads finish their
 // halves at different times in a training step (a VM's vCPUs), each iteration on its own.

@@ -28,8 +28,19 @@ int64_t exp_body(const float* x, float* y, int64_t n) {
     return i;
 }
 
-// Elements per pass of the two-step loops below (on the stack).
+// Elements per pass of the two-step loops below (on the stack): a multiple of the lanes.
 constexpr int64_t kChunk = 512;
+
+// e[i] = exp(e[i]) for i < m ≤ kChunk, in place in a buffer of kChunk, every element through the
+// vector function: the ragged end too, padded with zeros up to the lanes. An element's value then
+// does not depend on where it sits in the range a caller passes (a prompt's rows split over the
+// threads at any row: model/plga_layer.cpp), as it did with std::exp for the last m % 16.
+void exp_chunk(float* e, int64_t m) {
+    const int64_t padded = std::min(kChunk, (m + 15) / 16 * 16);
+    std::fill(e + m, e + padded, 0.0f);
+    const int64_t done = exp_body(e, e, padded);
+    for (int64_t i = done; i < m; ++i) e[i] = std::exp(e[i]);
+}
 
 }  // namespace
 
@@ -68,8 +79,7 @@ void silu_mul(const float* x, const float* g, float* y, int64_t n) {
     for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
         const int64_t m = std::min(kChunk, n - i0);
         for (int64_t i = 0; i < m; ++i) e[i] = -x[i0 + i];
-        const int64_t done = exp_body(e, e, m);
-        for (int64_t i = done; i < m; ++i) e[i] = std::exp(e[i]);
+        exp_chunk(e, m);
         if (g) {
             for (int64_t i = 0; i < m; ++i) y[i0 + i] = x[i0 + i] / (1.0f + e[i]) * g[i0 + i];
         } else {
@@ -84,8 +94,7 @@ void silu_mul_backward(const float* dy, const float* h1, const float* h2, float*
     for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
         const int64_t m = std::min(kChunk, n - i0);
         for (int64_t i = 0; i < m; ++i) e[i] = -h1[i0 + i];
-        const int64_t done = exp_body(e, e, m);
-        for (int64_t i = done; i < m; ++i) e[i] = std::exp(e[i]);
+        exp_chunk(e, m);
         for (int64_t i = 0; i < m; ++i) {
             const float x = h1[i0 + i], d = dy[i0 + i];
             const float sg = 1.0f / (1.0f + e[i]);  // sigmoid(x)

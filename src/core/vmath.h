@@ -11,7 +11,9 @@ namespace pldr::vmath {
 // tail), not left to right. x and y may be the same array.
 float exp_shifted_sum(const float* x, float shift, float* y, int64_t n);
 
-// y[i] = silu(x[i]) · g[i] (SwiGLU's gate, g may be null for silu alone).
+// y[i] = silu(x[i]) · g[i] (SwiGLU's gate, g may be null for silu alone). This and the backward
+// below give each element the same bits wherever it sits in [0, n): every exp is the vector one,
+// the ragged end padded (a range cut at any row gives the whole range's values).
 void silu_mul(const float* x, const float* g, float* y, int64_t n);
 
 // The SwiGLU backward of y = silu(h1)·h2 given dy: dh2 = dy·silu(h1), dh1 = dy·h2·silu'(h1);

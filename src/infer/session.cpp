@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "io/safetensors.h"
 #include "model/plga_layer.h"
@@ -135,10 +136,16 @@ void Session<T>::run(const int64_t* ids, int64_t S, bool first) {
     // Without keep_activations: two buffers, layer l writes one while reading the other's output.
     a.layers.resize(size_t(keep_acts_ ? c.num_layers : std::min<int64_t>(2, c.num_layers)));
     if (first && !preset_g_) g_.assign(size_t(c.num_layers), {});
-    const Tensor<T>* x = &a.embed_ln;
+    Tensor<T>* x = &a.embed_ln;
     for (int64_t l = 0; l < c.num_layers; ++l) {
         LayerActs<T>& la = a.layers[size_t(keep_acts_ ? l : l % 2)];
-        la.x_in = *x;
+        // Without keep_activations the previous output is only this layer's input: it moves in,
+        // and this buffer's old input goes to the other one, which the next layer overwrites (a
+        // copy was a serial pass over the rows on the calling thread, per layer and prompt).
+        if (keep_acts_)
+            la.x_in = *x;
+        else
+            std::swap(la.x_in, *x);
         AttnInput<T> in;
         in.keep = keep_acts_ ? KeepActs::ALL : KeepActs::INFERENCE;
         in.pos = a.pos.data();

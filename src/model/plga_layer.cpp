@@ -30,6 +30,31 @@ void add_residual(T* out, const T* a, const T* b, int64_t n) {
 
 }  // namespace
 
+bool& prompt_rows_in_one_region() {
+    static bool on = true;
+    return on;
+}
+
+namespace {
+
+// Whether an inference forward of N rows runs its row-wise steps in one region each
+// (parallel_rows): when every projection of the layer would split the rows over the team anyway
+// (small float32 weights in panels: the M config's prompts), each thread runs its share of the
+// rows through the projections, RoPE, the residual sums, the LayerNorms and the SwiGLU, with no
+// fork and join between them and its rows in its own cache. The same products on the same rows,
+// and element- or row-wise steps: the same bits. Not in training (its memory plan frees
+// activations between the steps).
+template <typename T>
+bool rows_in_one_region(const LayerLinears<T>& lw, KeepActs keep, int64_t N, int64_t d, int64_t F) {
+    return prompt_rows_in_one_region() && keep != KeepActs::TRAINING &&
+           linear_splits_rows(lw.wq, N, d, d) && linear_splits_rows(lw.wk, N, d, d) &&
+           linear_splits_rows(lw.wv, N, d, d) && linear_splits_rows(lw.wo, N, d, d) &&
+           linear_splits_rows(lw.w1, N, d, F) && linear_splits_rows(lw.w2, N, d, F) &&
+           linear_splits_rows(lw.w3, N, F, d);
+}
+
+}  // namespace
+
 template <typename T>
 void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
                            const AttnInput<T>& in, LayerActs<T>& la) {
@@ -37,56 +62,95 @@ void decoder_layer_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     const LayerView<T>& w = m.w.layers[size_t(l)];
     const LayerLinears<T>& lw = m.lw.layers[size_t(l)];  // dense or packed (model/packed.h)
     const int64_t H = c.num_heads, D = c.head_dim, d = c.hidden_size, N = B * S;
+    const int64_t F = c.intermediate_size;
+    const bool training = in.keep == KeepActs::TRAINING;
+    const bool by_rows = rows_in_one_region(lw, in.keep, N, d, F);
+    // Each row-wise step over rows [r0, r1): on all rows in turn, or in one region for all steps.
+    auto rows = [&](auto&& step) {
+        if (!by_rows) step(int64_t(0), N);
+    };
+    if (by_rows) require_rope_positions(in.pos, N, m.rope);  // nothing throws inside the region
 
     // 1-3. Projections and RoPE on q, k.
     la.q.resize_for_overwrite({B, S, d});
     la.k.resize_for_overwrite({B, S, d});
     la.v.resize_for_overwrite({B, S, d});
-    const LinearOut<T> qkv[] = {
-        {la.q.ptr(), lw.wq, w.bq, d}, {la.k.ptr(), lw.wk, w.bk, d}, {la.v.ptr(), lw.wv, w.bv, d}};
-    linear_forward_same_input(la.x_in.ptr(), N, d, qkv, 3);
-    rope_forward(la.q.ptr(), in.pos, N, H, D, m.rope, c.reference_rope, m.round_f32());
-    rope_forward(la.k.ptr(), in.pos, N, H, D, m.rope, c.reference_rope, m.round_f32());
+    auto project = [&](int64_t r0, int64_t r1) {
+        const int64_t n = r1 - r0, o = r0 * d;
+        const LinearOut<T> qkv[] = {{la.q.ptr() + o, lw.wq, w.bq, d},
+                                    {la.k.ptr() + o, lw.wk, w.bk, d},
+                                    {la.v.ptr() + o, lw.wv, w.bv, d}};
+        linear_forward_same_input(la.x_in.ptr() + o, n, d, qkv, 3);
+        for (T* x : {la.q.ptr(), la.k.ptr()})
+            rope_forward(x + o, in.pos + r0, n, H, D, m.rope, c.reference_rope, m.round_f32());
+    };
+    rows(project);
+    if (by_rows) parallel_rows(N, true, project);
 
     // 4-7. PLGA attention: the metric learner, the operator G_LM, the scores, E·V.
     plga_attention_forward(m, l, B, S, in, la);
 
     la.attn_out.resize_for_overwrite({B, S, d});
-    linear_forward(la.attn_out.ptr(), la.O.ptr(), lw.wo, w.bo, N, d, d);
-    const bool training = in.keep == KeepActs::TRAINING;
+    auto attn_out = [&](int64_t r0, int64_t r1) {
+        linear_forward(la.attn_out.ptr() + r0 * d, la.O.ptr() + r0 * d, lw.wo, w.bo, r1 - r0, d, d);
+    };
+    rows(attn_out);
     if (training) {  // the memory plan (KeepActs): the backward recomputes these per head
         la.QG = Tensor<T>();
         la.E = Tensor<T>();
         la.O = Tensor<T>();
     }
 
-    // Post-LN residual blocks.
-    Tensor<T> r1;  // (each sum below writes every element of its output)
-    r1.resize_for_overwrite({B, S, d});
-    add_residual(r1.ptr(), la.attn_out.ptr(), la.x_in.ptr(), r1.numel());
+    // Post-LN residual blocks. (Each sum below writes every element of its output.)
+    Tensor<T> res1, res2;
+    res1.resize_for_overwrite({B, S, d});
     la.out1.resize_for_overwrite({B, S, d});
     la.ln1_mean.resize({N});
     la.ln1_rstd.resize({N});
-    layernorm_forward(la.out1.ptr(), la.ln1_mean.ptr(), la.ln1_rstd.ptr(), r1.ptr(), w.ln1_g,
-                      w.ln1_b, N, d, c.layer_norm_eps);
-    const int64_t F = c.intermediate_size;
+    auto block1 = [&](int64_t r0, int64_t r1) {
+        const int64_t n = r1 - r0, o = r0 * d;
+        add_residual(res1.ptr() + o, la.attn_out.ptr() + o, la.x_in.ptr() + o, n * d);
+        layernorm_forward(la.out1.ptr() + o, la.ln1_mean.ptr() + r0, la.ln1_rstd.ptr() + r0,
+                          res1.ptr() + o, w.ln1_g, w.ln1_b, n, d, c.layer_norm_eps);
+    };
+    rows(block1);
     la.ffn.h1.resize_for_overwrite({N, F});
     la.ffn.h2.resize_for_overwrite({N, F});
     la.ffn.gated.resize_for_overwrite({N, F});
     la.ffn_out.resize_for_overwrite({B, S, d});
-    glu_forward(la.ffn_out.ptr(), la.ffn.h1.ptr(), la.ffn.h2.ptr(), la.ffn.gated.ptr(),
-                la.out1.ptr(), GluLinears<T>{lw.w1, w.ffn.b1, lw.w2, w.ffn.b2, lw.w3, w.ffn.b3}, N,
-                d, F, d);
+    auto ffn = [&](int64_t r0, int64_t r1) {
+        const int64_t f = r0 * F;
+        glu_forward(la.ffn_out.ptr() + r0 * d, la.ffn.h1.ptr() + f, la.ffn.h2.ptr() + f,
+                    la.ffn.gated.ptr() + f, la.out1.ptr() + r0 * d,
+                    GluLinears<T>{lw.w1, w.ffn.b1, lw.w2, w.ffn.b2, lw.w3, w.ffn.b3}, r1 - r0, d, F,
+                    d);
+    };
+    rows(ffn);
     if (training) la.ffn.gated = Tensor<T>();  // recomputed from h1, h2 by glu_backward
-    Tensor<T> r2;
-    r2.resize_for_overwrite({B, S, d});
-    add_residual(r2.ptr(), la.ffn_out.ptr(), la.out1.ptr(), r2.numel());
+    res2.resize_for_overwrite({B, S, d});
+    auto sum2 = [&](int64_t r0, int64_t r1) {
+        const int64_t o = r0 * d;
+        add_residual(res2.ptr() + o, la.ffn_out.ptr() + o, la.out1.ptr() + o, (r1 - r0) * d);
+    };
+    rows(sum2);
     if (training) la.out1 = Tensor<T>();  // LN1(attn_out + x_in) again in the backward
     la.hidden.resize_for_overwrite({B, S, d});
     la.ln2_mean.resize({N});
     la.ln2_rstd.resize({N});
-    layernorm_forward(la.hidden.ptr(), la.ln2_mean.ptr(), la.ln2_rstd.ptr(), r2.ptr(), w.ln2_g,
-                      w.ln2_b, N, d, c.layer_norm_eps);
+    auto ln2 = [&](int64_t r0, int64_t r1) {
+        const int64_t o = r0 * d;
+        layernorm_forward(la.hidden.ptr() + o, la.ln2_mean.ptr() + r0, la.ln2_rstd.ptr() + r0,
+                          res2.ptr() + o, w.ln2_g, w.ln2_b, r1 - r0, d, c.layer_norm_eps);
+    };
+    rows(ln2);
+    if (by_rows)
+        parallel_rows(N, true, [&](int64_t r0, int64_t r1) {
+            attn_out(r0, r1);
+            block1(r0, r1);
+            ffn(r0, r1);
+            sum2(r0, r1);
+            ln2(r0, r1);
+        });
 }
 
 template <typename T>

@@ -124,6 +124,14 @@ template <typename T>
 void linear_forward(T* out, const T* in, const LinearWeight<T>& W, const T* b, int64_t N, int64_t I,
                     int64_t O);
 
+// Whether linear_forward(out, in, W, b, N, I, O) called outside a parallel region splits the N
+// rows over the team, each thread t of T running rows [N·t/T, N·(t+1)/T) as a one-thread product
+// (float32 panels small enough that each thread reads all of W: core/onednn.h,
+// panels_split_rows). A caller may then run that share of the rows itself, inside a region of
+// its own, for the same bits (model/plga_layer.cpp: a prompt's row-wise steps in one region).
+template <typename T>
+bool linear_splits_rows(const LinearWeight<T>& W, int64_t N, int64_t I, int64_t O);
+
 // Several linear layers of the same input rows, out_j[N,O_j] = in[N,I] · W_jᵀ + b_j (up to 4):
 // the same values as one linear_forward each; with dense float32 weights and N ≤ kDenseRows all
 // in one parallel region (dense_rows_forward's jobs).

@@ -382,6 +382,17 @@ void linear_forward(T* out, const T* in, const LinearWeight<T>& W, const T* b, i
 }
 
 template <typename T>
+bool linear_splits_rows(const LinearWeight<T>& W, int64_t N, int64_t I, int64_t O) {
+    if constexpr (std::is_same_v<T, float>) {
+        return W.format == WeightFormat::DENSE && W.panels && !bf16::autocast_active() &&
+               N > kDenseRows && onednn::panels_split_rows(N, O, I);
+    } else {
+        (void)W, (void)N, (void)I, (void)O;
+        return false;
+    }
+}
+
+template <typename T>
 void linear_forward_same_input(const T* in, int64_t N, int64_t I, const LinearOut<T>* outs,
                                int n_outs) {
     if constexpr (std::is_same_v<T, float>) {
@@ -409,6 +420,8 @@ template void linear_forward_same_input<float>(const float*, int64_t, int64_t,
 template void linear_forward_same_input<double>(const double*, int64_t, int64_t,
                                                 const LinearOut<double>*, int);
 
+template bool linear_splits_rows<float>(const LinearWeight<float>&, int64_t, int64_t, int64_t);
+template bool linear_splits_rows<double>(const LinearWeight<double>&, int64_t, int64_t, int64_t);
 template void linear_forward<float>(float*, const float*, const LinearWeight<float>&, const float*,
                                     int64_t, int64_t, int64_t);
 template void linear_forward<double>(double*, const double*, const LinearWeight<double>&,

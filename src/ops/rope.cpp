@@ -125,19 +125,18 @@ void with_row(const RopeTable& t, int64_t p, F&& f) {
         f(t.cos.data() + o, t.sin.data() + o);
 }
 
-// Every position inside the table, checked before any token moves.
-void require_positions(const int64_t* pos, int64_t N, const RopeTable& t) {
+}  // namespace
+
+void require_rope_positions(const int64_t* pos, int64_t N, const RopeTable& t) {
     for (int64_t n = 0; n < N; ++n)
         PLDR_REQUIRE(pos[n] >= 0 && pos[n] < t.max_pos, "position ", pos[n],
                      " is outside the RoPE table (max_position_embeddings ", t.max_pos, ")");
 }
 
-}  // namespace
-
 template <typename T>
 void rope_forward(T* x, const int64_t* pos, int64_t N, int64_t H, int64_t D, const RopeTable& t,
                   bool interleaved, bool round_input_f32) {
-    require_positions(pos, N, t);
+    require_rope_positions(pos, N, t);
     parallel_for(N, N * H * D >= kRopeParallelElems, [&](int64_t n) {
         with_row(t, pos[n], [&](const auto* cs, const auto* sn) {
             rotate_token(x + n * H * D, H, D, cs, sn, interleaved, round_input_f32);
@@ -148,7 +147,7 @@ void rope_forward(T* x, const int64_t* pos, int64_t N, int64_t H, int64_t D, con
 template <typename T>
 void rope_backward(T* dx, const int64_t* pos, int64_t N, int64_t H, int64_t D, const RopeTable& t,
                    bool interleaved, bool round_grad_f32) {
-    require_positions(pos, N, t);
+    require_rope_positions(pos, N, t);
     parallel_for(N, N * H * D >= kRopeParallelElems, [&](int64_t n) {
         with_row(t, pos[n], [&](const auto* cs, const auto* sn) {
             rotate_token_back(dx + n * H * D, H, D, cs, sn, interleaved, round_grad_f32);

@@ -24,6 +24,10 @@ struct RopeTable {
     std::vector<double> cos64, sin64;  // FLOAT64 only
     void build(int64_t max_pos, int64_t head_dim, double theta, RopeTableKind kind);
 };
+// Requires every pos[n] inside the table (pldr::Error naming the first that is not): what the
+// rotations below check before any token moves. A caller that rotates rows inside its own
+// parallel region (where nothing may throw) checks them all first.
+void require_rope_positions(const int64_t* pos, int64_t N, const RopeTable& t);
 // Rotates x [N tokens, H, D] in place; token n has position pos[n].
 // interleaved: pairs (2m, 2m+1) (reference_rope = true); otherwise halves (m, m + D/2).
 // round_input_f32: the reference's x.float() before the rotation (float64 parity quirk).
