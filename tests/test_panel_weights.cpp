@@ -19,8 +19,9 @@
 #include "infer/session.h"
 #include "io/model_load.h"
 #include "model/init.h"
+#include "model/metric_learner.h"
 #include "model/model.h"
-#include "model/plga_layer.h"
+#include "model/plga_attention.h"
 #include "ops/linear.h"
 #include "threads_util.h"
 #include "train/step.h"
@@ -264,42 +265,54 @@ TEST(PanelWeights, PromptsAndDecodeStepsReadThemAndStepsDropThem) {
     EXPECT_EQ(after, fresh);
 }
 
-TEST(PanelWeights, APromptsRowsInOneRegionGiveTheBitsOfOneRegionPerStep) {
+TEST(PanelWeights, APromptInFewRegionsGivesTheBitsOfOneRegionPerStep) {
     if (!pldr::panels_available()) GTEST_SKIP() << "no products over panels on this CPU";
-    pldr_test::ScopedThreads two(2);  // ctest runs one thread: the team must split the rows
+    pldr_test::ScopedThreads two(2);  // ctest runs one thread: the team must split the work
     pldr::Config c = small_config();
     c.num_layers = 2;
-    pldr::Model<float> m(c);
-    pldr::init_weights(m, 13);
+    c.A_dff = 16;  // the learner's 256 rows worth two blocks: one per thread, 4 heads each
+    pldr::Model<float> plain(c);
+    pldr::init_weights(plain, 13);
+    pldr::Model<float> m = plain;
     pldr::keep_panel_weights(m);
     const pldr::LayerLinears<float>& lw = m.lw.layers[0];
     const int64_t d = c.hidden_size, F = c.intermediate_size;
+    ASSERT_EQ(pldr::metric_learner_pair_blocks(c, c.num_heads), 2);
     // 79 rows: thread 0 takes 39, so its SwiGLU gate ends 39·600 = 23,400 elements in, 8 past a
     // multiple of 16 (a ragged end the vector exp must cover as the whole range does); 90 rows
     // split at 45. Every projection of the layer splits such a prompt's rows (the precondition
-    // of the one region); 16 rows are a decode kernel's, which does not.
+    // of the row-wise region); 16 rows are a decode kernel's, which does not. Without panels
+    // only the heads run in one region.
     for (const int64_t P : {79, 90}) {
         SCOPED_TRACE("P = " + std::to_string(P));
         ASSERT_TRUE(pldr::linear_splits_rows(lw.wq, P, d, d));
         ASSERT_TRUE(pldr::linear_splits_rows(lw.w1, P, d, F));
         ASSERT_TRUE(pldr::linear_splits_rows(lw.w3, P, F, d));
+        EXPECT_FALSE(pldr::linear_splits_rows(plain.lw.layers[0].wq, P, d, d));
         std::vector<int64_t> prompt(static_cast<size_t>(P));
         for (int64_t i = 0; i < P; ++i) prompt[size_t(i)] = 1 + (i * 11) % 49;
-        auto run = [&](bool one_region) {
-            pldr::prompt_rows_in_one_region() = one_region;
-            pldr::Session<float> s(m, pldr::CacheMode::KVG, 96);
-            std::vector<float> logits = s.prefill(prompt);
-            const std::vector<float> next = s.decode(7);  // reads the cache the prompt wrote
-            logits.insert(logits.end(), next.begin(), next.end());
-            pldr::prompt_rows_in_one_region() = true;
-            return logits;
-        };
-        const std::vector<float> steps = run(false), region = run(true);
-        ASSERT_EQ(steps.size(), region.size());
-        int64_t wrong = 0;
-        for (size_t i = 0; i < steps.size(); ++i) wrong += bits(steps[i]) != bits(region[i]);
-        EXPECT_EQ(wrong, 0);
-        EXPECT_GT(max_abs(steps), 0.0f);
+        // Keeping the activations (audits) the heads run one region per step; without (a plain
+        // prompt) in one region.
+        for (const pldr::Model<float>* model : {&m, &plain})
+            for (const bool keep : {false, true}) {
+                auto run = [&](bool few) {
+                    pldr::prompt_in_few_regions() = few;
+                    pldr::Session<float> s(*model, pldr::CacheMode::KVG, 96);
+                    s.keep_activations(keep);
+                    std::vector<float> logits = s.prefill(prompt);
+                    const std::vector<float> next =
+                        s.decode(7);  // reads the cache the prompt wrote
+                    logits.insert(logits.end(), next.begin(), next.end());
+                    pldr::prompt_in_few_regions() = true;
+                    return logits;
+                };
+                const std::vector<float> steps = run(false), few = run(true);
+                ASSERT_EQ(steps.size(), few.size());
+                int64_t wrong = 0;
+                for (size_t i = 0; i < steps.size(); ++i) wrong += bits(steps[i]) != bits(few[i]);
+                EXPECT_EQ(wrong, 0) << (model == &m ? "panels" : "no panels") << ", keep " << keep;
+                EXPECT_GT(max_abs(steps), 0.0f);
+            }
     }
     EXPECT_FALSE(pldr::linear_splits_rows(lw.wq, pldr::kDenseRows, d, d));
 }

@@ -276,6 +276,26 @@ void metric_learner_output(const Model<T>& m, const LayerView<T>& w, int64_t B, 
     });
 }
 
+int64_t metric_learner_pair_blocks(const Config& c, int64_t pairs) {
+    const int64_t D = c.head_dim, rows = pairs * D;
+    const RowSplit sp = row_split(c, rows);
+    const bool whole = sp.threads > 1 && sp.blocks == sp.threads && sp.size % D == 0 &&
+                       sp.size * sp.blocks == rows;
+    return whole ? sp.blocks : 0;
+}
+
+template <typename T>
+void metric_learner_output_rows(const Model<T>& m, const LayerView<T>& w, const T* A0, int64_t lo,
+                                int64_t hi, T* A) {
+    const Bf16Autocast fp32(Precision::FP32);  // as metric_learner_output
+    learner_rows<T>(m.cfg, w, A0, lo, hi, nullptr, A);
+}
+
+template void metric_learner_output_rows<float>(const Model<float>&, const LayerView<float>&,
+                                                const float*, int64_t, int64_t, float*);
+template void metric_learner_output_rows<double>(const Model<double>&, const LayerView<double>&,
+                                                 const double*, int64_t, int64_t, double*);
+
 template <typename T>
 void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* q_all,
                              const LayerActs<T>& la, int64_t B, int64_t S, Tensor<T>& dA,

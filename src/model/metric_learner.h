@@ -20,6 +20,18 @@ template <typename T>
 void metric_learner_output(const Model<T>& m, const LayerView<T>& w, int64_t B, int64_t S,
                            const T* q_all, Tensor<T>& A);
 
+// For a forward that runs the learner's blocks inside a parallel region of its own (a prompt's
+// PLGA attention, each thread through its heads: model/plga_attention.cpp): how many blocks
+// metric_learner_output, called here, splits the rows of `pairs` (b,h) pairs into, when each
+// block is the rows of a whole and equal number of pairs, with one block per thread of the team;
+// 0 when not.
+int64_t metric_learner_pair_blocks(const Config& c, int64_t pairs);
+// metric_learner_output's A on the rows [lo, hi) of A0 [B·H·D, D] (the Gram matrices Qᵀ·Q of the
+// pairs), on this thread: one of its blocks, for the same bits.
+template <typename T>
+void metric_learner_output_rows(const Model<T>& m, const LayerView<T>& w, const T* A0, int64_t lo,
+                                int64_t hi, T* A);
+
 // The learner's rows run in one block per thread, each block through the whole chain
 // (metric_learner.cpp). Tests set a number of blocks here to run that split on any number of
 // threads; 0 (the default): as many blocks as threads, for products big enough to share.

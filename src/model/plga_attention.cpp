@@ -29,19 +29,32 @@ inline int64_t operator_work(int64_t B, int64_t H, int64_t D) {
     return B * H * D * D * (D + 64);
 }
 
+// The operator's saved outputs Z, A_LM and A_P, sized for B·H pairs (G is the caller's).
+template <typename T>
+void operator_outputs(int64_t B, int64_t H, int64_t D, LayerActs<T>& la) {
+    la.Z.resize({B, H, D, D});
+    la.A_LM.resize({B, H, D, D});
+    la.A_P.resize({B, H, D, D});
+}
+
+// One (b,h) pair's operator: head h's parameters at offset p = h·D², the pair's A and outputs
+// at offset o = (b·H + h)·D².
+template <typename T>
+void operator_pair(const PlgaOptions& opt, const LayerView<T>& w, int64_t p, int64_t o,
+                   LayerActs<T>& la) {
+    plga_g_forward(
+        opt, PlgaParams<const T>{w.W + p, w.b + p, w.P + p, w.a + p, w.ba + p}, la.A.ptr() + o,
+        PlgaSaved<T>{la.Z.ptr() + o, la.A_LM.ptr() + o, la.A_P.ptr() + o, la.G.ptr() + o});
+}
+
 template <typename T>
 void operator_forward(const Model<T>& m, const LayerView<T>& w, int64_t B, LayerActs<T>& la) {
     const Config& c = m.cfg;
     const int64_t H = c.num_heads, D = c.head_dim, DD = D * D;
     const PlgaOptions opt = plga_options(c);
-    la.Z.resize({B, H, D, D});
-    la.A_LM.resize({B, H, D, D});
-    la.A_P.resize({B, H, D, D});
+    operator_outputs(B, H, D, la);
     parallel_for_2d(B, H, operator_work(B, H, D) > kParallelWork, [&](int64_t b, int64_t h) {
-        const int64_t o = (b * H + h) * DD, p = h * DD;
-        plga_g_forward(
-            opt, PlgaParams<const T>{w.W + p, w.b + p, w.P + p, w.a + p, w.ba + p}, la.A.ptr() + o,
-            PlgaSaved<T>{la.Z.ptr() + o, la.A_LM.ptr() + o, la.A_P.ptr() + o, la.G.ptr() + o});
+        operator_pair(opt, w, h * DD, (b * H + h) * DD, la);
     });
 }
 
@@ -146,6 +159,11 @@ void decode_step_forward(const Model<T>& m, int64_t l, int64_t B, const AttnInpu
 
 }  // namespace
 
+bool& prompt_in_few_regions() {
+    static bool on = true;
+    return on;
+}
+
 // ---- the attention: G, then Ep = (Q·G)·Kᵀ / √dk, E = softmax(Ep + mask·(−1e9)), O = E·V -----
 
 template <typename T>
@@ -171,6 +189,7 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     else
         la.G.resize_for_overwrite({B, H, D, D});
     const T* const G_base = by_ref ? in.G_frozen : la.G.ptr();
+    int64_t by_heads = 0;  // the learner's blocks, when the heads run in one region (below)
     if (by_ref) {
         // nothing to compute or copy
     } else if (in.G_frozen) {  // the G-cache (or a preset operator): skip the learner and operator
@@ -184,32 +203,36 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     } else if (!c.learned_g()) {
         for (int64_t b = 0; b < B; ++b)
             std::copy(m.G_fixed_layer(l), m.G_fixed_layer(l) + H * DD, la.G.ptr() + b * H * DD);
-    } else {
-        if (in.A_frozen) {
-            la.A = Tensor<T>({B, H, D, D}, Storage<T>(in.A_frozen, in.A_frozen + B * H * DD));
-        } else {
-            if (in.keep == KeepActs::INFERENCE) {  // only A is needed after this layer
-                la.A0 = Tensor<T>();
-                la.A_ln = Tensor<T>();
-                la.lnA_mean = Tensor<T>();
-                la.lnA_rstd = Tensor<T>();
-                la.res.clear();
-                metric_learner_output(m, w, B, S, la.q.ptr(), la.A);
-            } else {
-                metric_learner_forward(m, w, B, S, la.q.ptr(), la);
-            }
-            if (in.keep == KeepActs::TRAINING) {
-                // The backward's checkpoints: A0 with LN_A's statistics and each residual
-                // unit's input (the unit's GLUs, sum and statistics are recomputed from it).
-                la.A_ln = Tensor<T>();
-                for (ResUnitActs<T>& ru : la.res) {
-                    ru.sum = Tensor<T>();
-                    ru.mean = Tensor<T>();
-                    ru.rstd = Tensor<T>();
-                }
+    } else if (in.A_frozen) {
+        la.A = Tensor<T>({B, H, D, D}, Storage<T>(in.A_frozen, in.A_frozen + B * H * DD));
+        operator_forward(m, w, B, la);
+    } else if (in.keep != KeepActs::INFERENCE) {
+        metric_learner_forward(m, w, B, S, la.q.ptr(), la);
+        if (in.keep == KeepActs::TRAINING) {
+            // The backward's checkpoints: A0 with LN_A's statistics and each residual
+            // unit's input (the unit's GLUs, sum and statistics are recomputed from it).
+            la.A_ln = Tensor<T>();
+            for (ResUnitActs<T>& ru : la.res) {
+                ru.sum = Tensor<T>();
+                ru.mean = Tensor<T>();
+                ru.rstd = Tensor<T>();
             }
         }
         operator_forward(m, w, B, la);
+    } else {  // only A is needed after this layer
+        la.A0 = Tensor<T>();
+        la.A_ln = Tensor<T>();
+        la.lnA_mean = Tensor<T>();
+        la.lnA_rstd = Tensor<T>();
+        la.res.clear();
+        // Where the learner's blocks are whole heads, one per thread (a prompt of B·H·D rows
+        // within the blocks' size), the heads run in one region below, each thread through its
+        // heads' Gram matrices, learner block, operators and attention.
+        by_heads = prompt_in_few_regions() ? metric_learner_pair_blocks(c, B * H) : 0;
+        if (!by_heads) {
+            metric_learner_output(m, w, B, S, la.q.ptr(), la.A);
+            operator_forward(m, w, B, la);
+        }
     }
 
     // Keys and values: the past (KV-cache) followed by this chunk.
@@ -218,12 +241,22 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     const T* Vv = la.v.ptr();
     if (in.K_cache) {
         PLDR_CHECK(B == 1 && in.V_cache);
-        std::copy(la.k.data.begin(), la.k.data.end(), in.K_cache + Tp * d);
-        std::copy(la.v.data.begin(), la.v.data.end(), in.V_cache + Tp * d);
         K = in.K_cache;
         Vv = in.V_cache;
     } else {
         PLDR_CHECK(Tp == 0);
+    }
+    // This chunk's keys and values of head h join the cache at row Tp.
+    auto cache_head = [&](int64_t h) {
+        for (int64_t s = 0; s < S; ++s) {
+            const int64_t from = s * d + h * D, to = (Tp + s) * d + h * D;
+            std::copy(la.k.ptr() + from, la.k.ptr() + from + D, in.K_cache + to);
+            std::copy(la.v.ptr() + from, la.v.ptr() + from + D, in.V_cache + to);
+        }
+    };
+    if (in.K_cache && !by_heads) {
+        std::copy(la.k.data.begin(), la.k.data.end(), in.K_cache + Tp * d);
+        std::copy(la.v.data.begin(), la.v.data.end(), in.V_cache + Tp * d);
     }
 
     // Scores Ep = (Q·G)·Kᵀ / sqrt(dk); E = softmax(Ep + mask·(−1e9)); O = E·V. Only a forward
@@ -238,7 +271,7 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
     la.E.resize_for_overwrite({B, H, S, Tk});
     la.O.resize_for_overwrite({B, S, d});
     const T scale = m.score_scale();
-    parallel_for_2d(B, H, B * H * S * Tk * D > kParallelWork, [&](int64_t b, int64_t h) {
+    auto attend = [&](int64_t b, int64_t h) {
         const int64_t bh = b * H + h;
         head_attention_forward(la.q.ptr() + b * S * d + h * D, d, G_base + bh * DD,
                                K + b * Tk * d + h * D, Vv + b * Tk * d + h * D, d, S, D, Tk, Tp,
@@ -246,7 +279,31 @@ void plga_attention_forward(const Model<T>& m, int64_t l, int64_t B, int64_t S,
                                c.pad_token_id, la.QG.ptr() + bh * S * D,
                                keep_ep ? la.Ep.ptr() + bh * S * Tk : nullptr,
                                la.E.ptr() + bh * S * Tk, la.O.ptr() + b * S * d + h * D, d);
-    });
+    };
+    if (!by_heads) {
+        parallel_for_2d(B, H, B * H * S * Tk * D > kParallelWork, attend);
+        return;
+    }
+    // The heads in one region: block i of the learner's is pairs [i·per, (i+1)·per). The same
+    // Gram products, learner block, operators and attention as the regions above run, each on
+    // its own (b,h): the same bits.
+    Tensor<T> A0;
+    A0.resize_for_overwrite({B, H, D, D});
+    la.A.resize_for_overwrite({B, H, D, D});
+    operator_outputs(B, H, D, la);
+    const PlgaOptions opt = plga_options(c);
+    const int64_t per = B * H / by_heads;
+#pragma omp parallel num_threads(int(by_heads))
+    for (int64_t i = omp_get_thread_num(); i < by_heads; i += omp_get_num_threads()) {
+        for (int64_t p = i * per; p < (i + 1) * per; ++p)
+            gram_forward(la.q.ptr() + p / H * S * d + p % H * D, d, S, D, A0.ptr() + p * DD);
+        metric_learner_output_rows(m, w, A0.ptr(), i * per * D, (i + 1) * per * D, la.A.ptr());
+        for (int64_t p = i * per; p < (i + 1) * per; ++p) {
+            operator_pair(opt, w, p % H * DD, p * DD, la);
+            if (in.K_cache) cache_head(p % H);
+            attend(p / H, p % H);
+        }
+    }
 }
 
 template <typename T>

@@ -65,6 +65,14 @@ struct AttnInput {
     const DecodeSeq<T>* seqs = nullptr;
 };
 
+// Whether an inference forward may run a prompt in few parallel regions: the decoder layer's
+// row-wise steps (projections, RoPE, residual sums, LayerNorms, SwiGLU) in one region per group,
+// each thread over its own rows, where every projection splits the rows over the threads anyway
+// (model/plga_layer.cpp); and the heads' Gram matrices, metric learner, operators and attention
+// in one region, each thread through its heads, where the learner's blocks are whole heads
+// (below). On by default; the same bits either way (tests turn it off to compare).
+bool& prompt_in_few_regions();
+
 // Reads la.q, la.k (rotated) and la.v [B,S,d]; fills A0 … G (learned G), QG, Ep, E and O
 // (KeepActs::TRAINING: A … G, QG, E and O; the learner's internals and Ep are not kept).
 template <typename T>

@@ -30,11 +30,6 @@ void add_residual(T* out, const T* a, const T* b, int64_t n) {
 
 }  // namespace
 
-bool& prompt_rows_in_one_region() {
-    static bool on = true;
-    return on;
-}
-
 namespace {
 
 // Whether an inference forward of N rows runs its row-wise steps in one region each
@@ -46,7 +41,7 @@ namespace {
 // activations between the steps).
 template <typename T>
 bool rows_in_one_region(const LayerLinears<T>& lw, KeepActs keep, int64_t N, int64_t d, int64_t F) {
-    return prompt_rows_in_one_region() && keep != KeepActs::TRAINING &&
+    return prompt_in_few_regions() && keep != KeepActs::TRAINING &&
            linear_splits_rows(lw.wq, N, d, d) && linear_splits_rows(lw.wk, N, d, d) &&
            linear_splits_rows(lw.wv, N, d, d) && linear_splits_rows(lw.wo, N, d, d) &&
            linear_splits_rows(lw.w1, N, d, F) && linear_splits_rows(lw.w2, N, d, F) &&

@@ -7,12 +7,6 @@
 
 namespace pldr {
 
-// Whether an inference forward may run a prompt's row-wise steps (projections, RoPE, residual
-// sums, LayerNorms, SwiGLU) in one parallel region per group, each thread over its own rows,
-// where every projection would split the rows over the threads anyway (plga_layer.cpp). On by
-// default; the same bits either way (tests turn it off to compare).
-bool& prompt_rows_in_one_region();
-
 // la.x_in must hold the layer input [B,S,d]. Fills every field of la that in.keep keeps
 // (KeepActs in model/activations.h).
 template <typename T>
