@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/parallel.h"
@@ -121,6 +122,36 @@ TEST(ParallelFor, TwoDimensionsTheFastThreadHelps) {
         by1 += t == 1;
     }
     EXPECT_GT(by1, n / 2 + 20) << "the fast thread took none of the slow one's pairs";
+}
+
+// parallel_rows: thread t of T gets [n·t/T, n·(t+1)/T) (matmul_panels' split, which the callers
+// rely on for the bits of their products), every row once; one range, inline, when not parallel.
+TEST(ParallelFor, RowsSplitAsTheProductsDo) {
+    pldr_test::ScopedThreads two(2);
+    for (const int64_t n : {int64_t(1), int64_t(2), int64_t(79), int64_t(128)}) {
+        std::vector<std::pair<int64_t, int64_t>> got(2, {-1, -1});
+        std::vector<int> levels(2, -1);
+        int team = 0;
+        pldr::parallel_rows(n, true, [&](int64_t r0, int64_t r1) {
+            const int t = omp_get_thread_num();
+            got[size_t(t)] = {r0, r1};
+            levels[size_t(t)] = omp_get_level();
+#pragma omp atomic
+            ++team;
+        });
+        if (omp_get_level() == 0 && team == 1 && n > 1) GTEST_SKIP() << "a team of one";
+        if (n == 1) {  // one row: no region
+            EXPECT_EQ(got[0], std::make_pair(int64_t(0), int64_t(1)));
+            EXPECT_EQ(levels[0], 0);
+            continue;
+        }
+        EXPECT_EQ(got[0], std::make_pair(int64_t(0), n / 2)) << n;
+        EXPECT_EQ(got[1], std::make_pair(n / 2, n)) << n;
+        EXPECT_EQ(levels, (std::vector<int>{1, 1})) << n;
+    }
+    std::vector<std::pair<int64_t, int64_t>> serial;
+    pldr::parallel_rows(79, false, [&](int64_t r0, int64_t r1) { serial.push_back({r0, r1}); });
+    EXPECT_EQ(serial, (std::vector<std::pair<int64_t, int64_t>>{{0, 79}}));
 }
 
 TEST(ParallelFor, OneThreadEntersNoRegion) {
