@@ -315,6 +315,13 @@ TEST(PanelWeights, APromptInFewRegionsGivesTheBitsOfOneRegionPerStep) {
             }
     }
     EXPECT_FALSE(pldr::linear_splits_rows(lw.wq, pldr::kDenseRows, d, d));
+    // The rule's edges: from 32 rows a thread (64 on two), and a weight of at most 1 MB.
+    EXPECT_FALSE(pldr::linear_splits_rows(lw.wq, 63, d, d));
+    EXPECT_TRUE(pldr::linear_splits_rows(lw.wq, 64, d, d));
+    pldr::LinearWeight<float> big(m.w.layers[0].wq);
+    big.panels = lw.wq.panels;  // only its shape is asked about below
+    EXPECT_TRUE(pldr::linear_splits_rows(big, 64, 256, 1024));   // 1,048,576 bytes
+    EXPECT_FALSE(pldr::linear_splits_rows(big, 64, 256, 1025));  // 1,049,600 bytes
 }
 
 TEST(PanelWeights, AMappedModelKeepsThemWhateverTheBudgetAndKeepsWhatWasWritten) {

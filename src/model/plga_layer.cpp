@@ -28,10 +28,6 @@ void add_residual(T* out, const T* a, const T* b, int64_t n) {
     });
 }
 
-}  // namespace
-
-namespace {
-
 // Whether an inference forward of N rows runs its row-wise steps in one region each
 // (parallel_rows): when every projection of the layer would split the rows over the team anyway
 // (small float32 weights in panels: the M config's prompts), each thread runs its share of the
