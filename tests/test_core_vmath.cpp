@@ -49,4 +49,34 @@ TEST(Vmath, SiluMulIsTheSameWhereverTheRangeIsCut) {
     }
 }
 
+// The backward's outputs may be its inputs (glu_backward_in_place: dh1 = h1 and dh2 = h2; the
+// other GLU backward: dh1 = dy): the bits of separate outputs. A loop that wrote dh2 before it
+// read h2 would give dy·silu(h1)·silu'(h1)·… for dh1 where dh2 = h2.
+TEST(Vmath, SiluMulBackwardInPlaceGivesTheBitsOfSeparateOutputs) {
+    const int64_t n = 1500;
+    const std::vector<float> x = normal_values(n, 4), g = normal_values(n, 5),
+                             dy = normal_values(n, 6);
+    std::vector<float> d1(n), d2(n);
+    pldr::vmath::silu_mul_backward(dy.data(), x.data(), g.data(), d1.data(), d2.data(), n);
+    std::vector<float> h1 = x, h2 = g;  // dh1 → h1, dh2 → h2
+    pldr::vmath::silu_mul_backward(dy.data(), h1.data(), h2.data(), h1.data(), h2.data(), n);
+    EXPECT_EQ(std::memcmp(h1.data(), d1.data(), n * 4), 0);
+    EXPECT_EQ(std::memcmp(h2.data(), d2.data(), n * 4), 0);
+    std::vector<float> dg = dy, o2(n);  // dh1 → dy
+    pldr::vmath::silu_mul_backward(dg.data(), x.data(), g.data(), dg.data(), o2.data(), n);
+    EXPECT_EQ(std::memcmp(dg.data(), d1.data(), n * 4), 0);
+    EXPECT_EQ(std::memcmp(o2.data(), d2.data(), n * 4), 0);
+    // And the values against float64: dh2 = dy·silu(x), dh1 = dy·g·silu'(x).
+    for (int64_t i = 0; i < n; ++i) {
+        const double s = 1.0 / (1.0 + std::exp(-double(x[i])));
+        const double w2 = double(dy[i]) * double(x[i]) * s;
+        const double w1 = double(dy[i]) * double(g[i]) * s * (1.0 + double(x[i]) * (1.0 - s));
+        EXPECT_NEAR(d2[i], w2, 1e-6 * std::abs(w2) + 1e-30) << i;
+        // 1 + x·(1 − s) cancels near x = −1.28: the bound scales with its terms, not its value
+        const double scale =
+            std::abs(double(dy[i]) * double(g[i]) * s) * (1.0 + std::abs(double(x[i])) * (1.0 - s));
+        EXPECT_NEAR(d1[i], w1, 1e-6 * scale + 1e-30) << i;
+    }
+}
+
 }  // namespace

@@ -90,17 +90,22 @@ void silu_mul(const float* x, const float* g, float* y, int64_t n) {
 
 void silu_mul_backward(const float* dy, const float* h1, const float* h2, float* dh1, float* dh2,
                        int64_t n) {
-    float e[kChunk];
+    // A chunk's results go to local buffers first and out after: the outputs may alias the
+    // inputs (dh1 = dy, or dh1 = h1 and dh2 = h2), and locals keep the arithmetic loop free of
+    // aliasing, so that it vectorizes whatever the caller passes.
+    float e[kChunk], a[kChunk], b[kChunk];
     for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
         const int64_t m = std::min(kChunk, n - i0);
         for (int64_t i = 0; i < m; ++i) e[i] = -h1[i0 + i];
         exp_chunk(e, m);
         for (int64_t i = 0; i < m; ++i) {
-            const float x = h1[i0 + i], d = dy[i0 + i];
+            const float x = h1[i0 + i], d = dy[i0 + i], g = h2[i0 + i];
             const float sg = 1.0f / (1.0f + e[i]);  // sigmoid(x)
-            dh2[i0 + i] = d * (x / (1.0f + e[i]));  // silu(x), as ops/activation.h
-            dh1[i0 + i] = d * h2[i0 + i] * (sg * (1.0f + x * (1.0f - sg)));
+            a[i] = d * (x / (1.0f + e[i]));         // dh2 = dy·silu(x), as ops/activation.h
+            b[i] = d * g * (sg * (1.0f + x * (1.0f - sg)));  // dh1
         }
+        std::copy(a, a + m, dh2 + i0);
+        std::copy(b, b + m, dh1 + i0);
     }
 }
 

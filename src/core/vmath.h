@@ -17,7 +17,8 @@ float exp_shifted_sum(const float* x, float shift, float* y, int64_t n);
 void silu_mul(const float* x, const float* g, float* y, int64_t n);
 
 // The SwiGLU backward of y = silu(h1)·h2 given dy: dh2 = dy·silu(h1), dh1 = dy·h2·silu'(h1);
-// dh1 may alias dy.
+// dh1 may alias dy, and dh1, dh2 may be h1, h2 themselves (each element's inputs are read before
+// its outputs are written).
 void silu_mul_backward(const float* dy, const float* h1, const float* h2, float* dh1, float* dh2,
                        int64_t n);
 

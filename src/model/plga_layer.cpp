@@ -201,18 +201,24 @@ void decoder_layer_backward(const Model<T>& m, int64_t l, const Activations<T>& 
                                la.ln2_mean.ptr(), la.ln2_rstd.ptr(), w.ln2_g, N, d);
         }
         release(&LayerActs<T>::ffn_out);
-        // ffn_out = GLU(out1); the residual passes d(r2) to out1 too.
+        // ffn_out = GLU(out1); the residual passes d(r2) to out1 too: dout1 is both the GLU's
+        // output gradient and what its input gradient accumulates into (glu.h). Where this
+        // function frees the activations, h1 and h2 become dh1 and dh2 (half the scratch: the
+        // step's peak memory is here, at the top layer).
         {
-            const Tensor<T> dr2 = dout1;
-            Tensor<T> scratch;  // glu_backward zeroes what it accumulates into
-            scratch.resize_for_overwrite({2 * N * F});
-            glu_backward(
-                dout1.ptr(),
-                GluGrads<T>{gw.ffn.w1, gw.ffn.b1, gw.ffn.w2, gw.ffn.b2, gw.ffn.w3, gw.ffn.b3},
-                dr2.ptr(), out1, la.ffn.h1.ptr(), la.ffn.h2.ptr(),
-                la.ffn.gated.numel() ? la.ffn.gated.ptr() : nullptr,
-                GluParams<T>{w.ffn.w1, w.ffn.b1, w.ffn.w2, w.ffn.b2, w.ffn.w3, w.ffn.b3}, N, d, F,
-                d, scratch.ptr());
+            const GluGrads<T> gg{gw.ffn.w1, gw.ffn.b1, gw.ffn.w2, gw.ffn.b2, gw.ffn.w3, gw.ffn.b3};
+            const GluParams<T> gp{w.ffn.w1, w.ffn.b1, w.ffn.w2, w.ffn.b2, w.ffn.w3, w.ffn.b3};
+            Tensor<T> scratch;  // the GLU backward zeroes what it accumulates into
+            if (dying && !la.ffn.gated.numel()) {
+                scratch.resize_for_overwrite({N * F});
+                glu_backward_in_place(dout1.ptr(), gg, dout1.ptr(), out1, dying->ffn.h1.ptr(),
+                                      dying->ffn.h2.ptr(), gp, N, d, F, d, scratch.ptr());
+            } else {
+                scratch.resize_for_overwrite({2 * N * F});
+                glu_backward(dout1.ptr(), gg, dout1.ptr(), out1, la.ffn.h1.ptr(), la.ffn.h2.ptr(),
+                             la.ffn.gated.numel() ? la.ffn.gated.ptr() : nullptr, gp, N, d, F, d,
+                             scratch.ptr());
+            }
         }
         if (dying) dying->ffn = GluActs<T>();
         out1_again = Tensor<T>();

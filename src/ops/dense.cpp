@@ -180,6 +180,34 @@ void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluLinears<T>
     linear_forward(out, gated, p.w3, p.b3, N, F, O);
 }
 
+namespace {
+
+// The GLU's backward from dgated (dout·W3ᵀ, in its own buffer) on: dh1 and dh2 to where the
+// caller says (dh1 may be dgated, or h1 itself; dh2 may be h2), then the first two linears.
+template <typename T>
+void glu_backward_from_dgated(T* dx, const GluGrads<T>& g, const T* x, const T* h1, const T* h2,
+                              T* dgated, T* dh1, T* dh2, const GluParams<T>& p, int64_t N,
+                              int64_t I, int64_t F) {
+    const int64_t NF = N * F;
+    if constexpr (std::is_same_v<T, float>) {
+        const int64_t chunks = (NF + kGluChunk - 1) / kGluChunk;
+        parallel_for(chunks, NF > 65536, [&](int64_t c) {
+            const int64_t i = c * kGluChunk, n = std::min(kGluChunk, NF - i);
+            vmath::silu_mul_backward(dgated + i, h1 + i, h2 + i, dh1 + i, dh2 + i, n);
+        });
+    } else {
+        parallel_for(NF, NF > 65536, [&](int64_t i) {
+            const T dgi = dgated[i], x1 = h1[i], x2 = h2[i];
+            dh2[i] = dgi * silu(x1);
+            dh1[i] = dgi * x2 * silu_grad(x1);
+        });
+    }
+    linear_backward(dx, g.w1, g.b1, dh1, x, p.w1, N, I, F);
+    linear_backward(dx, g.w2, g.b2, dh2, x, p.w2, N, I, F);
+}
+
+}  // namespace
+
 template <typename T>
 void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const T* h1, const T* h2,
                   const T* gated, const GluParams<T>& p, int64_t N, int64_t I, int64_t F, int64_t O,
@@ -193,21 +221,21 @@ void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const 
     }
     zero_on_team(dgated, NF);
     linear_backward(dgated, g.w3, g.b3, dout, gated, p.w3, N, F, O);
-    if constexpr (std::is_same_v<T, float>) {
-        const int64_t chunks = (NF + kGluChunk - 1) / kGluChunk;
-        parallel_for(chunks, NF > 65536, [&](int64_t c) {
-            const int64_t i = c * kGluChunk, n = std::min(kGluChunk, NF - i);
-            vmath::silu_mul_backward(dgated + i, h1 + i, h2 + i, dgated + i, dh2 + i, n);  // dh1
-        });
-    } else {
-        parallel_for(NF, NF > 65536, [&](int64_t i) {
-            T dgi = dgated[i];
-            dh2[i] = dgi * silu(h1[i]);
-            dgated[i] = dgi * h2[i] * silu_grad(h1[i]);  // dh1
-        });
-    }
-    linear_backward(dx, g.w1, g.b1, dgated, x, p.w1, N, I, F);
-    linear_backward(dx, g.w2, g.b2, dh2, x, p.w2, N, I, F);
+    glu_backward_from_dgated(dx, g, x, h1, h2, dgated, dgated, dh2, p, N, I, F);
+}
+
+template <typename T>
+void glu_backward_in_place(T* dx, const GluGrads<T>& g, const T* dout, const T* x, T* h1, T* h2,
+                           const GluParams<T>& p, int64_t N, int64_t I, int64_t F, int64_t O,
+                           T* scratch) {
+    const int64_t NF = N * F;
+    // gated, recomputed (the forward's bits), for W3's gradient; then the same buffer takes
+    // dgated = dout·W3ᵀ. These are glu_backward's products, one at a time.
+    glu_gate(scratch, h1, h2, NF);
+    linear_backward<T>(nullptr, g.w3, g.b3, dout, scratch, p.w3, N, F, O);
+    zero_on_team(scratch, NF);
+    linear_backward<T>(scratch, nullptr, nullptr, dout, nullptr, p.w3, N, F, O);
+    glu_backward_from_dgated(dx, g, x, h1, h2, scratch, h1, h2, p, N, I, F);
 }
 
 namespace {
@@ -306,6 +334,9 @@ void softmax_backward(T* dx, const T* dy, const T* y, int64_t N, int64_t C, int6
     template void glu_backward<T>(T*, const GluGrads<T>&, const T*, const T*, const T*, const T*,  \
                                   const T*, const GluParams<T>&, int64_t, int64_t, int64_t,        \
                                   int64_t, T*);                                                    \
+    template void glu_backward_in_place<T>(T*, const GluGrads<T>&, const T*, const T*, T*, T*,     \
+                                           const GluParams<T>&, int64_t, int64_t, int64_t,         \
+                                           int64_t, T*);                                           \
     template void softmax_forward<T>(T*, const T*, int64_t, int64_t, int64_t);                     \
     template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);
 PLDR_INSTANTIATE(float)

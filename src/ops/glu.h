@@ -37,10 +37,18 @@ void glu_forward(T* out, T* h1, T* h2, T* gated, const T* x, const GluLinears<T>
 template <typename T>
 void glu_gate(T* gated, const T* h1, const T* h2, int64_t NF);
 // scratch: 2·N·F workspace. gated may be null: it is then recomputed from h1 and h2 (the same
-// bits as the forward's) in the scratch.
+// bits as the forward's) in the scratch. dx accumulates; it may be dout itself (dout is read
+// before dx is written).
 template <typename T>
 void glu_backward(T* dx, const GluGrads<T>& g, const T* dout, const T* x, const T* h1, const T* h2,
                   const T* gated, const GluParams<T>& p, int64_t N, int64_t I, int64_t F, int64_t O,
                   T* scratch);
+// The same for a caller that is done with h1 and h2 (the training step's backward, which frees
+// a layer's activations as it passes them): they become dh1 and dh2, and the scratch is N·F.
+// gated is recomputed. The same products on the same values: glu_backward's bits.
+template <typename T>
+void glu_backward_in_place(T* dx, const GluGrads<T>& g, const T* dout, const T* x, T* h1, T* h2,
+                           const GluParams<T>& p, int64_t N, int64_t I, int64_t F, int64_t O,
+                           T* scratch);
 
 }  // namespace pldr
