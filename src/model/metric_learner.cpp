@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/alloc.h"  // kCachedPagesMin
 #include "core/gemm_bf16.h"
 #include "core/parallel.h"
 #include "core/zero.h"
@@ -85,25 +86,29 @@ LearnerWorkspace<T>& workspace() {
     return ws;
 }
 
-// The N GLUs of one unit on n rows: x [n,D] → y [n,D]. keep: each GLU's input, h1, h2 and gate
-// go to the rows from `lo` of its kept tensors (the backward's recomputation); else to the
-// thread's workspace.
+// Where a GLU of the chain keeps its input, h1, h2 and gate ([n,D], [n,F] × 3).
 template <typename T>
-void glu_chain_rows(const Config& c, const ResUnitView<T>& rw, const T* x, int64_t lo, int64_t n,
-                    std::vector<GluActs<T>>* keep, T* y) {
+struct GluRows {
+    T *x, *h1, *h2, *gated;
+};
+
+// The N GLUs of one unit on n rows: x [n,D] → y [n,D]. keep (N entries): each GLU's input, h1,
+// h2 and gate go there (the backward's recomputation); else to the thread's workspace.
+template <typename T>
+void glu_chain_rows(const Config& c, const ResUnitView<T>& rw, const T* x, int64_t n,
+                    const GluRows<T>* keep, T* y) {
     const int64_t D = c.head_dim, F = c.A_dff, N = c.num_denseA;
     LearnerWorkspace<T>& ws = workspace<T>();
     if (N == 0) std::fill(y, y + n * D, T(0));
-    if (keep && N > 0) std::copy(x, x + n * D, (*keep)[0].x.ptr() + lo * D);
+    if (keep && N > 0) std::copy(x, x + n * D, keep[0].x);
     for (int64_t k = 0; k < N; ++k) {
         T *h1, *h2, *gated, *out;
         if (keep) {
-            GluActs<T>& g = (*keep)[size_t(k)];
-            x = g.x.ptr() + lo * D;
-            h1 = g.h1.ptr() + lo * F;
-            h2 = g.h2.ptr() + lo * F;
-            gated = g.gated.ptr() + lo * F;
-            out = k + 1 < N ? (*keep)[size_t(k + 1)].x.ptr() + lo * D : y;
+            x = keep[k].x;
+            h1 = keep[k].h1;
+            h2 = keep[k].h2;
+            gated = keep[k].gated;
+            out = k + 1 < N ? keep[k + 1].x : y;
         } else {
             h1 = sized(ws.h1, n * F);
             h2 = sized(ws.h2, n * F);
@@ -115,27 +120,6 @@ void glu_chain_rows(const Config& c, const ResUnitView<T>& rw, const T* x, int64
                     n, D, F, D);
         x = out;
     }
-}
-
-// The GLU chain of one residual unit from its input: y [B,H,D,D]. Each GLU's saved tensors go to
-// *keep (num_denseA entries), or, when keep is null, to per-thread buffers.
-template <typename T>
-void res_unit_glus(const Config& c, const ResUnitView<T>& rw, int64_t B, const Tensor<T>& in,
-                   std::vector<GluActs<T>>* keep, Tensor<T>& y) {
-    const int64_t H = c.num_heads, D = c.head_dim, rows = B * H * D;
-    y.resize_for_overwrite({B, H, D, D});
-    if (keep) {
-        keep->resize(static_cast<size_t>(c.num_denseA));
-        for (GluActs<T>& g : *keep) {
-            g.x.resize_for_overwrite({B, H, D, D});
-            g.h1.resize_for_overwrite({rows, c.A_dff});
-            g.h2.resize_for_overwrite({rows, c.A_dff});
-            g.gated.resize_for_overwrite({rows, c.A_dff});
-        }
-    }
-    for_row_blocks(row_split(c, rows), rows, [&](int64_t, int64_t lo, int64_t hi) {
-        glu_chain_rows(c, rw, in.ptr() + lo * D, lo, hi - lo, keep, y.ptr() + lo * D);
-    });
 }
 
 // What the forward that keeps the learner's activations keeps (see metric_learner_forward).
@@ -164,7 +148,7 @@ void learner_rows(const Config& c, const LayerView<T>& w, const T* A0, int64_t l
         T* in = ru ? ru->in.ptr() + lo * D : cur;
         if (in != cur) std::copy(cur, cur + n * D, in);  // unit 0 keeps a copy of LN_A's output
         T* y = sized(ws.y, n * D);
-        glu_chain_rows<T>(c, rw, in, lo, n, nullptr, y);
+        glu_chain_rows<T>(c, rw, in, n, nullptr, y);
         T* sum = ru ? ru->sum.ptr() + lo * D : y;  // inference: in place
         for (int64_t i = 0; i < n * D; ++i) sum[i] = y[i] + in[i];
         T* out = r + 1 == R ? A + lo * D : ru ? (*keep->res)[size_t(r + 1)].in.ptr() + lo * D : cur;
@@ -307,55 +291,65 @@ void metric_learner_backward(const Model<T>& m, const LayerView<T>& w, const T* 
     const int64_t rows = B * H * D;
     const RowSplit sp = row_split(c, rows);
     const int64_t F = c.A_dff;
+    // Each thread's block buffers, in one block of at least kCachedPagesMin bytes (pages from the
+    // page cache, core/alloc.h): its unit's GLUs again, their output, the unit's sum and
+    // statistics. This call's, not the thread's workspace: they go when the backward is done.
+    const int64_t N = c.num_denseA, nb = sp.size;
+    const int64_t per_thread = std::max<int64_t>(N * (nb * D + 3 * nb * F) + 2 * nb * D + 2 * nb,
+                                                 int64_t(kCachedPagesMin / sizeof(T)));
+    Tensor<T> bufs;
+    bufs.resize_for_overwrite({sp.threads * per_thread});
     for (int64_t r = c.num_reslayerA - 1; r >= 0; --r) {
         const ResUnitActs<T>& ru = la.res[size_t(r)];
         const ResUnitView<T>& rw = w.res[size_t(r)];
         ResUnitView<T>& rg = gw.res[size_t(r)];
-        std::vector<GluActs<T>> glus;  // this unit's GLUs once more, from its input
-        Tensor<T> y;
-        res_unit_glus(c, rw, B, ru.in, &glus, y);
-        // A training forward kept only the unit's input: its sum and LayerNorm statistics
-        // again (the forward's code on the same values: the same bits).
-        Tensor<T> sum_again, mean_again, rstd_again;
-        const bool again = ru.sum.numel() == 0;
-        if (again) {
-            sum_again.resize_for_overwrite({B, H, D, D});
-            mean_again.resize_for_overwrite({rows});
-            rstd_again.resize_for_overwrite({rows});
-        }
-        const T* sum = (again ? sum_again : ru.sum).ptr();
-        const T* mean = (again ? mean_again : ru.mean).ptr();
-        const T* rstd = (again ? rstd_again : ru.rstd).ptr();
         // Each block of rows back through the unit; its parameter gradients go to its own
-        // share (with one block: straight to gw).
+        // share (with one block: straight to gw). A block first runs the unit's GLUs once more
+        // from its input, into its thread's buffers, where the backward finds them in cache; and
+        // where a training forward kept only that input, the unit's sum and LayerNorm statistics
+        // again. The forward's blocks and code on the same values: the same bits.
+        const bool again = ru.sum.numel() == 0;
         std::vector<UnitGrads<T>> shares;
         for (int64_t i = 0; sp.blocks > 1 && i < sp.blocks; ++i) shares.emplace_back(c);
         for_row_blocks(sp, rows, [&](int64_t blk, int64_t lo, int64_t hi) {
             const int64_t n = hi - lo, o = lo * D;
             ResUnitView<T>& g = sp.blocks > 1 ? shares[size_t(blk)].v : rg;
-            if (again) {
-                for (int64_t i = 0; i < n * D; ++i) sum_again[o + i] = y[o + i] + ru.in[o + i];
-                layernorm_forward(y.ptr() + o, mean_again.ptr() + lo, rstd_again.ptr() + lo,
-                                  sum_again.ptr() + o, rw.ln_g, rw.ln_b, n, D, c.layer_norm_eps);
-            }
             LearnerWorkspace<T>& ws = workspace<T>();
+            T* p = bufs.ptr() + (sp.blocks > 1 ? omp_get_thread_num() : 0) * per_thread;
+            auto take = [&p](int64_t k) { return std::exchange(p, p + k); };
+            std::vector<GluRows<T>> glus(static_cast<size_t>(N));
+            for (GluRows<T>& ga : glus) ga = {take(n * D), take(n * F), take(n * F), take(n * F)};
+            T* yb = take(n * D);
+            glu_chain_rows(c, rw, ru.in.ptr() + o, n, glus.data(), yb);
+            const T* sum = again ? nullptr : ru.sum.ptr() + o;
+            const T* mean = again ? nullptr : ru.mean.ptr() + lo;
+            const T* rstd = again ? nullptr : ru.rstd.ptr() + lo;
+            if (again) {
+                T* sb = take(n * D);
+                for (int64_t i = 0; i < n * D; ++i) sb[i] = yb[i] + ru.in[o + i];
+                T* mb = take(n);
+                T* rb = take(n);
+                layernorm_forward(yb, mb, rb, sb, rw.ln_g, rw.ln_b, n, D, c.layer_norm_eps);
+                sum = sb;
+                mean = mb;
+                rstd = rb;
+            }
             T* dsum = sized(ws.y, n * D);
             std::fill(dsum, dsum + n * D, T(0));
-            layernorm_backward(dsum, g.ln_g, g.ln_b, dA.ptr() + o, sum + o, mean + lo, rstd + lo,
-                               rw.ln_g, n, D);
+            layernorm_backward(dsum, g.ln_g, g.ln_b, dA.ptr() + o, sum, mean, rstd, rw.ln_g, n, D);
             T* dy = sized(ws.dy, n * D);
             T* dx = sized(ws.dx, n * D);
             std::copy(dsum, dsum + n * D, dy);
             T* sc = sized(ws.sc, 2 * n * F);
             for (int64_t k = c.num_denseA - 1; k >= 0; --k) {
-                const GluActs<T>& ga = glus[size_t(k)];
+                const GluRows<T>& ga = glus[size_t(k)];
                 const GluView<T>& gv = rw.glu[size_t(k)];
                 GluView<T>& gg = g.glu[size_t(k)];
                 std::fill(dx, dx + n * D, T(0));
-                glu_backward(
-                    dx, GluGrads<T>{gg.w1, gg.b1, gg.w2, gg.b2, gg.w3, gg.b3}, dy, ga.x.ptr() + o,
-                    ga.h1.ptr() + lo * F, ga.h2.ptr() + lo * F, ga.gated.ptr() + lo * F,
-                    GluParams<T>{gv.w1, gv.b1, gv.w2, gv.b2, gv.w3, gv.b3}, n, D, F, D, sc);
+                glu_backward(dx, GluGrads<T>{gg.w1, gg.b1, gg.w2, gg.b2, gg.w3, gg.b3}, dy, ga.x,
+                             ga.h1, ga.h2, ga.gated,
+                             GluParams<T>{gv.w1, gv.b1, gv.w2, gv.b2, gv.w3, gv.b3}, n, D, F, D,
+                             sc);
                 std::swap(dy, dx);
             }
             for (int64_t i = 0; i < n * D; ++i) dA[o + i] = dsum[i] + dy[i];  // d(unit input)
